@@ -1,0 +1,71 @@
+# triptych — the two commands a user needs are `make compare` and `make test`.
+#
+#   make compare                 set up .venv if needed, then equivalence + timing of every scenario
+#   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
+#   make test-gpu                only the GPU suite (`-m gpu`)
+#   make compare PYTHON=python3  use an existing interpreter as it is: no venv, no installs
+#                                (the GPU machine we measure on has no network)
+#
+# Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
+# PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
+
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON ?=
+ARGS ?=
+PYTEST_ARGS ?=
+
+# The CUDA major version the driver supports ("CUDA Version: 13.0" in nvidia-smi's header); empty without a GPU.
+CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
+ifeq ($(CUDA_MAJOR),)
+EXTRA ?= cpu
+else ifeq ($(shell test $(CUDA_MAJOR) -ge 13 && echo y),y)
+EXTRA ?= cuda13
+else
+EXTRA ?= cuda12
+endif
+
+# A CPU-only torch: on this project's CI machines torch==2.13.0 is a CPU build found on local disk.
+# Elsewhere, point pip at PyTorch's CPU index, e.g. TORCH_CPU="torch --index-url https://download.pytorch.org/whl/cpu".
+TORCH_CPU ?= torch==2.13.0
+
+ifeq ($(PYTHON),)
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(EXTRA)
+else
+PY := $(PYTHON)
+STAMP :=
+endif
+
+.PHONY: setup compare test test-gpu list selfcheck clean help
+help:
+	@sed -n '1,14p' Makefile
+
+setup: $(STAMP)
+
+$(VENV)/.installed-%: pyproject.toml
+	@echo "setting up $(VENV) with the '$*' extra (CUDA major from the driver: $(if $(CUDA_MAJOR),$(CUDA_MAJOR),none))"
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(if $(filter cpu,$*),$(VENV)/bin/python -m pip install -q $(TORCH_CPU))
+	$(VENV)/bin/python -m pip install -q -e ".[$*]"
+	rm -f $(VENV)/.installed-* && touch $@
+
+compare: $(STAMP)
+	$(PY) -m harness compare $(ARGS)
+
+list: $(STAMP)
+	$(PY) -m harness list
+
+selfcheck: $(STAMP)
+	$(PY) -m harness selfcheck $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu --hypothesis-profile=thorough $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""triptych's harness: runs scenario x framework x variant, checks equivalence, times, reports."""

@@ -1,0 +1,151 @@
+"""CuPy: GPU only. Without a CUDA device it is skipped with the reason CuPy itself gives."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from harness.backends.base import Backend, EventTimer, Unavailable
+
+
+class CupyBackend(Backend):
+    name = "cupy"
+
+    def _load(self) -> None:
+        os.environ["CUPY_TF32"] = "0"  # like with like: no TF32 in float32 matmuls (read by cuBLAS calls)
+        import cupy
+
+        # CuPy 14 imports without a GPU and answers False here; CuPy 13 raised instead.
+        try:
+            ok = cupy.cuda.is_available()
+        except Exception as e:  # noqa: BLE001 - any CUDA error here means "no usable GPU"
+            raise Unavailable(f"CuPy needs a CUDA GPU: {type(e).__name__}: {e}") from None
+        if not ok:
+            raise Unavailable("CuPy needs a CUDA GPU: cupy.cuda.is_available() is False (no device or driver)")
+        self.fw = cupy
+        self.device = cupy.cuda.Device(0)
+        self.device.use()
+        self.on_gpu = self.has_events = self.has_streams = True
+
+    def device_label(self) -> str:
+        name = self.fw.cuda.runtime.getDeviceProperties(self.device.id)["name"].decode()
+        return f"cuda:{self.device.id} ({name})"
+
+    def is_array(self, x: Any) -> bool:
+        return isinstance(x, self.fw.ndarray)
+
+    def to_device(self, a: np.ndarray) -> Any:
+        return self.fw.asarray(a)
+
+    def _array_to_numpy(self, x: Any) -> np.ndarray:
+        return self.fw.asnumpy(x)  # blocking by default
+
+    def synchronize(self, outputs: Any = None) -> None:
+        self.device.synchronize()  # cudaDeviceSynchronize: every stream
+
+    def is_done(self, outputs: Any) -> bool:
+        ev = self.fw.cuda.Event(disable_timing=True)
+        ev.record()  # on the current stream
+        return ev.done
+
+    def event_timer(self) -> EventTimer | None:
+        return _CupyEvents(self.fw)
+
+    # sync_counter: the base class's "no detector". CuPy has no reliable one (the old
+    # cupyx.allow_synchronize is deprecated and saw only some syncs); scenarios say how they count.
+
+    def clock_kernels(self) -> dict[str, Any]:
+        cp, n, big = self.fw, 4096, 1 << 29
+        a, b = cp.random.standard_normal((n, n), dtype=cp.float32), cp.random.standard_normal((n, n), dtype=cp.float32)
+        x, y = cp.random.standard_normal(big, dtype=cp.float32), cp.random.standard_normal(big, dtype=cp.float32)
+        return {f"gemm_fp32_{n}": lambda: a @ b, f"add_{big >> 20}Mi_fp32": lambda: x + y,
+                f"sum_{big >> 20}Mi_fp32": lambda: x.sum()}
+
+    def own_benchmark(self, call: Any) -> tuple[str, float] | None:
+        from cupyx.profiler import benchmark
+
+        r = benchmark(call, n_repeat=200, n_warmup=5, max_duration=1.0)
+        return "cupyx.profiler.benchmark (gpu_times)", float(np.median(r.gpu_times[0]))
+
+    def ceilings(self) -> dict[str, float]:
+        """Raw CUDA, no framework in between: the limits every framework is held against.
+
+        hbm_Bps: device-to-device cudaMemcpyAsync of 1 GiB, bytes read + written per second.
+        h2d_Bps / d2h_Bps: cudaMemcpyAsync of 256 MiB between pinned host memory and the device.
+        fp32_flops: an 8192^3 float32 cuBLAS GEMM (TF32 off).
+        Each is the median of 5 event-timed repeats after one warm-up.
+        """
+        cp = self.fw
+        rt = cp.cuda.runtime
+        stream = cp.cuda.get_current_stream()
+
+        def median_s(fn: Any, reps: int = 5) -> float:
+            fn()
+            times = []
+            for _ in range(reps):
+                a, b = cp.cuda.Event(), cp.cuda.Event()
+                a.record(stream)
+                fn()
+                b.record(stream)
+                b.synchronize()
+                times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
+            return float(np.median(times))
+
+        big = 1 << 30
+        src, dst = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)
+        src.fill(7)
+        hbm = 2 * big / median_s(lambda: rt.memcpyAsync(dst.data.ptr, src.data.ptr, big,
+                                                         rt.memcpyDeviceToDevice, stream.ptr))
+        src = dst = None  # freed before the next allocation
+        link = 1 << 28
+        host = cp.cuda.alloc_pinned_memory(link)
+        dev = cp.empty(link, cp.uint8)
+        h2d = link / median_s(lambda: rt.memcpyAsync(dev.data.ptr, host.ptr, link, rt.memcpyHostToDevice, stream.ptr))
+        d2h = link / median_s(lambda: rt.memcpyAsync(host.ptr, dev.data.ptr, link, rt.memcpyDeviceToHost, stream.ptr))
+        host = dev = None
+        n = 8192
+        a = cp.random.standard_normal((n, n), dtype=cp.float32)
+        flops = 2 * n**3 / median_s(lambda: a @ a, reps=3)
+        a = None
+        self.free_memory()
+        return {"hbm_Bps": hbm, "h2d_Bps": h2d, "d2h_Bps": d2h, "fp32_flops": flops}
+
+    def free_memory(self) -> None:
+        self.device.synchronize()
+        self.fw.get_default_memory_pool().free_all_blocks()
+        self.fw.get_default_pinned_memory_pool().free_all_blocks()
+
+    def env(self) -> dict[str, Any]:
+        rt = self.fw.cuda.runtime
+        props = rt.getDeviceProperties(self.device.id)
+
+        def ver(v: int) -> str:
+            return f"{v // 1000}.{v % 1000 // 10}"
+
+        return {
+            "version": self.fw.__version__,
+            "device": self.device_label(),
+            "cuda_runtime": ver(rt.runtimeGetVersion()),
+            "cuda_driver_api": ver(rt.driverGetVersion()),
+            "gpu": props["name"].decode(),
+            "compute_capability": f"{props['major']}.{props['minor']}",
+            "memory_bytes": int(props["totalGlobalMem"]),
+            "float32_matmul": "cuBLAS default (TF32 only with CUPY_TF32=1)",
+        }
+
+
+class _CupyEvents(EventTimer):
+    def __init__(self, cupy: Any) -> None:
+        self._cupy = cupy
+        self._a = cupy.cuda.Event()  # timing is on by default in CuPy (off in torch)
+        self._b = cupy.cuda.Event()
+
+    def start(self) -> None:
+        self._a.record()
+
+    def stop(self) -> None:
+        self._b.record()
+
+    def elapsed_s(self) -> float:
+        return self._cupy.cuda.get_elapsed_time(self._a, self._b) / 1e3

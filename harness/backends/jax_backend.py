@@ -1,0 +1,131 @@
+"""JAX: the GPU when there is one, else the CPU. No user streams or events: XLA owns them."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from typing import Any, Iterator
+
+import numpy as np
+
+from harness.backends.base import Backend, SyncCount
+
+
+class JaxBackend(Backend):
+    name = "jax"
+
+    def _load(self) -> None:
+        # JAX grabs 75% of the GPU at first use unless told otherwise; it shares the GPU with torch and
+        # CuPy (in other processes, or in this one). Must be set before the backend initializes.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+
+        self.fw = jax
+        # JAX uses TF32 (one bf16x3 pass or less) for float32 dots on GPU by default; torch does not.
+        jax.config.update("jax_default_matmul_precision", "highest")
+        gpus = [d for d in _devices(jax, "gpu")]
+        self.device = gpus[0] if gpus else jax.devices("cpu")[0]
+        self.on_gpu = bool(gpus)
+
+    def device_label(self) -> str:
+        if self.on_gpu:
+            return f"{self.device.platform}:{self.device.id} ({self.device.device_kind})"
+        return "cpu (no GPU backend: JAX runs on the CPU)"
+
+    def is_array(self, x: Any) -> bool:
+        return isinstance(x, self.fw.Array)
+
+    def to_device(self, a: np.ndarray) -> Any:
+        return self.fw.device_put(a, self.device)
+
+    def _array_to_numpy(self, x: Any) -> np.ndarray:
+        return np.asarray(self.fw.device_get(x))
+
+    def synchronize(self, outputs: Any = None) -> None:
+        # There is no device-wide synchronize in JAX: wait for everything the call returned.
+        if outputs is not None:
+            self.fw.block_until_ready(outputs)
+
+    def is_done(self, outputs: Any) -> bool:
+        leaves = [x for x in self.fw.tree_util.tree_leaves(outputs) if isinstance(x, self.fw.Array)]
+        return all(x.is_ready() for x in leaves)
+
+    def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]:
+        return self._count_transfers()
+
+    @contextlib.contextmanager
+    def _count_transfers(self) -> Iterator[SyncCount]:
+        """Count device-to-host transfers (each blocks the host) with JAX's transfer guard.
+
+        'log_explicit' logs implicit (float(x), np.asarray(x)) and explicit (jax.device_get)
+        transfers; the log lines go to the C++ stderr, so fd 2 is captured for the region.
+        """
+        result = SyncCount(method="jax.transfer_guard_device_to_host('log_explicit')")
+        if not self.on_gpu:
+            result.why = "the transfer guard does not fire on the CPU backend (its arrays are host memory)"
+            yield result
+            return
+        with _captured_fd2() as captured, self.fw.transfer_guard_device_to_host("log_explicit"):
+            yield result
+        lines = captured["text"].splitlines(keepends=True)
+        result.count = sum("device-to-host transfer" in line for line in lines)
+        sys.stderr.write("".join(line for line in lines if "device-to-host transfer" not in line))
+
+    def clock_kernels(self) -> dict[str, Any]:
+        jax, jnp = self.fw, self.fw.numpy
+        n = 4096 if self.on_gpu else 256
+        big = 1 << (29 if self.on_gpu else 20)
+        k = jax.random.split(jax.random.key(0), 4)
+        a, b = (jax.device_put(jax.random.normal(i, (n, n)), self.device) for i in k[:2])
+        x, y = (jax.device_put(jax.random.normal(i, (big,)), self.device) for i in k[2:])
+        mm = jax.jit(lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST))
+        add, total = jax.jit(jnp.add), jax.jit(jnp.sum)
+        return {f"gemm_fp32_{n}": lambda: mm(a, b), f"add_{big >> 20}Mi_fp32": lambda: add(x, y),
+                f"sum_{big >> 20}Mi_fp32": lambda: total(x)}
+
+    # own_benchmark: none. JAX has no benchmark tool of its own; its docs time with a wall clock
+    # around block_until_ready, which is what the harness does.
+
+    def free_memory(self) -> None:
+        self.fw.clear_caches()  # compiled executables; device buffers go with their last reference
+
+    def env(self) -> dict[str, Any]:
+        import jaxlib
+
+        info: dict[str, Any] = {
+            "version": self.fw.__version__,
+            "jaxlib": jaxlib.__version__,
+            "device": self.device_label(),
+            "backend": self.fw.default_backend(),
+            "float32_matmul": "highest (jax_default_matmul_precision)",
+            "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true"),
+        }
+        if self.on_gpu:
+            info["gpu"] = self.device.device_kind
+            info["memory_kinds"] = [m.kind for m in self.device.addressable_memories()]
+        return info
+
+
+def _devices(jax: Any, platform: str) -> list[Any]:
+    try:
+        return jax.devices(platform)
+    except RuntimeError:  # "Unknown backend gpu" / no CUDA plugin or device
+        return []
+
+
+@contextlib.contextmanager
+def _captured_fd2() -> Iterator[dict[str, str]]:
+    box: dict[str, str] = {"text": ""}
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield box
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            box["text"] = tmp.read().decode(errors="replace")

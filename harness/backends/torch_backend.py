@@ -1,0 +1,129 @@
+"""PyTorch: the GPU when there is one, else the CPU (streams, events and pinned memory need CUDA)."""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+
+from harness.backends.base import Backend, EventTimer, SyncCount
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def _load(self) -> None:
+        import torch
+
+        self.fw = torch
+        # Compare like with like: no TF32 in float32 matmuls/convolutions (JAX is pinned to "highest").
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        self.on_gpu = bool(torch.cuda.is_available())
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.on_gpu else torch.device("cpu")
+        self.has_events = self.has_streams = self.on_gpu
+
+    def device_label(self) -> str:
+        if self.on_gpu:
+            return f"{self.device} ({self.fw.cuda.get_device_name(self.device)})"
+        return "cpu (no CUDA device: streams, events and pinned memory are skipped)"
+
+    def is_array(self, x: Any) -> bool:
+        return isinstance(x, self.fw.Tensor)
+
+    def to_device(self, a: np.ndarray) -> Any:
+        return self.fw.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def _array_to_numpy(self, x: Any) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
+    def synchronize(self, outputs: Any = None) -> None:
+        if self.on_gpu:
+            self.fw.cuda.synchronize(self.device)  # every stream of the device, not only the current one
+
+    def is_done(self, outputs: Any) -> bool:
+        # A fresh event on the current stream completes once the stream's earlier work has.
+        if not self.on_gpu:
+            return True
+        ev = self.fw.cuda.Event()
+        ev.record()
+        return ev.query()
+
+    def event_timer(self) -> EventTimer | None:
+        return _TorchEvents(self.fw) if self.on_gpu else None
+
+    def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]:
+        return self._count_syncs()
+
+    @contextlib.contextmanager
+    def _count_syncs(self) -> Iterator[SyncCount]:
+        result = SyncCount(method="torch.cuda.set_sync_debug_mode('warn')")
+        if not self.on_gpu:
+            result.why = "the sync debug mode watches CUDA calls; there are none on the CPU"
+            yield result
+            return
+        torch = self.fw
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield result
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+        result.count = sum("synchronizing CUDA operation" in str(w.message) for w in caught)
+
+    def clock_kernels(self) -> dict[str, Any]:
+        torch, dev = self.fw, self.device
+        n = 4096 if self.on_gpu else 256
+        big = 1 << (29 if self.on_gpu else 20)
+        a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+        x, y = torch.randn(big, device=dev), torch.randn(big, device=dev)
+        return {f"gemm_fp32_{n}": lambda: a @ b, f"add_{big >> 20}Mi_fp32": lambda: x + y,
+                f"sum_{big >> 20}Mi_fp32": lambda: x.sum()}
+
+    def own_benchmark(self, call: Any) -> tuple[str, float] | None:
+        from torch.utils.benchmark import Timer
+
+        # Timer defaults to one CPU thread; give it the harness's thread count so CPU numbers compare too.
+        m = Timer(stmt="f()", globals={"f": call}, num_threads=self.fw.get_num_threads()).blocked_autorange(
+            min_run_time=1.0)
+        return "torch.utils.benchmark.Timer.blocked_autorange", float(m.median)
+
+    def free_memory(self) -> None:
+        if self.on_gpu:
+            self.fw.cuda.synchronize()
+            self.fw.cuda.empty_cache()
+
+    def env(self) -> dict[str, Any]:
+        torch = self.fw
+        info: dict[str, Any] = {"version": torch.__version__, "device": self.device_label()}
+        if self.on_gpu:
+            p = torch.cuda.get_device_properties(self.device)
+            info.update(
+                cuda_runtime=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version(),
+                gpu=p.name,
+                compute_capability=f"{p.major}.{p.minor}",
+                multiprocessors=p.multi_processor_count,
+                memory_bytes=p.total_memory,
+            )
+        info["float32_matmul"] = "highest (TF32 off)"
+        return info
+
+
+class _TorchEvents(EventTimer):
+    def __init__(self, torch: Any) -> None:
+        self._a = torch.cuda.Event(enable_timing=True)
+        self._b = torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        self._a.record()
+
+    def stop(self) -> None:
+        self._b.record()
+
+    def elapsed_s(self) -> float:
+        return self._a.elapsed_time(self._b) / 1e3

@@ -1,0 +1,208 @@
+"""Are the three frameworks computing the same thing? Dtype-aware comparison and hypothesis checks.
+
+Every non-hazard variant of every framework is compared with the float64 reference, elementwise:
+|got - ref| <= atol + rtol * |ref|, with the scenario's tolerance for the dtype (0, 0 = bit-exact).
+Frameworks are then compared pairwise, each pair allowed twice the tolerance (both may sit at the
+edge of the reference's band, on opposite sides). A failure names scenario/framework/variant, the
+worst element, the tolerance, and how to reproduce it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from scenarios.spec import Arrays, Params, Scenario
+
+
+class EquivalenceFailure(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    key: str
+    problem: str  # "values" | "shape" | "missing" | "nan"
+    index: tuple[int, ...] = ()
+    got: float = math.nan
+    want: float = math.nan
+    abs_err: float = math.nan
+    allowed: float = math.nan
+    n_bad: int = 0
+    size: int = 0
+    rtol: float = 0.0
+    atol: float = 0.0
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.problem == "missing":
+            return f"output {self.key!r} is missing"
+        if self.problem == "shape":
+            return f"output {self.key!r}: {self.detail}"
+        tol = "bit-exact" if self.rtol == self.atol == 0 else f"rtol={self.rtol:g} atol={self.atol:g}"
+        return (
+            f"output {self.key!r}{list(self.index)}: got {self.got!r}, want {self.want!r} "
+            f"(|err|={self.abs_err:.3g} > allowed {self.allowed:.3g}, {tol}); "
+            f"{self.n_bad} of {self.size} elements outside"
+        )
+
+
+def tolerance_for(scenario: Scenario, params: Params, want: np.ndarray) -> tuple[float, float]:
+    if want.dtype.kind in "iub":
+        return (0.0, 0.0)
+    return scenario.tolerance.for_dtype(str(params.get("dtype", "float32")))
+
+
+def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: float, widen: float = 1.0,
+                   scale: np.ndarray | None = None) -> Mismatch | None:
+    """None when got matches want; else the worst element. ``scale`` sets |ref| in the band."""
+    g = np.asarray(got)
+    w = np.asarray(want)
+    if g.shape != w.shape:
+        return Mismatch(key, "shape", detail=f"shape {g.shape} where {w.shape} was expected")
+    if w.dtype.kind in "iub" and rtol == atol == 0:
+        bad = g != w
+        excess = bad.astype(np.float64)
+        allowed = np.zeros(w.shape)
+    else:
+        g64 = g.astype(np.float64)
+        w64 = w.astype(np.float64)
+        ref = np.abs(w64 if scale is None else np.asarray(scale, np.float64))
+        allowed = widen * (atol + rtol * ref)
+        err = np.abs(g64 - w64)
+        if rtol == atol == 0:
+            # Bit-exact: equal values (and matching NaN positions) only.
+            bad = ~((g64 == w64) | (np.isnan(g64) & np.isnan(w64)))
+        else:
+            bad = ~(err <= allowed)  # NaN in either never passes
+        excess = np.where(bad, np.nan_to_num(err - allowed, nan=np.inf, posinf=np.inf), -np.inf)
+    n_bad = int(np.count_nonzero(bad))
+    if n_bad == 0:
+        return None
+    flat = int(np.argmax(excess))
+    idx = tuple(int(i) for i in np.unravel_index(flat, w.shape)) if w.ndim else ()
+    gv, wv = g.reshape(-1)[flat], w.reshape(-1)[flat]
+    return Mismatch(
+        key, "values", idx, got=float(gv), want=float(wv),
+        abs_err=float(abs(np.float64(gv) - np.float64(wv))), allowed=float(np.asarray(allowed).reshape(-1)[flat]),
+        n_bad=n_bad, size=int(w.size), rtol=rtol * widen, atol=atol * widen,
+    )
+
+
+def compare_outputs(scenario: Scenario, params: Params, got: Arrays, want: Arrays, widen: float = 1.0,
+                    scale: Arrays | None = None) -> Mismatch | None:
+    for key, w in want.items():
+        if key not in got:
+            return Mismatch(key, "missing")
+        rtol, atol = tolerance_for(scenario, params, np.asarray(w))
+        m = compare_arrays(key, got[key], np.asarray(w), rtol, atol, widen,
+                           None if scale is None else scale.get(key))
+        if m is not None:
+            return m
+    return None
+
+
+def reproduce_hint(scenario: str, params: Params, frameworks: list[str] | None = None) -> str:
+    fw = f" --frameworks {','.join(frameworks)}" if frameworks else ""
+    return f"python -m harness check {scenario}{fw} --params '{json.dumps(params, sort_keys=True)}'"
+
+
+def check_example(scenario: Scenario, params: Params, reference: Arrays,
+                  outputs: Mapping[tuple[str, str], Arrays]) -> None:
+    """Raise EquivalenceFailure on the first (framework, variant) that misses the reference, or the
+    first pair of frameworks that disagree on a variant."""
+    for (fw, variant), got in outputs.items():
+        m = compare_outputs(scenario, params, got, reference)
+        if m is not None:
+            raise EquivalenceFailure(
+                f"{scenario.name}/{fw}/{variant} differs from the float64 reference: {m.describe()}\n"
+                f"  params: {json.dumps(params, sort_keys=True)}\n"
+                f"  reproduce: {reproduce_hint(scenario.name, params, [fw])}"
+            )
+    keys = list(outputs)
+    for i, (fa, va) in enumerate(keys):
+        for fb, vb in keys[i + 1:]:
+            if va != vb or fa == fb:
+                continue
+            m = compare_outputs(scenario, params, outputs[(fa, va)], outputs[(fb, vb)], widen=2.0, scale=reference)
+            if m is not None:
+                raise EquivalenceFailure(
+                    f"{scenario.name}/{va}: {fa} and {fb} disagree: {m.describe()}\n"
+                    f"  params: {json.dumps(params, sort_keys=True)}\n"
+                    f"  reproduce: {reproduce_hint(scenario.name, params, [fa, fb])}"
+                )
+
+
+def hypothesis_settings(max_examples: int) -> Any:
+    """Settings for the CLI's equivalence run: no example database (runs stay independent of one
+    another and of the machine's disk), no deadline (the first call compiles), the blob printed."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(max_examples=max_examples, deadline=None, database=None, print_blob=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+def register_profiles() -> None:
+    """For pytest: quick (CPU CI: few examples) and thorough (the GPU: more examples)."""
+    from hypothesis import HealthCheck, settings
+
+    common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                         HealthCheck.data_too_large])
+    settings.register_profile("quick", max_examples=6, **common)
+    settings.register_profile("thorough", max_examples=40, **common)
+    settings.register_profile("stress", max_examples=400, **common)
+
+
+@dataclass
+class EquivalenceResult:
+    status: str  # "passed" | "failed" | "skipped"
+    examples: int
+    frameworks: list[str]
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "examples": self.examples, "frameworks": self.frameworks,
+                "message": self.message}
+
+
+def run_equivalence(
+    scenario: Scenario,
+    execute: Callable[[str, Params], dict[str, Arrays]],
+    frameworks: list[str],
+    max_examples: int,
+    seed: int | None = None,
+) -> EquivalenceResult:
+    """Draw params with hypothesis; for each, run every framework's checked variants (``execute``
+    returns {variant: outputs}) and compare with the reference and pairwise."""
+    from hypothesis import given
+    from hypothesis import seed as hyp_seed
+
+    if not frameworks:
+        return EquivalenceResult("skipped", 0, [], "no framework available")
+    count = 0
+
+    @hypothesis_settings(max_examples)
+    @given(params=scenario.params())
+    def prop(params: Params) -> None:
+        nonlocal count
+        count += 1
+        inputs = scenario.make_inputs(params)
+        reference = scenario.reference(inputs, params)
+        outputs: dict[tuple[str, str], Arrays] = {}
+        for fw in frameworks:
+            for variant, got in execute(fw, params).items():
+                outputs[(fw, variant)] = got
+        check_example(scenario, params, reference, outputs)
+
+    if seed is not None:
+        prop = hyp_seed(seed)(prop)
+    try:
+        prop()
+    except Exception as e:  # noqa: BLE001 - an impl that raises fails equivalence too, with its message
+        notes = "\n".join(getattr(e, "__notes__", []))
+        head = str(e) if isinstance(e, EquivalenceFailure) else f"{scenario.name}: {type(e).__name__}: {e}"
+        return EquivalenceResult("failed", count, frameworks, f"{head}\n{notes}".strip())
+    return EquivalenceResult("passed", count, frameworks)

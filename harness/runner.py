@@ -1,0 +1,217 @@
+"""The scenario x framework x variant loop behind `python -m harness compare`.
+
+Per scenario: equivalence first (hypothesis draws small params; every framework's checked variants
+against the float64 reference and each other), then timing of every variant at the size preset,
+one framework at a time so that they never share the GPU's time. Each framework runs in a child
+process of its own (--isolation process, the default): a crash or hang costs that framework's rows,
+marked with what happened, and the rest of the run goes on.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from harness import worker as W
+from harness.equivalence import compare_arrays, run_equivalence, tolerance_for
+from harness.results import SCHEMA
+from scenarios import get as get_scenario
+from scenarios.spec import Scenario
+
+
+class UI(Protocol):
+    def begin(self, total: int) -> None: ...
+    def step(self, text: str) -> None: ...
+    def detail(self, text: str) -> None: ...
+    def advance(self) -> None: ...
+    def note(self, text: str) -> None: ...
+    def end(self) -> None: ...
+
+
+@dataclass
+class CompareOptions:
+    scenarios: list[str]
+    frameworks: list[str]
+    size: str
+    examples: int
+    seed: int
+    isolation: str = "process"
+    timeout_s: float = 600.0
+    equivalence: bool = True
+    timing: bool = True
+    argv: list[str] = field(default_factory=list)
+
+
+def host_env() -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "numpy": np.__version__,
+    }
+    try:
+        import hypothesis
+
+        env["hypothesis"] = hypothesis.__version__
+    except ImportError:  # pragma: no cover - a dependency
+        pass
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        if q.returncode == 0 and q.stdout.strip():
+            name, driver = [s.strip() for s in q.stdout.strip().splitlines()[0].split(",")]
+            env["nvidia_smi_gpu"], env["driver"] = name, driver
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return env
+
+
+def judge_claims(scn: Scenario, params: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    verdicts = []
+    frameworks = sorted({r["framework"] for r in rows if r["status"] == "ok"}, key=lambda f: W.backends.FRAMEWORKS.index(f))
+    for claim in scn.claims:
+        for fw in frameworks:
+            by_variant = {r["variant"]: r for r in rows if r["framework"] == fw and r["status"] == "ok"}
+            try:
+                v = claim.judge(by_variant, fw, params)
+            except KeyError as e:  # a variant the claim needs did not run for this framework
+                verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw,
+                                 "verdict": "inconclusive", "evidence": f"variant {e} did not run", "numbers": {}})
+                continue
+            verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw, "verdict": v.verdict,
+                             "evidence": v.evidence, "numbers": dict(v.numbers)})
+    return verdicts
+
+
+def cross_check(scn: Scenario, params: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Where timed outputs were checked against each framework's own baseline (the reference being
+    too costly at this size), compare the baselines' samples across frameworks."""
+    samples = [(r["framework"], r.pop("sample")) for r in rows if "sample" in r]
+    if len(samples) < 2:
+        return None
+    (fa, a), problems = samples[0], []
+    for fb, b in samples[1:]:
+        for key, va in a.items():
+            va = np.asarray(va)
+            rtol, atol = tolerance_for(scn, params, va)
+            m = compare_arrays(key, b.get(key, np.array([])), va, rtol, atol, widen=2.0)
+            if m is not None:
+                problems.append(f"{fa} vs {fb}: {m.describe()}")
+    return {"frameworks": [f for f, _ in samples], "status": "agree" if not problems else "disagree",
+            "elements": int(sum(np.asarray(v).size for v in a.values())), "problems": problems}
+
+
+def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
+    started = _dt.datetime.now(_dt.timezone.utc)
+    workers = {fw: W.make_worker(fw, opts.isolation) for fw in opts.frameworks}
+    fw_env: dict[str, Any] = {}
+    available: list[str] = []
+    scenarios = [get_scenario(s) for s in opts.scenarios]
+    per_scenario = int(opts.equivalence) + (len(opts.frameworks) if opts.timing else 0)
+    ui.begin(len(opts.frameworks) + len(scenarios) * per_scenario)
+    try:
+        for fw, w in workers.items():
+            ui.step(f"starting {fw}")
+            try:
+                info = w.request("hello", timeout=opts.timeout_s)
+            except (W.WorkerError, W.WorkerLost) as e:
+                info = {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False}
+            fw_env[fw] = info
+            if info["available"]:
+                available.append(fw)
+            else:
+                ui.note(f"{fw}: skipped — {info['why']}")
+            ui.advance()
+
+        machine: dict[str, float] = {}
+        if "cupy" in available and opts.timing and opts.size == "full":
+            ui.step("measuring the machine's ceilings (raw CUDA via CuPy)")
+            try:
+                machine = workers["cupy"].request("ceilings", timeout=opts.timeout_s)
+            except (W.WorkerError, W.WorkerLost) as e:
+                ui.note(f"ceilings not measured: {e}")
+
+        out_scenarios: dict[str, Any] = {}
+        for scn in scenarios:
+            entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept,
+                                     "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
+                                                   "gpu_only": v.gpu_only} for v in scn.variants]}
+            if opts.equivalence:
+                ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
+
+                def execute(fw: str, params: dict[str, Any], scn: Scenario = scn) -> Any:
+                    return workers[fw].request("equiv", scn.name, params, timeout=opts.timeout_s)
+
+                eq = run_equivalence(scn, execute, available, opts.examples, seed=opts.seed)
+                entry["equivalence"] = eq.to_dict()
+                if eq.status == "failed":
+                    ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq.message}")
+                ui.advance()
+            rows: list[dict[str, Any]] = []
+            params = scn.params_for_size(opts.size) | {"seed": opts.seed}
+            entry["params"] = params
+            if opts.timing:
+                cfg = W.timing_config(opts.size)
+                for fw in opts.frameworks:
+                    ui.step(f"{scn.name} · {fw} · timing")
+                    rows.extend(_time_one(workers[fw], fw, scn, params, cfg, fw_env[fw], opts.timeout_s, ui))
+                    ui.advance()
+                xc = cross_check(scn, params, rows)
+                if xc is not None:
+                    entry["cross_framework"] = xc
+                for r in rows:
+                    _add_floor(scn, params, machine, r)
+                entry["claims"] = judge_claims(scn, params, rows)
+            entry["rows"] = rows
+            out_scenarios[scn.name] = entry
+    finally:
+        for w in workers.values():
+            w.close()
+        ui.end()
+
+    gpu = next((e["env"].get("gpu") for e in fw_env.values() if e.get("env", {}).get("gpu")), None)
+    return {
+        "schema": SCHEMA,
+        "created": started.isoformat(timespec="seconds"),
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": opts.argv,
+        "size": opts.size,
+        "seed": opts.seed,
+        "examples": opts.examples,
+        "isolation": opts.isolation,
+        "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine},
+        "scenarios": out_scenarios,
+    }
+
+
+def _time_one(w: Any, fw: str, scn: Scenario, params: dict[str, Any], cfg: Any, info: dict[str, Any],
+              timeout: float, ui: UI) -> list[dict[str, Any]]:
+    base = {"scenario": scn.name, "framework": fw}
+    if not info["available"]:
+        return [base | {"variant": v.name, "hazard": v.hazard, "status": "skipped", "reason": info["why"]}
+                for v in scn.variants]
+    try:
+        return w.request("time", scn.name, params, cfg, timeout=timeout,
+                         progress=lambda text: ui.detail(f"{scn.name} · {fw} · {text}"))
+    except W.WorkerLost as e:
+        status, reason = ("timeout" if "did not answer" in str(e) else "crashed"), str(e)
+    except W.WorkerError as e:
+        status, reason = "error", str(e)
+    ui.note(f"{scn.name}/{fw}: {status} — {reason}")
+    return [base | {"variant": v.name, "hazard": v.hazard, "status": status, "reason": reason} for v in scn.variants]
+
+
+def _add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: dict[str, Any]) -> None:
+    if row.get("status") not in ("ok", "wrong") or scn.floor is None or not machine:
+        return
+    floor = scn.floor(params, machine, row["variant"])
+    if floor:
+        row["floor_s"] = floor
+        row["pct_of_floor"] = 100.0 * floor / row["timing"]["device_done"]["median"]

@@ -1,0 +1,172 @@
+"""Timing on one clock for all three frameworks.
+
+Each repeat records two host wall-clock times from the same start:
+  host_return  when the call handed control back to Python (what async dispatch makes small);
+  device_done  when the device had finished the call's work (after a full synchronize).
+Where the framework has device events (torch, CuPy on a GPU), events recorded on the current stream
+around the call give a third, device-side time; they bracket the current stream only.
+
+The first call is timed apart (JAX compiles there; torch and CuPy initialize cuBLAS and friends),
+then warm-up calls, then repeats until both a minimum count and a minimum total time are reached.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.backends.base import Backend, wall
+from harness.metrics import collecting
+
+
+@dataclass(frozen=True)
+class Stats:
+    median: float
+    q1: float
+    q3: float
+    mean: float
+    min: float
+    max: float
+    n: int
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr / self.median if self.median > 0 else float("inf")
+
+    @classmethod
+    def of(cls, samples: list[float] | np.ndarray) -> "Stats":
+        a = np.asarray(samples, dtype=np.float64)
+        if a.size == 0:
+            raise ValueError("no samples")
+        q1, med, q3 = np.percentile(a, [25, 50, 75])
+        return cls(float(med), float(q1), float(q3), float(a.mean()), float(a.min()), float(a.max()), int(a.size))
+
+    def to_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["iqr"] = self.iqr
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Stats":
+        return cls(**{k: d[k] for k in ("median", "q1", "q3", "mean", "min", "max", "n")})
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 2  # calls after the first, untimed
+    min_repeats: int = 10
+    max_repeats: int = 200
+    min_time_s: float = 1.0  # total device_done time to accumulate before stopping
+
+    def __post_init__(self) -> None:
+        if self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0:
+            raise ValueError(f"bad timing config {self}")
+
+
+PRESETS: dict[str, TimingConfig] = {
+    "smoke": TimingConfig(warmup=1, min_repeats=3, max_repeats=20, min_time_s=0.05),
+    "full": TimingConfig(warmup=2, min_repeats=10, max_repeats=200, min_time_s=1.0),
+}
+
+
+@dataclass
+class Measurement:
+    first_call_s: float
+    host_return: Stats
+    device_done: Stats
+    device_events: Stats | None
+    metrics: dict[str, float] = field(default_factory=dict)  # medians of what the impl emitted
+    checked_repeats: int = 0
+    wrong_repeats: int = 0
+    worst: str = ""  # the first wrong repeat's description
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first_call_s": self.first_call_s,
+            "host_return": self.host_return.to_dict(),
+            "device_done": self.device_done.to_dict(),
+            "device_events": self.device_events.to_dict() if self.device_events else None,
+            "metrics": self.metrics,
+            "checked_repeats": self.checked_repeats,
+            "wrong_repeats": self.wrong_repeats,
+            "worst": self.worst,
+        }
+
+
+def measure(
+    call: Callable[[], Any],
+    backend: Backend,
+    cfg: TimingConfig,
+    *,
+    before: Callable[[], None] | None = None,
+    check: Callable[[Any], str | None] | None = None,
+    check_every: bool = False,
+) -> Measurement:
+    """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
+
+    ``before`` runs untimed before every call (poisoning preallocated outputs, refreshing state).
+    ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
+    first timed repeat and the last, or on every repeat with ``check_every`` (hazard variants).
+    """
+
+    def one(timer: Any) -> tuple[float, float, float | None, Any, dict[str, float]]:
+        if before is not None:
+            before()
+        backend.synchronize()
+        with collecting() as emitted:
+            if timer is not None:
+                timer.start()
+            t0 = wall()
+            out = call()
+            t1 = wall()
+            if timer is not None:
+                timer.stop()
+            backend.synchronize(out)
+            t2 = wall()
+        ev = timer.elapsed_s() if timer is not None else None
+        return t1 - t0, t2 - t0, ev, out, dict(emitted)
+
+    _, first, _, out, _ = one(None)
+    del out
+    for _ in range(cfg.warmup):
+        one(None)
+
+    timer = backend.event_timer()
+    host, done, events = [], [], []
+    metrics: dict[str, list[float]] = {}
+    checked = wrong = 0
+    worst = ""
+    while True:
+        h, d, ev, out, emitted = one(timer)
+        host.append(h)
+        done.append(d)
+        if ev is not None:
+            events.append(ev)
+        for k, v in emitted.items():
+            metrics.setdefault(k, []).append(v)
+        n = len(done)
+        last = n >= cfg.max_repeats or (n >= cfg.min_repeats and sum(done) >= cfg.min_time_s)
+        if check is not None and (check_every or n == 1 or last):
+            checked += 1
+            problem = check(out)
+            if problem is not None:
+                wrong += 1
+                worst = worst or problem
+        del out
+        if last:
+            break
+    return Measurement(
+        first_call_s=first,
+        host_return=Stats.of(host),
+        device_done=Stats.of(done),
+        device_events=Stats.of(events) if events else None,
+        metrics={k: float(np.median(v)) for k, v in metrics.items()},
+        checked_repeats=checked,
+        wrong_repeats=wrong,
+        worst=worst,
+    )

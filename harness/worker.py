@@ -1,0 +1,236 @@
+"""One framework's side of a run: in this process (tests) or in a child process of its own (compare).
+
+A child process per framework keeps a crash, a hang or an out-of-memory in one framework from taking
+the others with it; the parent talks to it through a pipe and kills it at the request's timeout.
+Requests and answers are plain picklable data: names, params and numpy arrays.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+from harness import backends
+from harness.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.timing import PRESETS, TimingConfig, measure
+from harness.equivalence import compare_outputs
+from scenarios import get as get_scenario
+from scenarios.spec import Arrays
+
+SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the reference is too costly
+
+Progress = Callable[[str], None]
+
+
+class WorkerError(RuntimeError):
+    """The request failed inside the worker; str(self) is a one-line summary."""
+
+
+class WorkerLost(RuntimeError):
+    """The worker process died or hung; it will be restarted for the next request."""
+
+
+def _sample(a: np.ndarray) -> np.ndarray:
+    flat = np.asarray(a).reshape(-1)
+    step = max(1, flat.size // SAMPLE_ELEMS)
+    return flat[::step][:SAMPLE_ELEMS].copy()
+
+
+# -- request handlers (run inside the worker) ----------------------------------------------------
+
+
+def hello(fw: str) -> dict[str, Any]:
+    b = backends.get(fw)
+    ok, why = b.available()
+    return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
+            "env": b.env() if ok else {}, "pid": os.getpid()}
+
+
+def equiv(fw: str, scenario: str, params: dict[str, Any]) -> dict[str, Arrays]:
+    b = backends.get(fw).load()
+    out = run_variants(get_scenario(scenario), b, params)
+    b.free_memory()
+    return out
+
+
+def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingConfig,
+                  progress: Progress) -> list[dict[str, Any]]:
+    """Time every variant at the given params; check the timed outputs; count host syncs."""
+    scn = get_scenario(scenario)
+    b = backends.get(fw).load()
+    impl = load_impl(scenario, fw)
+    inputs = scn.make_inputs(params)
+    expected = scn.reference(inputs, params) if scn.cheap_reference(params) else None
+    against = "reference" if expected is not None else "baseline"
+    rows: list[dict[str, Any]] = []
+    for v in scn.variants:
+        row: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": v.name, "hazard": v.hazard}
+        why = skip_reason(scn, v, b, impl)
+        if why:
+            rows.append(row | {"status": "skipped", "reason": why})
+            continue
+        progress(f"{v.name}")
+        fn = variant_call(impl, v)
+        state = impl.prepare(inputs, params, b.device)
+        poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
+        want = expected
+        captured: dict[str, Arrays] = {}
+
+        def check(out: Any, want: Arrays | None = want, name: str = v.name) -> str | None:
+            got = b.to_numpy(out)
+            captured.setdefault(name, got)
+            if want is None:
+                return None
+            m = compare_outputs(scn, params, got, want)
+            return None if m is None else m.describe()
+
+        m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard)
+        with b.sync_counter() as syncs:
+            out = fn(state)
+        b.synchronize(out)
+        out = state = None  # release device memory before the next variant
+        b.free_memory()
+        if expected is None and v is scn.baseline:
+            expected = captured[v.name]  # later variants are checked against this framework's baseline
+        row |= {
+            "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
+            "timing": m.to_dict(),
+            "check": {"against": against if v is not scn.baseline or against == "reference" else "none",
+                      "checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst},
+            "host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why,
+        }
+        if against == "baseline" and v is scn.baseline:
+            row["sample"] = {k: _sample(a) for k, a in captured[v.name].items()}
+        rows.append(row)
+    return rows
+
+
+def ceilings(fw: str) -> dict[str, float]:
+    return backends.get(fw).load().ceilings()
+
+
+def selfcheck(fw: str) -> list[dict[str, Any]]:
+    from harness.selfcheck import selfcheck_rows
+
+    return selfcheck_rows(fw)
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {"hello": hello, "equiv": equiv, "time": time_scenario,
+                                           "ceilings": ceilings, "selfcheck": selfcheck}
+
+
+def _serve(conn: Any) -> None:
+    """Child process main loop: answer ("ok", result) / ("error", summary, traceback) per request;
+    ("progress", text) messages may come before the answer."""
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        op, args = msg
+        try:
+            if op == "time":
+                result = HANDLERS[op](*args, progress=lambda text: conn.send(("progress", text)))
+            else:
+                result = HANDLERS[op](*args)
+            conn.send(("ok", result))
+        except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
+            conn.send(("error", f"{type(e).__name__}: {e}".splitlines()[0][:300], traceback.format_exc()))
+
+
+# -- the parent's handles ------------------------------------------------------------------------
+
+
+class LocalWorker:
+    """Runs requests in this process (tests, --isolation none)."""
+
+    def __init__(self, fw: str) -> None:
+        self.fw = fw
+
+    def request(self, op: str, *args: Any, timeout: float | None = None,
+                progress: Progress | None = None) -> Any:
+        try:
+            if op == "time":
+                return HANDLERS[op](self.fw, *args, progress=progress or (lambda _t: None))
+            return HANDLERS[op](self.fw, *args)
+        except Exception as e:  # noqa: BLE001
+            raise WorkerError(f"{type(e).__name__}: {e}".splitlines()[0][:300]) from e
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessWorker:
+    """A spawned child process per framework (a fresh interpreter: nothing inherited from CUDA)."""
+
+    def __init__(self, fw: str) -> None:
+        self.fw = fw
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child,), name=f"triptych-{self.fw}", daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def request(self, op: str, *args: Any, timeout: float | None = None,
+                progress: Progress | None = None) -> Any:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self._conn.send((op, (self.fw, *args)))
+        while True:
+            try:
+                ready = self._conn.poll(timeout)
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                self.kill()
+                raise WorkerLost(f"{self.fw} worker did not answer within {timeout:g} s (killed)")
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                code = self._proc.exitcode if self._proc is not None else None
+                self.kill()
+                raise WorkerLost(f"{self.fw} worker died (exit code {code})") from None
+            if msg[0] == "progress":
+                if progress is not None:
+                    progress(msg[1])
+                continue
+            if msg[0] == "ok":
+                return msg[1]
+            raise WorkerError(msg[1])
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(5)
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(10)
+            except (OSError, BrokenPipeError):
+                pass
+        self.kill()
+
+
+def make_worker(fw: str, isolation: str) -> LocalWorker | ProcessWorker:
+    if isolation == "none":
+        return LocalWorker(fw)
+    if isolation == "process":
+        return ProcessWorker(fw)
+    raise ValueError(f"unknown isolation {isolation!r}")
+
+
+def timing_config(size: str) -> TimingConfig:
+    return PRESETS.get(size, PRESETS["full"])

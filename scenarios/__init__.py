@@ -1,0 +1,28 @@
+"""The ordered registry of scenarios: the order is the order of the article and of every report."""
+from __future__ import annotations
+
+import importlib
+
+from scenarios.spec import Scenario
+
+ORDER: tuple[str, ...] = (
+    "async_dispatch",
+    "sync_points",
+)
+
+_cache: dict[str, Scenario] = {}
+
+
+def get(name: str) -> Scenario:
+    if name not in ORDER:
+        raise KeyError(f"unknown scenario {name!r} (known: {', '.join(ORDER)})")
+    if name not in _cache:
+        module = importlib.import_module(f"scenarios.{name}")
+        scenario = module.SCENARIO
+        assert scenario.name == name, f"scenarios/{name}.py defines {scenario.name!r}"
+        _cache[name] = scenario
+    return _cache[name]
+
+
+def all_scenarios() -> list[Scenario]:
+    return [get(n) for n in ORDER]

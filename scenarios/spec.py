@@ -1,0 +1,132 @@
+"""The scenario contract: what one concept of the host/device paradigm computes and measures.
+
+A scenario is framework-free: it names its variants (the naive baseline first, then the concept,
+then hazards), draws inputs with hypothesis, builds deterministic host inputs, and computes the
+float64 numpy reference. The three framework implementations live in impls/<name>/.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+Params = dict[str, Any]
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of doing the scenario's work.
+
+    ``hazard`` variants are *meant* to be wrong sometimes (a missing sync): they are excluded from
+    equivalence and reported with how often their result was wrong. ``gpu_only`` variants need a CUDA
+    device (streams, events, pinned memory) and are skipped, with that reason, on a CPU device.
+    """
+
+    name: str
+    doc: str
+    hazard: bool = False
+    gpu_only: bool = False
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise |out - ref| <= atol + rtol * |ref|, per dtype; (0, 0) means bit-exact."""
+
+    by_dtype: Mapping[str, tuple[float, float]]
+
+    def for_dtype(self, dtype: str) -> tuple[float, float]:
+        if dtype in self.by_dtype:
+            return self.by_dtype[dtype]
+        if np.issubdtype(np.dtype(dtype), np.integer) or dtype == "bool":
+            return (0.0, 0.0)
+        raise KeyError(f"no tolerance for dtype {dtype!r}")
+
+
+EXACT = Tolerance({})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    framework: str
+    verdict: str  # "confirmed" | "refuted" | "inconclusive"
+    evidence: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A statement (usually the article's) that the measurements confirm or refute.
+
+    ``judge(rows_by_variant, framework, params)`` gets the framework's timing rows of this scenario
+    keyed by variant (each a dict as written to the result file) and the timed params, and returns a
+    Verdict. A KeyError (a variant it needs did not run) makes the verdict "inconclusive".
+    """
+
+    id: str
+    text: str
+    judge: Callable[[Mapping[str, dict], str, Params], Verdict]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    concept: str  # what the reader learns, in our words
+    variants: tuple[Variant, ...]  # baseline first
+    params: Callable[[], Any]  # () -> hypothesis strategy of Params (small, for equivalence)
+    sizes: Mapping[str, Params]  # "smoke" (CPU, CI) and "full" (GPU timing)
+    make_inputs: Callable[[Params], Arrays]  # deterministic from params (seed inside)
+    reference: Callable[[Arrays, Params], Arrays]  # float64 numpy
+    tolerance: Tolerance
+    claims: tuple[Claim, ...] = ()
+    # (params, machine ceilings measured in the same run, variant) -> seconds, or None where no
+    # floor applies. Ceilings: hbm_Bps, h2d_Bps, d2h_Bps, fp32_flops (CupyBackend.ceilings).
+    floor: Callable[[Params, Mapping[str, float], str], float | None] | None = None
+    # False where the float64 reference is too costly at the full size: timed outputs are then
+    # checked against the framework's own baseline variant and across frameworks instead.
+    cheap_reference: Callable[[Params], bool] = lambda p: True
+    key_apis: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    framework_notes: Mapping[str, str] = field(default_factory=dict)  # what differs, per framework
+    metrics_doc: Mapping[str, str] = field(default_factory=dict)  # extra metrics the impls emit
+
+    @property
+    def baseline(self) -> Variant:
+        return self.variants[0]
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(f"scenario {self.name!r} has no variant {name!r}")
+
+    @property
+    def checked_variants(self) -> tuple[Variant, ...]:
+        return tuple(v for v in self.variants if not v.hazard)
+
+    def params_for_size(self, size: str) -> Params:
+        if size not in self.sizes:
+            raise KeyError(f"scenario {self.name!r} has no size preset {size!r}")
+        return dict(self.sizes[size])
+
+
+def nbytes_of(params: Params, *shape_keys: str, dtype_key: str = "dtype") -> int:
+    """Bytes of one array whose shape is given by params[shape_keys] (a helper for floors)."""
+    return math.prod(int(params[k]) for k in shape_keys) * np.dtype(params[dtype_key]).itemsize
+
+
+def ratio_verdict(
+    claim: str, framework: str, value: float, threshold: float, *, lower_is_confirmed: bool,
+    what: str, numbers: Mapping[str, float],
+) -> Verdict:
+    """Confirmed when value is on the claimed side of threshold; the evidence names both."""
+    if not math.isfinite(value):
+        return Verdict(claim, framework, "inconclusive", f"{what}: not measured", dict(numbers))
+    ok = value < threshold if lower_is_confirmed else value > threshold
+    op = "<" if lower_is_confirmed else ">"
+    word = "confirmed" if ok else "refuted"
+    rel = op if ok else ("≥" if lower_is_confirmed else "≤")
+    return Verdict(claim, framework, word, f"{what} = {value:.3g} {rel} {threshold:g}", dict(numbers))

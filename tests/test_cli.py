@@ -1,0 +1,104 @@
+"""The command line: bad input is one line on stderr, exit 2, no traceback, no file; good input works."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.results import load
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+BAD = {
+    "unknown scenario": (["compare", "--scenarios", "nope"], "unknown scenario 'nope'"),
+    "empty scenario list": (["compare", "--scenarios", ","], "no scenario given"),
+    "scenario twice": (["compare", "--scenarios", "sync_points,sync_points"], "listed twice"),
+    "unknown framework": (["compare", "--frameworks", "tensorflow"], "unknown framework 'tensorflow'"),
+    "bad size": (["compare", "--size", "huge"], "invalid choice: 'huge'"),
+    "zero examples": (["compare", "--examples", "0"], "--examples must be between 1 and 10000, not 0"),
+    "negative examples": (["compare", "--examples", "-3"], "--examples must be between"),
+    "absurd examples": (["compare", "--examples", "99999999"], "--examples must be between"),
+    "text examples": (["compare", "--examples", "many"], "--examples must be an integer"),
+    "negative seed": (["compare", "--seed", "-1"], "--seed must be between"),
+    "zero timeout": (["compare", "--timeout", "0"], "timeout must be > 0"),
+    "nothing to do": (["compare", "--no-equivalence", "--no-timing"], "leave nothing to do"),
+    "bad isolation": (["compare", "--isolation", "threads"], "invalid choice: 'threads'"),
+    "no command": ([], "the following arguments are required"),
+    "unknown option": (["compare", "--fast"], "unrecognized arguments: --fast"),
+    "check bad json": (["check", "sync_points", "--params", "{nope"], "--params is not JSON"),
+    "check not an object": (["check", "sync_points", "--params", "[1, 2]"], "--params must be a JSON object"),
+    "check missing param": (["check", "sync_points", "--params", '{"seed": 1}'], "--params do not fit sync_points"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
+    args, expected = BAD[case]
+    r = run(*args, "--out", str(tmp_path / "res")) if args[:1] == ["compare"] else run(*args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("harness: error:") and expected in lines[0], lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
+
+
+def test_unwritable_out_folder(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    r = run("compare", "--out", str(blocker / "res"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("harness: error: cannot write to")
+
+
+def test_list_names_every_scenario():
+    from scenarios import ORDER
+
+    r = run("list")
+    assert r.returncode == 0
+    for name in ORDER:
+        assert name in r.stdout
+
+
+def test_check_reproduces_one_example():
+    p = {"m": 5, "n": 3, "steps": 2, "dtype": "float16", "seed": 4}
+    r = run("check", "async_dispatch", "--frameworks", "torch,jax", "--params", json.dumps(p))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "outputs match the reference and each other" in r.stdout
+
+
+def test_compare_smoke_writes_a_valid_result(tmp_path):
+    out = tmp_path / "res"
+    r = run("compare", "--size", "smoke", "--examples", "2", "--seed", "7", "--out", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    files = list(out.glob("*.json"))
+    assert len(files) == 1 and not list(out.glob(".tmp-*"))
+    doc = load(files[0])
+    assert doc["seed"] == 7 and doc["size"] == "smoke"
+    fws = doc["environment"]["frameworks"]
+    assert fws["torch"]["available"] and fws["jax"]["available"]
+    if not fws["cupy"]["available"]:
+        assert "CuPy needs a CUDA GPU" in fws["cupy"]["why"] or "not installed" in fws["cupy"]["why"]
+        assert "cupy: skipped" in r.stdout
+    for name, scn in doc["scenarios"].items():
+        assert scn["equivalence"]["status"] == "passed", scn["equivalence"]
+        ran = {(row["framework"], row["variant"]) for row in scn["rows"] if row["status"] == "ok"}
+        assert ("torch", scn["variants"][0]["name"]) in ran and ("jax", scn["variants"][0]["name"]) in ran
+        assert scn["claims"], name
+    assert "equivalence: passed" in r.stdout
+    # A second run never overwrites the first.
+    r2 = run("compare", "--size", "smoke", "--examples", "1", "--seed", "7", "--out", str(out),
+             "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing")
+    assert r2.returncode == 0
+    assert len(list(out.glob("*.json"))) == 2

@@ -1,0 +1,86 @@
+"""The checks must catch a deliberately wrong impl: in equivalence, in the timed run, and in reports."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import backends
+from harness.equivalence import EquivalenceFailure, check_example, compare_arrays, run_equivalence
+from harness.execute import run_variants
+from scenarios import get
+from tests.conftest import backend_or_skip
+
+
+def _break_one_element(monkeypatch, scenario, framework, variant, delta):
+    import importlib
+
+    impl = importlib.import_module(f"impls.{scenario}.{framework}_impl")
+    original = getattr(impl, f"run_{variant}")
+
+    def wrong(state):
+        out = dict(original(state))
+        key = next(iter(out))
+        a = backends.get(framework).to_numpy(out[key]).astype(np.float64).copy()
+        a.reshape(-1)[-1] += delta  # the last element: where tails and edge tiles go wrong
+        out[key] = a
+        return out
+
+    monkeypatch.setattr(impl, f"run_{variant}", wrong)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_equivalence_catches_a_wrong_impl(monkeypatch, framework):
+    backend_or_skip(framework)
+    scn = get("async_dispatch")
+    _break_one_element(monkeypatch, "async_dispatch", framework, "sync_each", 0.05)
+
+    def execute(fw, params):
+        return run_variants(scn, backends.get(fw), params)
+
+    result = run_equivalence(scn, execute, [framework], max_examples=5, seed=1)
+    assert result.status == "failed"
+    msg = result.message
+    assert f"async_dispatch/{framework}/sync_each" in msg
+    assert "output 'x'" in msg and "allowed" in msg and "rtol=" in msg
+    assert "python -m harness check async_dispatch" in msg
+
+
+def test_mismatch_names_the_worst_element():
+    scn = get("async_dispatch")
+    params = {"m": 3, "n": 4, "steps": 2, "dtype": "float32", "seed": 0}
+    ref = scn.reference(scn.make_inputs(params), params)
+    a = {"x": ref["x"] + 0.0}
+    b = {"x": ref["x"].copy()}
+    b["x"][2, 3] += 1.0
+    with pytest.raises(EquivalenceFailure, match=r"differs from the float64 reference.*\[2, 3\]"):
+        check_example(scn, params, ref, {("torch", "async"): a, ("jax", "async"): b})
+
+
+def test_bit_exact_tolerance_rejects_one_ulp():
+    a = np.arange(10, dtype=np.float32)
+    b = a.copy()
+    b[7] = np.nextafter(b[7], np.float32(100))
+    m = compare_arrays("y", b, a, 0.0, 0.0)
+    assert m is not None and m.index == (7,) and m.n_bad == 1
+    assert "bit-exact" in m.describe()
+
+
+def test_nan_never_passes():
+    a = np.ones(5)
+    b = a.copy()
+    b[1] = np.nan
+    m = compare_arrays("y", b, a, 1.0, 1.0)
+    assert m is not None and m.index == (1,)
+
+
+def test_timed_check_counts_wrong_repeats(monkeypatch):
+    from harness import worker
+
+    backend_or_skip("torch")
+    _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
+    rows = worker.time_scenario("torch", "sync_points", get("sync_points").params_for_size("smoke") | {"seed": 3},
+                                worker.timing_config("smoke"), progress=lambda _t: None)
+    by = {r["variant"]: r for r in rows}
+    assert by["item_each_step"]["status"] == "ok"
+    assert by["on_device"]["status"] == "wrong"
+    assert by["on_device"]["check"]["wrong"] == by["on_device"]["check"]["checked"] >= 2

@@ -1,0 +1,138 @@
+"""Timing statistics and the measuring loop, on a fake backend whose device we control."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from harness.backends.base import Backend
+from harness.metrics import emit
+from harness.timing import Stats, TimingConfig, measure
+
+
+class FakeAsyncBackend(Backend):
+    """A 'device' that finishes `latency` seconds after the call returned."""
+
+    name = "fake"
+
+    def __init__(self, latency: float) -> None:
+        super().__init__()
+        self.latency = latency
+        self.pending_until = 0.0
+        self.syncs = 0
+
+    def _load(self):
+        pass
+
+    def device_label(self):
+        return "fake"
+
+    def is_array(self, x):
+        return False
+
+    def to_device(self, a):
+        return a
+
+    def _array_to_numpy(self, x):
+        return x
+
+    def synchronize(self, outputs=None):
+        self.syncs += 1
+        while time.perf_counter() < self.pending_until:
+            pass
+
+    def env(self):
+        return {}
+
+    def enqueue(self):
+        self.pending_until = time.perf_counter() + self.latency
+        return {"y": 1}
+
+
+def test_stats_match_numpy_percentiles():
+    rng = np.random.default_rng(0)
+    x = rng.exponential(size=101)
+    s = Stats.of(x)
+    q1, med, q3 = np.percentile(x, [25, 50, 75])
+    assert (s.q1, s.median, s.q3) == (q1, med, q3)
+    assert s.iqr == pytest.approx(q3 - q1)
+    assert s.n == 101 and s.min == x.min() and s.max == x.max()
+    assert Stats.from_dict(s.to_dict()) == s
+    with pytest.raises(ValueError):
+        Stats.of([])
+
+
+def test_host_return_is_before_device_done():
+    b = FakeAsyncBackend(latency=0.004)
+    m = measure(b.enqueue, b, TimingConfig(warmup=0, min_repeats=5, max_repeats=5, min_time_s=0))
+    assert m.host_return.n == m.device_done.n == 5
+    assert m.host_return.median < 0.001
+    assert m.device_done.median >= 0.004
+    assert m.device_events is None  # the fake has no events
+
+
+def test_repeats_stop_at_min_time_or_max():
+    b = FakeAsyncBackend(latency=0.002)
+    m = measure(b.enqueue, b, TimingConfig(warmup=1, min_repeats=3, max_repeats=1000, min_time_s=0.03))
+    assert 3 <= m.device_done.n < 40 and sum([m.device_done.median] * m.device_done.n) >= 0.02
+    m = measure(b.enqueue, b, TimingConfig(warmup=0, min_repeats=2, max_repeats=4, min_time_s=100))
+    assert m.device_done.n == 4
+
+
+def test_first_call_is_reported_apart():
+    b = FakeAsyncBackend(latency=0.0)
+    calls = []
+
+    def call():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.02)  # a 'compile'
+        return b.enqueue()
+
+    m = measure(call, b, TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0))
+    assert m.first_call_s >= 0.02 > m.device_done.max
+    assert len(calls) == 1 + 1 + 3
+
+
+def test_metrics_are_medians_of_what_the_impl_emitted():
+    b = FakeAsyncBackend(latency=0.0)
+    values = iter([100, 1, 2, 3, 4, 5])  # first call and warm-up are not counted
+
+    def call():
+        emit("cpu_iters_while_waiting", next(values))
+        return b.enqueue()
+
+    m = measure(call, b, TimingConfig(warmup=1, min_repeats=4, max_repeats=4, min_time_s=0))
+    assert m.metrics == {"cpu_iters_while_waiting": 3.5}
+
+
+def test_checks_first_and_last_or_every_repeat():
+    b = FakeAsyncBackend(latency=0.0)
+    seen = []
+
+    def check(out):
+        seen.append(out)
+        return "wrong" if len(seen) % 2 else None
+
+    cfg = TimingConfig(warmup=0, min_repeats=6, max_repeats=6, min_time_s=0)
+    m = measure(b.enqueue, b, cfg, check=check)
+    assert m.checked_repeats == 2 and m.wrong_repeats == 1 and m.worst == "wrong"
+    seen.clear()
+    m = measure(b.enqueue, b, cfg, check=check, check_every=True)
+    assert m.checked_repeats == 6 and m.wrong_repeats == 3
+
+
+def test_before_runs_untimed_before_every_call():
+    b = FakeAsyncBackend(latency=0.0)
+    order = []
+    measure(lambda: order.append("call") or b.enqueue(), b,
+            TimingConfig(warmup=0, min_repeats=2, max_repeats=2, min_time_s=0), before=lambda: order.append("before"))
+    assert order == ["before", "call"] * 3
+
+
+@pytest.mark.parametrize("bad", [dict(min_repeats=0), dict(min_repeats=5, max_repeats=4), dict(warmup=-1),
+                                 dict(min_time_s=-1)])
+def test_bad_timing_config(bad):
+    with pytest.raises(ValueError):
+        TimingConfig(**bad)
