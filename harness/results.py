@@ -5,6 +5,7 @@ temporary file and renames it into place only when complete, so an interrupted r
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 import os
@@ -49,8 +50,8 @@ def check_writable(folder: Path) -> None:
 def result_name(doc: dict[str, Any]) -> str:
     gpu = doc.get("environment", {}).get("gpu") or "cpu"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "cpu"
-    stamp = doc["created"].replace(":", "").replace("-", "").split(".")[0]
-    return f"{stamp}_{slug}_{doc['size']}.json"
+    created = _dt.datetime.fromisoformat(doc["created"]).astimezone(_dt.timezone.utc)
+    return f"{created:%Y%m%dT%H%M%SZ}_{slug}_{doc['size']}.json"  # letters, digits, '_', '-', '.' only
 
 
 def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> Path:

@@ -117,12 +117,8 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     per_scenario = int(opts.equivalence) + (len(opts.frameworks) if opts.timing else 0)
     ui.begin(len(opts.frameworks) + len(scenarios) * per_scenario)
     try:
-        for fw, w in workers.items():
-            ui.step(f"starting {fw}")
-            try:
-                info = w.request("hello", timeout=opts.timeout_s)
-            except (W.WorkerError, W.WorkerLost) as e:
-                info = {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False}
+        ui.step(f"starting {', '.join(workers)}")
+        for fw, info in _start_all(workers, opts).items():
             fw_env[fw] = info
             if info["available"]:
                 available.append(fw)
@@ -189,6 +185,24 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine},
         "scenarios": out_scenarios,
     }
+
+
+def _start_all(workers: dict[str, Any], opts: CompareOptions) -> dict[str, dict[str, Any]]:
+    """Import each framework and pick its device; child processes start side by side."""
+
+    def hello(w: Any) -> dict[str, Any]:
+        try:
+            return w.request("hello", timeout=opts.timeout_s)
+        except (W.WorkerError, W.WorkerLost) as e:
+            return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False}
+
+    if opts.isolation != "process":
+        return {fw: hello(w) for fw, w in workers.items()}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(workers)) as pool:
+        futures = {fw: pool.submit(hello, w) for fw, w in workers.items()}
+        return {fw: f.result() for fw, f in futures.items()}
 
 
 def _time_one(w: Any, fw: str, scn: Scenario, params: dict[str, Any], cfg: Any, info: dict[str, Any],

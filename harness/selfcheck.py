@@ -65,7 +65,7 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
 
         doc = {"schema": "triptych.selfcheck/1", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "size": "selfcheck", "environment": {}, "agree_within": AGREE, "rows": rows}
-        path = write_atomic(doc, out, name=f"selfcheck_{doc['created'][:19].replace(':', '')}.json")
+        path = write_atomic(doc, out, name=f"selfcheck_{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
         console.print(f"selfcheck: {path}")
     return 0 if ok else 1
 

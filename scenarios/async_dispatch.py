@@ -69,8 +69,8 @@ def _sync_cost(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
     pct = 100 * diff / a["median"]
     verdict = "confirmed" if diff > noise else "inconclusive"
     return Verdict("sync_cost", fw, verdict,
-                   f"sync_each {per_step_us:+.1f} µs per step ({pct:+.2f}%) vs async; spread ±{noise * 1e6:.0f} µs",
-                   {"per_step_s": diff / int(p["steps"]), "pct": pct})
+                   f"sync_each {diff * 1e3:+.2f} ms ({pct:+.1f}%, {per_step_us:+.1f} µs per step) vs async; "
+                   f"spread ±{noise * 1e3:.2f} ms", {"per_step_s": diff / int(p["steps"]), "pct": pct})
 
 
 SCENARIO = Scenario(

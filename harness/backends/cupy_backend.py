@@ -56,7 +56,7 @@ class CupyBackend(Backend):
     # cupyx.allow_synchronize is deprecated and saw only some syncs); scenarios say how they count.
 
     def clock_kernels(self) -> dict[str, Any]:
-        cp, n, big = self.fw, 4096, 1 << 29
+        cp, n, big = self.fw, 4096, 1 << 30  # 4 GiB per array: each kernel >= 1 ms on an H200
         a, b = cp.random.standard_normal((n, n), dtype=cp.float32), cp.random.standard_normal((n, n), dtype=cp.float32)
         x, y = cp.random.standard_normal(big, dtype=cp.float32), cp.random.standard_normal(big, dtype=cp.float32)
         return {f"gemm_fp32_{n}": lambda: a @ b, f"add_{big >> 20}Mi_fp32": lambda: x + y,

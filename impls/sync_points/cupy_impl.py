@@ -16,7 +16,13 @@ def prepare(inputs, params, device):
     with device:
         xs, ys = cupy.asarray(inputs["xs"]), cupy.asarray(inputs["ys"])
         return {"batches": list(zip(xs, ys)), "w0": cupy.asarray(inputs["w0"]), "lr": float(inputs["lr"]),
-                "device": device}
+                "steps": int(params["steps"]), "device": device}
+
+
+def loop(state):
+    """The loader: step i gets batch i mod len(batches), already on the device."""
+    nb = len(state["batches"])
+    return (state["batches"][i % nb] for i in range(state["steps"]))
 
 
 def sgd_step(w, x, y, lr):
@@ -28,7 +34,7 @@ def sgd_step(w, x, y, lr):
 
 def run_item_each_step(state):
     w, losses = state["w0"], []
-    for x, y in state["batches"]:
+    for x, y in loop(state):
         w, loss = sgd_step(w, x, y, state["lr"])
         losses.append(float(loss))  # sync: the host waits for this step, the device then waits for the host
     emit("host_reads", len(losses))
@@ -37,8 +43,8 @@ def run_item_each_step(state):
 
 def run_on_device(state):
     w = state["w0"]
-    losses = cupy.empty(len(state["batches"]), dtype=w.dtype)
-    for i, (x, y) in enumerate(state["batches"]):
+    losses = cupy.empty(state["steps"], dtype=w.dtype)
+    for i, (x, y) in enumerate(loop(state)):
         w, losses[i] = sgd_step(w, x, y, state["lr"])  # a device-side copy into the log: no sync
     emit("host_reads", 1)
     return {"losses": losses.get(), "w": w}  # the one sync: waits for every step, copies all losses

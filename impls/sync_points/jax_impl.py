@@ -15,7 +15,14 @@ import jax.numpy as jnp
 def prepare(inputs, params, device):
     # The batches are uploaded once, untimed, as a loader would have handed them over.
     batches = [(jax.device_put(x, device), jax.device_put(y, device)) for x, y in zip(inputs["xs"], inputs["ys"])]
-    return {"batches": batches, "w0": jax.device_put(inputs["w0"], device), "lr": float(inputs["lr"])}
+    return {"batches": batches, "w0": jax.device_put(inputs["w0"], device), "lr": float(inputs["lr"]),
+            "steps": int(params["steps"])}
+
+
+def loop(state):
+    """The loader: step i gets batch i mod len(batches), already on the device."""
+    nb = len(state["batches"])
+    return (state["batches"][i % nb] for i in range(state["steps"]))
 
 
 @partial(jax.jit, static_argnames="lr")  # lr is a compile-time constant, not a host-to-device copy per call
@@ -29,7 +36,7 @@ def sgd_step(w, x, y, lr):
 
 def run_item_each_step(state):
     w, losses = state["w0"], []
-    for x, y in state["batches"]:
+    for x, y in loop(state):
         w, loss = sgd_step(w, x, y, state["lr"])
         losses.append(float(loss))  # sync: the host waits for this step, the device then waits for the host
     return {"losses": jnp.asarray(losses, dtype=jnp.float32), "w": w}
@@ -37,7 +44,7 @@ def run_item_each_step(state):
 
 def run_on_device(state):
     w, losses = state["w0"], []
-    for x, y in state["batches"]:
+    for x, y in loop(state):
         w, loss = sgd_step(w, x, y, state["lr"])
         losses.append(loss)  # a future: no sync
     return {"losses": jax.device_get(jnp.stack(losses)), "w": w}  # the one sync: one transfer of all losses

@@ -13,7 +13,13 @@ def prepare(inputs, params, device):
     xs = torch.from_numpy(inputs["xs"]).to(device)
     ys = torch.from_numpy(inputs["ys"]).to(device)
     return {"batches": list(zip(xs.unbind(0), ys.unbind(0))), "w0": torch.from_numpy(inputs["w0"]).to(device),
-            "lr": float(inputs["lr"]), "device": device}
+            "lr": float(inputs["lr"]), "steps": int(params["steps"]), "device": device}
+
+
+def loop(state):
+    """The loader: step i gets batch i mod len(batches), already on the device."""
+    nb = len(state["batches"])
+    return (state["batches"][i % nb] for i in range(state["steps"]))
 
 
 def sgd_step(w, x, y, lr):
@@ -25,7 +31,7 @@ def sgd_step(w, x, y, lr):
 
 def run_item_each_step(state):
     w, losses = state["w0"], []
-    for x, y in state["batches"]:
+    for x, y in loop(state):
         w, loss = sgd_step(w, x, y, state["lr"])
         losses.append(loss.item())  # sync: the host waits for this step, the device then waits for the host
     return {"losses": torch.tensor(losses, dtype=torch.float64), "w": w}
@@ -33,7 +39,7 @@ def run_item_each_step(state):
 
 def run_on_device(state):
     w = state["w0"]
-    losses = torch.empty(len(state["batches"]), dtype=w.dtype, device=state["device"])
-    for i, (x, y) in enumerate(state["batches"]):
+    losses = torch.empty(state["steps"], dtype=w.dtype, device=state["device"])
+    for i, (x, y) in enumerate(loop(state)):
         w, losses[i] = sgd_step(w, x, y, state["lr"])  # a device-side copy into the log: no sync
     return {"losses": losses.cpu(), "w": w}  # the one sync: waits for every step, copies all losses
