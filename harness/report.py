@@ -82,11 +82,15 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
         table.add_column("variant", no_wrap=True)
         for fw in fws:
             table.add_column(fw, overflow="fold")
-        for v in scn["variants"]:
-            label = v["name"] + (" [magenta](hazard)[/magenta]" if v["hazard"] else "")
-            cells = [cell(next((r for r in scn["rows"] if r["framework"] == fw and r["variant"] == v["name"]), None))
-                     for fw in fws]
-            table.add_row(label, *cells)
+        points = scn.get("points") or [{}]
+        for i, point in enumerate(points):
+            for v in scn["variants"]:
+                label = v["name"] + (" [magenta](hazard)[/magenta]" if v["hazard"] else "")
+                if len(points) > 1:
+                    label += f"\n[cyan]{point.get('label', i)}[/cyan]"
+                cells = [cell(next((r for r in scn["rows"] if r["framework"] == fw and r["variant"] == v["name"]
+                                    and r.get("point", 0) == i), None)) for fw in fws]
+                table.add_row(label, *cells)
         console.print(table)
         eq = scn.get("equivalence")
         if eq:
@@ -95,16 +99,17 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
                           f"({eq['examples']} examples; {', '.join(eq['frameworks']) or 'no framework'})")
             if eq["status"] == "failed":
                 console.print(f"  {eq['message']}", highlight=False, markup=False)
-        xc = scn.get("cross_framework")
-        if xc:
-            console.print(f"  full-size outputs across frameworks: {xc['status']} "
+        for xc in scn.get("cross_framework", []):
+            at = f" at {xc['label']}" if xc.get("label") else ""
+            console.print(f"  full-size outputs across frameworks{at}: {xc['status']} "
                           f"({', '.join(xc['frameworks'])}; {xc['elements']} sampled elements)")
             for p in xc["problems"]:
                 console.print(f"    {p}", highlight=False, markup=False)
         for c in scn.get("claims", []):
             colour = {"confirmed": "green", "refuted": "red"}.get(c["verdict"], "yellow")
-            console.print(f"  [{colour}]{c['verdict']:>12}[/{colour}] {c['framework']}: {c['text']} — {c['evidence']}",
-                          highlight=False)
+            at = f" [{c['label']}]" if c.get("label") else ""
+            console.print(f"  [{colour}]{c['verdict']:>12}[/{colour}] {c['framework']}{at}: {c['text']} — "
+                          f"{c['evidence']}", highlight=False)
 
 
 def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
@@ -116,7 +121,9 @@ def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
             problems.append(f"{name}: equivalence failed")
         for r in scn["rows"]:
             if r["status"] in ("wrong", "error", "timeout", "crashed"):
-                problems.append(f"{name}/{r['framework']}/{r['variant']}: {r['status']}")
-        if scn.get("cross_framework", {}).get("status") == "disagree":
-            problems.append(f"{name}: frameworks disagree at full size")
+                at = f" [{r['label']}]" if r.get("label") else ""
+                problems.append(f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}")
+        for xc in scn.get("cross_framework", []):
+            if xc["status"] == "disagree":
+                problems.append(f"{name}: frameworks disagree at full size {xc.get('label', '')}".rstrip())
     return (not problems, problems)

@@ -114,8 +114,9 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     fw_env: dict[str, Any] = {}
     available: list[str] = []
     scenarios = [get_scenario(s) for s in opts.scenarios]
-    per_scenario = int(opts.equivalence) + (len(opts.frameworks) if opts.timing else 0)
-    ui.begin(len(opts.frameworks) + len(scenarios) * per_scenario)
+    steps = sum(int(opts.equivalence) + (len(opts.frameworks) * len(s.points(opts.size)) if opts.timing else 0)
+                for s in scenarios)
+    ui.begin(len(opts.frameworks) + steps)
     try:
         ui.step(f"starting {', '.join(workers)}")
         for fw, info in _start_all(workers, opts).items():
@@ -151,20 +152,26 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                     ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq.message}")
                 ui.advance()
             rows: list[dict[str, Any]] = []
-            params = scn.params_for_size(opts.size) | {"seed": opts.seed}
-            entry["params"] = params
+            points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
+            entry["points"] = points
             if opts.timing:
                 cfg = W.timing_config(opts.size)
-                for fw in opts.frameworks:
-                    ui.step(f"{scn.name} · {fw} · timing")
-                    rows.extend(_time_one(workers[fw], fw, scn, params, cfg, fw_env[fw], opts.timeout_s, ui))
-                    ui.advance()
-                xc = cross_check(scn, params, rows)
-                if xc is not None:
-                    entry["cross_framework"] = xc
-                for r in rows:
-                    _add_floor(scn, params, machine, r)
-                entry["claims"] = judge_claims(scn, params, rows)
+                entry["claims"], entry["cross_framework"] = [], []
+                for i, params in enumerate(points):
+                    label = params.get("label", "")
+                    point_rows: list[dict[str, Any]] = []
+                    for fw in opts.frameworks:
+                        ui.step(f"{scn.name}{' · ' + label if label else ''} · {fw} · timing")
+                        point_rows.extend(_time_one(workers[fw], fw, scn, params, cfg, fw_env[fw], opts.timeout_s, ui))
+                        ui.advance()
+                    for r in point_rows:
+                        r["point"], r["label"] = i, label
+                        _add_floor(scn, params, machine, r)
+                    xc = cross_check(scn, params, point_rows)
+                    if xc is not None:
+                        entry["cross_framework"].append(xc | {"point": i, "label": label})
+                    entry["claims"].extend(c | {"point": i, "label": label} for c in judge_claims(scn, params, point_rows))
+                    rows.extend(point_rows)
             entry["rows"] = rows
             out_scenarios[scn.name] = entry
     finally:

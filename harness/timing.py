@@ -70,7 +70,7 @@ class TimingConfig:
 
 PRESETS: dict[str, TimingConfig] = {
     "smoke": TimingConfig(warmup=1, min_repeats=3, max_repeats=20, min_time_s=0.05),
-    "full": TimingConfig(warmup=2, min_repeats=10, max_repeats=200, min_time_s=1.0),
+    "full": TimingConfig(warmup=2, min_repeats=10, max_repeats=200, min_time_s=0.5),
 }
 
 

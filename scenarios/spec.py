@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -78,7 +78,9 @@ class Scenario:
     concept: str  # what the reader learns, in our words
     variants: tuple[Variant, ...]  # baseline first
     params: Callable[[], Any]  # () -> hypothesis strategy of Params (small, for equivalence)
-    sizes: Mapping[str, Params]  # "smoke" (CPU, CI) and "full" (GPU timing)
+    # "smoke" (CPU, CI) and "full" (GPU timing): one params dict, or a sweep (a sequence of them, each
+    # with a short "label" such as "4 KiB"); every point of a sweep is timed and reported on its own.
+    sizes: Mapping[str, Params | Sequence[Params]]
     make_inputs: Callable[[Params], Arrays]  # deterministic from params (seed inside)
     reference: Callable[[Arrays, Params], Arrays]  # float64 numpy
     tolerance: Tolerance
@@ -107,10 +109,16 @@ class Scenario:
     def checked_variants(self) -> tuple[Variant, ...]:
         return tuple(v for v in self.variants if not v.hazard)
 
-    def params_for_size(self, size: str) -> Params:
+    def points(self, size: str) -> list[Params]:
+        """The params to time at a size preset: one, or each point of a sweep, in order."""
         if size not in self.sizes:
             raise KeyError(f"scenario {self.name!r} has no size preset {size!r}")
-        return dict(self.sizes[size])
+        preset = self.sizes[size]
+        return [dict(preset)] if isinstance(preset, Mapping) else [dict(p) for p in preset]
+
+    def params_for_size(self, size: str) -> Params:
+        """The largest (last) point of a size preset."""
+        return self.points(size)[-1]
 
 
 def nbytes_of(params: Params, *shape_keys: str, dtype_key: str = "dtype") -> int:

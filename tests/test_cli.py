@@ -102,3 +102,26 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
              "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing")
     assert r2.returncode == 0
     assert len(list(out.glob("*.json"))) == 2
+
+
+def test_a_sweep_times_every_point(tmp_path, monkeypatch):
+    """A size preset may be a sweep: every point is timed, labelled, judged and shown on its own."""
+    import dataclasses
+
+    from harness.progress import QuietUI
+    from harness.runner import CompareOptions, run_compare
+    from scenarios import _cache, get
+
+    scn = get("sync_points")
+    base = scn.sizes["smoke"]
+    sweep = [base | {"steps": 4, "label": "4 steps"}, base | {"steps": 12, "label": "12 steps"}]
+    monkeypatch.setitem(_cache, "sync_points", dataclasses.replace(scn, sizes={"smoke": sweep, "full": sweep}))
+    opts = CompareOptions(scenarios=["sync_points"], frameworks=["torch"], size="smoke", examples=1, seed=5,
+                          isolation="none", equivalence=False)
+    doc = run_compare(opts, QuietUI())
+    entry = doc["scenarios"]["sync_points"]
+    assert [p["label"] for p in entry["points"]] == ["4 steps", "12 steps"]
+    rows = [r for r in entry["rows"] if r["status"] == "ok"]
+    assert sorted((r["point"], r["variant"]) for r in rows) == [(0, "item_each_step"), (0, "on_device"),
+                                                                 (1, "item_each_step"), (1, "on_device")]
+    assert {c["label"] for c in entry["claims"]} == {"4 steps", "12 steps"}
