@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import FRAMEWORKS
-from harness.report import fmt_s, sig, timed
+from harness.report import fmt_pct, fmt_s, points_of, sig, timed
 from harness.results import ResultError, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def _gaps(rows: dict[str, dict[str, Any]], fws: list[str], variant: str, label: 
 def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str) -> list[str]:
     """What the committed GPU result says about one scenario: numbers, gaps, refuted claims, hazards."""
     fws = [f for f in FRAMEWORKS if any(r["framework"] == f for r in scn["rows"])]
-    points = scn.get("points") or [{}]
+    points = points_of(scn)
     report = Path(rel).with_suffix("") / "report.md"
     link = f", [its report](../{report.as_posix()})" if (root / report).exists() else ""
     out = [f"**Measured on {gpu}** ([{Path(rel).name}](../{rel}){link}): device-done median (host-return)."]
@@ -172,7 +172,7 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str) -> list[str]:
                     cells.append(f"{r['status']}" if r else "—")
                     continue
                 t = r["timing"]
-                floor = f", {r['pct_of_floor']:.0f}% of floor" if "pct_of_floor" in r else ""
+                floor = f", {fmt_pct(r['pct_of_floor'])} of floor" if "pct_of_floor" in r else ""
                 cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])}){floor}")
                 chk = r.get("check") or {}
                 if v.get("hazard") and chk.get("wrong"):

@@ -32,7 +32,11 @@ def fmt_s(s: float | None) -> str:
     return f"{s * 1e6:.1f} µs"
 
 
-def fmt_num(x: float) -> str:
+def fmt_num(x: Any) -> str:
+    """A metric or count: integers plainly, else three significant figures; "—" for what is not a number
+    (a result file writes NaN as null and infinities as strings)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return "—" if x is None else str(x)
     if not math.isfinite(x):
         return str(x)
     if abs(x) >= 1e6:
@@ -40,6 +44,10 @@ def fmt_num(x: float) -> str:
     if float(x).is_integer() or abs(x) >= 100:
         return f"{x:.0f}"
     return f"{x:.3g}"
+
+
+def fmt_pct(x: Any) -> str:
+    return f"{x:.0f}%" if isinstance(x, (int, float)) and math.isfinite(x) else "—"
 
 
 def sig(x: float, digits: int = 3) -> str:
@@ -71,6 +79,13 @@ def spread(stats: dict[str, Any] | None) -> float:
 
 def timed(row: dict[str, Any] | None) -> bool:
     return row is not None and row.get("status") in ("ok", "wrong") and isinstance(row.get("timing"), dict)
+
+
+def points_of(scn: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scenario's points, padded where a row names a point the list lacks (so that every row shows)."""
+    points = list(scn.get("points") or [{}])
+    last = max((r.get("point", 0) for r in scn.get("rows", []) if isinstance(r.get("point", 0), int)), default=0)
+    return points + [{} for _ in range(len(points), last + 1)]
 
 
 def find_row(scn: dict[str, Any], fw: str, variant: str, point: int) -> dict[str, Any] | None:
@@ -131,7 +146,7 @@ def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool) -> list[tuple[s
     ok = [r if timed(r) else None for r in rows]
     out: list[tuple[str, list[str]]] = []
     if any(r and "pct_of_floor" in r for r in ok):
-        out.append(("% of floor", [f"{r['pct_of_floor']:.0f}%" if r and "pct_of_floor" in r else "" for r in ok]))
+        out.append(("% of floor", [fmt_pct(r["pct_of_floor"]) if r and "pct_of_floor" in r else "" for r in ok]))
     if any(r and r.get("host_syncs") is not None for r in ok):
         out.append(("host syncs", [str(r["host_syncs"]) if r and r.get("host_syncs") is not None else "" for r in ok]))
     if hazard:
@@ -149,7 +164,7 @@ def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]
     from rich import box
     from rich.table import Table
 
-    points = scn.get("points") or [{}]
+    points = points_of(scn)
     notes = _Notes()
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("variant", no_wrap=True)
@@ -188,10 +203,11 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
     console = console or make_console()
     env = doc["environment"]
     host = env.get("host", {})
-    console.print(f"[bold]triptych[/bold] · {doc['size']} · seed {doc['seed']} · "
+    console.print(f"[bold]triptych[/bold] · {doc['size']} · seed {doc.get('seed', '—')} · "
                   f"{env.get('gpu') or 'no GPU'} · driver {host.get('driver', '—')} · python {host.get('python')}")
-    for fw, info in env["frameworks"].items():
-        state = info["env"].get("version", "") + " · " + info["why"] if info["available"] else f"skipped: {info['why']}"
+    for fw, info in env.get("frameworks", {}).items():
+        version = info.get("env", {}).get("version", "")
+        state = f"{version} · {info['why']}" if info.get("available") else f"skipped: {info.get('why', '')}"
         console.print(f"  {fw}: {state}", highlight=False)
     fws = frameworks_of(doc)
     for name, scn in doc["scenarios"].items():

@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.report import (HIGH_SPREAD, find_row, fmt_num, fmt_s, frameworks_of, spread, summary_status,
-                            timed)
+from harness.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
+                            summary_status, timed)
 from harness.results import ResultError
 
 COLOURS = {"torch": "#ee4c2c", "cupy": "#2e8b57", "jax": "#4a6fd8"}
@@ -48,15 +48,13 @@ def fmt_bytes_rate(bps: float) -> str:
 
 
 def fmt_value(key: str, v: Any) -> str:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if key.endswith("_s"):
-            return fmt_s(float(v))
-        return fmt_num(float(v))
-    return str(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith("_s"):
+        return fmt_s(float(v))
+    return fmt_num(v)
 
 
 def _point_label(scn: dict[str, Any], i: int) -> str:
-    points = scn.get("points") or [{}]
+    points = points_of(scn)
     return str(points[i].get("label") or f"point {i}") if i < len(points) else f"point {i}"
 
 
@@ -90,11 +88,13 @@ def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
     from matplotlib.patches import Patch
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    points = scn.get("points") or [{}]
+    points = points_of(scn)
     variants = [v for v in _variants(scn) if any(r["variant"] == v["name"] for r in scn["rows"])]
     times = [r["timing"][c][k] for r in scn["rows"] if timed(r) for c in ("device_done", "host_return")
              for k in ("q1", "median", "q3")] + [r["floor_s"] for r in scn["rows"] if timed(r) and r.get("floor_s")]
-    positive = [t for t in times if t and t > 0]
+    positive = [t for t in times if isinstance(t, (int, float)) and t > 0]
+    if not positive:
+        return None
     lo, hi = min(positive) / 2.5, max(positive) * 2.5
     fmt = FuncFormatter(lambda y, _: tick(y))
 
@@ -204,7 +204,8 @@ def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
     items = [f"GPU: **{env.get('gpu') or 'none (CPU only)'}**{driver}",
              f"host: {host.get('platform', '—')}, {host.get('cpus', '—')} CPUs, python {host.get('python', '—')}, "
              f"numpy {host.get('numpy', '—')}, hypothesis {host.get('hypothesis', '—')}",
-             f"size `{doc['size']}`, seed {doc['seed']}, {doc.get('examples', '—')} equivalence examples per scenario, "
+             f"size `{doc['size']}`, seed {doc.get('seed', '—')}, "
+             f"{doc.get('examples', '—')} equivalence examples per scenario, "
              f"isolation `{doc.get('isolation', '—')}`",
              f"run {doc['created']} → {doc.get('finished', '—')}; result file `{result_name}`"]
     if doc.get("command"):
@@ -249,7 +250,7 @@ def _summary_blocks(doc: dict[str, Any]) -> list[Block]:
 
 
 def _timing_table(scn: dict[str, Any], fws: list[str]) -> Block:
-    points = scn.get("points") or [{}]
+    points = points_of(scn)
     headers = (["point"] if len(points) > 1 else []) + [
         "variant", "framework", "status", "device-done median [q1–q3]", "spread", "host-return",
         "host-return / device-done",
@@ -285,7 +286,7 @@ def _timing_table(scn: dict[str, Any], fws: list[str]) -> Block:
                     fmt_s(hr["median"]),
                     f"{hr['median'] / dd['median']:.3f}" if dd["median"] else "—",
                     fmt_s(ev["median"]) if ev else "—",
-                    f"{r['pct_of_floor']:.0f}%" if "pct_of_floor" in r else "—",
+                    fmt_pct(r["pct_of_floor"]) if "pct_of_floor" in r else "—",
                     str(r["host_syncs"]) if r.get("host_syncs") is not None else "—",
                     fmt_s(t.get("first_call_s")),
                     checked,
@@ -406,13 +407,13 @@ def build(doc: dict[str, Any], result_path: Path) -> dict[str, bytes]:
     for n, (name, scn) in enumerate(doc["scenarios"].items(), 1):
         blocks += [("h", 2, f"{n}. {name} — {scn.get('title', '')}", name), ("quote", scn.get("concept", ""))]
         blocks.append(("p", f"Measured on {gpu} with {versions or 'no framework'}; size `{doc['size']}`, "
-                            f"seed {doc['seed']}."))
+                            f"seed {doc.get('seed', '—')}."))
         vitems = [f"`{v['name']}`" + (" (hazard)" if v.get("hazard") else "") + (" [GPU only]" if v.get("gpu_only")
                   else "") + (f" — {v['doc']}" if v.get("doc") else "") for v in _variants(scn)]
         blocks += [("p", "Variants, baseline first:"), ("ul", vitems)]
         points = scn.get("points") or []
         if points:
-            keys = [k for k in points[0] if k not in ("label",)]
+            keys = list(dict.fromkeys(k for p in points for k in p if k != "label"))  # in order, from every point
             blocks.append(("table", (["point"] if len(points) > 1 else []) + keys,
                            [([_point_label(scn, i)] if len(points) > 1 else []) + [str(p.get(k, "")) for k in keys]
                             for i, p in enumerate(points)]))
@@ -420,7 +421,7 @@ def build(doc: dict[str, Any], result_path: Path) -> dict[str, bytes]:
         if png is not None:
             images[f"{name}.png"] = png
             how = ("bars: device-done median, whiskers its IQR; ◇ host-return median (IQR); hatched: hazard"
-                   if len(points) <= 1 else
+                   if len(points_of(scn)) <= 1 else
                    "lines: device-done median over the sweep, band its IQR; ◇ dotted: host-return median")
             blocks.append(("img", f"{name}.png", f"{name}: variants × frameworks",
                            how + ("; dashes: the physical floor" if any(r.get("floor_s") for r in scn["rows"]) else "")
