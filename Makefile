@@ -1,19 +1,24 @@
 # triptych — the two commands a user needs are `make compare` and `make test`.
 #
-#   make compare                 set up .venv if needed, then equivalence + timing of every scenario
+#   make compare                 set up .venv if needed, then equivalence + timing of every scenario, a result
+#                                JSON under results/ and its report (report.md, report.html) beside it
 #   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
 #   make test-gpu                only the GPU suite (`-m gpu`)
+#   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in results/)
+#   make docs                    regenerate docs/porting.md and the README's scenario index from the specs
 #   make compare PYTHON=python3  use an existing interpreter as it is: no venv, no installs
 #                                (the GPU machine we measure on has no network)
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
-# PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
+# RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
 
 SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?=
 ARGS ?=
 PYTEST_ARGS ?=
+# The newest result file: names start with their UTC time.
+RESULT ?= $(lastword $(sort $(wildcard results/*.json)))
 
 # The CUDA major version the driver supports ("CUDA Version: 13.0" in nvidia-smi's header); empty without a GPU.
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
@@ -37,9 +42,9 @@ PY := $(PYTHON)
 STAMP :=
 endif
 
-.PHONY: setup compare test test-gpu list selfcheck clean help
+.PHONY: setup compare report docs test test-gpu list selfcheck clean help
 help:
-	@sed -n '1,14p' Makefile
+	@sed -n '1,17p' Makefile
 
 setup: $(STAMP)
 
@@ -53,6 +58,13 @@ $(VENV)/.installed-%: pyproject.toml
 
 compare: $(STAMP)
 	$(PY) -m harness compare $(ARGS)
+
+report: $(STAMP)
+	@test -n "$(RESULT)" || { echo "no result file in results/: run make compare first, or pass RESULT=path" >&2; exit 2; }
+	$(PY) -m harness report $(RESULT)
+
+docs: $(STAMP)
+	$(PY) -m harness docs
 
 list: $(STAMP)
 	$(PY) -m harness list

@@ -1,4 +1,4 @@
-"""`python -m harness {list,compare,check,selfcheck}`.
+"""`python -m harness {list,compare,report,docs,check,selfcheck}`.
 
 Bad input is answered with one line on stderr and exit status 2, before any work and without a
 traceback or a partial file. `compare` exits 1 when a check failed (the result file is still written,
@@ -101,6 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-equivalence", action="store_true")
     c.add_argument("--no-timing", action="store_true")
     c.add_argument("--quiet", action="store_true", help="no progress output")
+    c.add_argument("--no-report", action="store_true",
+                   help="do not write report.md/report.html (default: into a folder named after the result file)")
+
+    r = sub.add_parser("report", help="report.md and a self-contained report.html from a result file")
+    r.add_argument("result", type=Path, metavar="RESULT.json")
+    r.add_argument("--out", type=Path, default=None,
+                   help="folder for the report (default: next to the result, named after its stem)")
+
+    d = sub.add_parser("docs", help="regenerate docs/porting.md and the README's scenario index from the specs")
+    d.add_argument("--check", action="store_true", help="write nothing; exit 1 when either is stale")
 
     k = sub.add_parser("check", help="run one equivalence example (the reproducer a failure prints)")
     k.add_argument("scenario", choices=list(ORDER), metavar="SCENARIO")
@@ -152,9 +162,47 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
     render_terminal(doc, make_console())
     ok, problems = summary_status(doc)
     print(f"result: {path}", flush=True)
+    if not a.no_report:
+        from harness.report_html import make_report
+
+        try:
+            print(f"report: {make_report(path)}", flush=True)
+        except Exception as e:  # the result is written; a report that fails must not hide it
+            problems.append(f"report not written: {type(e).__name__}: {e}")
+            ok = False
     for p in problems:
         print(f"FAILED {p}", file=sys.stderr)
     return 0 if ok else 1
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from harness.report_html import make_report
+    from harness.results import ResultError
+
+    try:
+        page = make_report(a.result, a.out)
+    except ResultError as e:
+        raise UsageError(str(e)) from None
+    print(f"report: {page}")
+    print(f"        {page.with_name('report.md')}")
+    return 0
+
+
+def cmd_docs(a: argparse.Namespace) -> int:
+    from harness.docs import DocsError, generate, stale, write
+
+    try:
+        files = generate()
+    except DocsError as e:
+        raise UsageError(str(e)) from None
+    if a.check:
+        out = stale(files)
+        for path in out:
+            print(f"stale: {path} (regenerate with `python -m harness docs` or `make docs`)", file=sys.stderr)
+        return 1 if out else 0
+    for path in write(files):
+        print(f"wrote {path}")
+    return 0
 
 
 def cmd_check(a: argparse.Namespace) -> int:
@@ -215,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list()
         if a.cmd == "compare":
             return cmd_compare(a, argv)
+        if a.cmd == "report":
+            return cmd_report(a)
+        if a.cmd == "docs":
+            return cmd_docs(a)
         if a.cmd == "check":
             return cmd_check(a)
         if a.cmd == "selfcheck":

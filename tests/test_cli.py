@@ -97,11 +97,17 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
         assert ("torch", scn["variants"][0]["name"]) in ran and ("jax", scn["variants"][0]["name"]) in ran
         assert scn["claims"], name
     assert "equivalence: passed" in r.stdout
+    # The report is rendered next to the result, in a folder named after it.
+    report = files[0].with_suffix("")
+    assert f"report: {report / 'report.html'}" in r.stdout
+    assert {"report.md", "report.html"} <= {p.name for p in report.iterdir()}
+    for name in doc["scenarios"]:
+        assert (report / f"{name}.png").exists() and f'id="{name}"' in (report / "report.html").read_text()
     # A second run never overwrites the first.
     r2 = run("compare", "--size", "smoke", "--examples", "1", "--seed", "7", "--out", str(out),
-             "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing")
-    assert r2.returncode == 0
-    assert len(list(out.glob("*.json"))) == 2
+             "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing", "--no-report")
+    assert r2.returncode == 0 and "report:" not in r2.stdout
+    assert len(list(out.glob("*.json"))) == 2 and len([p for p in out.iterdir() if p.is_dir()]) == 1
 
 
 def test_a_sweep_times_every_point(tmp_path, monkeypatch):

@@ -1,0 +1,87 @@
+"""The generated docs: docs/porting.md and the README's scenario index must match the specs.
+
+When one fails, run `make docs` (`python -m harness docs`) and commit what it wrote.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import docs
+from scenarios import ORDER, all_scenarios
+from tests.report_fixture import write_fake_result
+from tests.test_cli import run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_committed_guide_and_index_are_fresh():
+    stale = docs.stale(docs.generate())
+    assert not stale, f"stale: {', '.join(map(str, stale))} — run `make docs` (python -m harness docs) and commit"
+
+
+def test_docs_check_command():
+    r = run("docs", "--check")
+    assert r.returncode == 0, r.stderr
+
+
+def test_guide_covers_every_scenario_with_its_apis_and_impls():
+    guide = (ROOT / docs.PORTING).read_text()
+    for n, s in enumerate(all_scenarios(), 1):
+        assert f'<a id="{s.name}"></a>' in guide and f"## {n}. {s.name} — {s.title}" in guide
+        for fw, apis in s.key_apis.items():
+            for api in apis:
+                assert f"`{api}`" in guide, (s.name, fw, api)
+    for link in re.findall(r"\]\((\.\./[^)#]+)\)", guide):  # every relative link points at a file
+        assert (ROOT / "docs" / link).resolve().exists(), link
+
+
+def test_readme_index_lists_every_scenario_in_order():
+    text = (ROOT / docs.README).read_text()
+    block = text[text.index(docs.INDEX_START):text.index(docs.INDEX_END)]
+    names = re.findall(r"\| \d+ \| \[`(\w+)`\]", block)
+    assert names == list(ORDER)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A copy of what the generator reads: README, impls; results/ holds the fake H200 result."""
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copytree(ROOT / "impls", tmp_path / "impls", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def test_guide_shows_what_the_newest_gpu_result_measured(root):
+    assert "No full-size GPU result is committed" in docs.porting_guide(root)
+    fake = write_fake_result(root / "results")
+    # An older full result and a smoke one are not picked.
+    (root / "results" / "20250101T000000Z_nvidia-h200_full.json").write_text(fake.read_text().replace("1234", "77"))
+    (root / "results" / "20270101T000000Z_cpu_smoke.json").write_text("not even JSON")
+    guide = docs.porting_guide(root)
+    assert f"Measured sections come from `results/{fake.name}` (NVIDIA H200, driver 580.159.04;" in guide
+    assert "| `async` | 87.50 ms (550.0 µs), 98% of floor |" in guide
+    assert "JAX's call returns 2.1× later than PyTorch's at `async`" in guide
+    assert "refuted for JAX: “While the device computes, the host is free.” — iterations = 12 ≤ 100" in guide
+    assert "| `on_device` | 13.00 ms (13.00 ms) | timeout | crashed |" in guide
+
+
+def test_guide_states_what_a_framework_cannot_express(root):
+    impl = root / "impls" / "async_dispatch" / "jax_impl.py"
+    impl.write_text(impl.read_text() + '\nNOT_EXPRESSIBLE = {"async_poll": "no way to poll"}\n')
+    assert "**JAX** has no equivalent of `async_poll`: no way to poll" in docs.porting_guide(root)
+
+
+def test_stale_docs_are_found_and_rewritten(root):
+    files = docs.generate(root)
+    assert set(docs.stale(files, root)) == {docs.PORTING}  # the copied README is fresh, the guide is missing
+    docs.write(files, root)
+    assert docs.stale(files, root) == []
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("| 1 | [`", "| 9 | [`"))
+    assert docs.stale(docs.generate(root), root) == [docs.README]
+    readme.write_text(readme.read_text().replace(docs.INDEX_END, ""))
+    with pytest.raises(docs.DocsError, match="no scenario index markers"):
+        docs.generate(root)
