@@ -8,6 +8,7 @@ from scenarios.spec import Scenario
 ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
+    "copy_compute_overlap",
 )
 
 _cache: dict[str, Scenario] = {}
