@@ -9,6 +9,8 @@ ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
     "copy_compute_overlap",
+    "event_sync",
+    "concurrent_kernels",
 )
 
 _cache: dict[str, Scenario] = {}
