@@ -142,8 +142,9 @@ def cmd_list() -> int:
 def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
     from harness.progress import make_ui
     from harness.report import make_console, render_terminal, summary_status
-    from harness.results import ResultError, check_writable, write_atomic
+    from harness.results import ResultError, check_writable, result_name, unused_name, write_atomic
     from harness.runner import CompareOptions, run_compare
+    from harness.timeline import write_timelines
 
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
@@ -158,10 +159,14 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv])
     doc = run_compare(opts, make_ui(a.quiet))
-    path = write_atomic(doc, a.out)
+    name = unused_name(a.out, result_name(doc), with_folder=True)
+    pictures = write_timelines(doc, a.out, Path(name).stem)  # referenced from the result, relative to it
+    path = write_atomic(doc, a.out, name)
     render_terminal(doc, make_console())
     ok, problems = summary_status(doc)
     print(f"result: {path}", flush=True)
+    if pictures:
+        print(f"timelines: {a.out / Path(name).stem}/ ({len(pictures) // 2} scenarios, PNG + Chrome trace)", flush=True)
     if not a.no_report:
         from harness.report_html import make_report
 

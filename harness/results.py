@@ -54,16 +54,22 @@ def result_name(doc: dict[str, Any]) -> str:
     return f"{created:%Y%m%dT%H%M%SZ}_{slug}_{doc['size']}.json"  # letters, digits, '_', '-', '.' only
 
 
-def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> Path:
-    """Write doc as JSON into folder under a new name; never replaces an existing file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    base = name or result_name(doc)
+def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
+    """base, or base with -1, -2, ... before its suffix: the first name not taken in folder (with_folder:
+    nor the folder named after its stem, where the result's pictures go)."""
     path = folder / base
     stem, suffix = path.stem, path.suffix
     n = 1
-    while path.exists():
+    while path.exists() or (with_folder and (folder / path.stem).exists()):
         path = folder / f"{stem}-{n}{suffix}"
         n += 1
+    return path.name
+
+
+def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> Path:
+    """Write doc as JSON into folder under a new name; never replaces an existing file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / unused_name(folder, name or result_name(doc))
     text = json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
     try:

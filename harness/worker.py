@@ -15,6 +15,7 @@ import numpy as np
 
 from harness import backends
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.timeline import trace_variant
 from harness.timing import PRESETS, TimingConfig, measure
 from harness.equivalence import compare_outputs
 from scenarios import get as get_scenario
@@ -105,6 +106,12 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
         if against == "baseline" and v is scn.baseline:
             row["sample"] = {k: _sample(a) for k, a in captured[v.name].items()}
         rows.append(row)
+    if scn.timeline:  # after every timed run, so that no trace (or profiler) disturbs a timing
+        for row in rows:
+            if row["status"] in ("ok", "wrong"):
+                progress(f"{row['variant']} · timeline")
+                call = variant_call(impl, scn.variant(row["variant"]))
+                row["timeline"] = trace_variant(b, impl, call, inputs, params)
     return rows
 
 

@@ -8,6 +8,9 @@ from scenarios.spec import Scenario
 ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
+    "copy_compute_overlap",
+    "event_sync",
+    "concurrent_kernels",
 )
 
 _cache: dict[str, Scenario] = {}

@@ -94,6 +94,9 @@ class Scenario:
     key_apis: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     framework_notes: Mapping[str, str] = field(default_factory=dict)  # what differs, per framework
     metrics_doc: Mapping[str, str] = field(default_factory=dict)  # extra metrics the impls emit
+    # One extra, untimed run per variant that records what ran when on which stream (harness/timeline.py):
+    # drawn as a PNG and written as a Chrome/Perfetto trace next to the result file.
+    timeline: bool = False
 
     @property
     def baseline(self) -> Variant:

@@ -65,21 +65,30 @@ def test_inputs_are_deterministic_and_never_zeros(name):
     assert all(np.asarray(v).dtype == np.float64 for v in ref.values() if np.asarray(v).dtype.kind == "f")
 
 
+def _literal(path: Path, name: str) -> dict:
+    """A module-level dict literal such as NOT_EXPRESSIBLE, or {}."""
+    for n in ast.parse(path.read_text()).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+            return ast.literal_eval(n.value)
+    return {}
+
+
 @pytest.mark.parametrize("name", ORDER)
 def test_three_impls_expose_the_same_functions_in_the_same_order(name):
     folder = ROOT / "impls" / name
     funcs = {fw: _functions(folder / f"{fw}_impl.py") for fw in backends.FRAMEWORKS}
+    # A variant a framework cannot express has no run_ function there; the rest line up.
+    absent = {f"run_{v}" for fw in backends.FRAMEWORKS for v in _literal(folder / f"{fw}_impl.py", "NOT_EXPRESSIBLE")}
+    funcs = {fw: [f for f in fs if f not in absent] for fw, fs in funcs.items()}
     assert funcs["torch"] == funcs["cupy"] == funcs["jax"], funcs
     s = get(name)
     for fw in backends.FRAMEWORKS:
         path = folder / f"{fw}_impl.py"
         defined = _module_names(path)
         assert "prepare" in defined
-        not_expressible = {}
-        tree = ast.parse(path.read_text())
-        for n in tree.body:
-            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NOT_EXPRESSIBLE" for t in n.targets):
-                not_expressible = ast.literal_eval(n.value)
+        not_expressible = _literal(path, "NOT_EXPRESSIBLE")
+        also_on_cpu = _literal(path, "ALSO_ON_CPU")
+        assert all(s.variant(v).gpu_only for v in also_on_cpu), f"{fw}: ALSO_ON_CPU names a variant that is not gpu_only"
         for v in s.variants:
             assert f"run_{v.name}" in defined or v.name in not_expressible, f"{fw}: no run_{v.name} and no reason"
         assert len(path.read_text().splitlines()) <= 200, f"{path} is over the ~150-line budget"

@@ -107,6 +107,10 @@ class Backend(ABC):
     def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]:
         return _no_counter(f"{self.name} has no sync detector")
 
+    def timeline_recorder(self) -> "TimelineRecorder":
+        """Timestamps for the spans an impl marks during one traced run (harness/timeline.py)."""
+        return TimelineRecorder()
+
     def clock_kernels(self) -> dict[str, Any]:
         """Fixed device-bound kernels for `selfcheck`: name -> zero-argument call returning its output."""
         return {}
@@ -139,6 +143,34 @@ class EventTimer(ABC):
     @abstractmethod
     def elapsed_s(self) -> float:
         """Seconds between start and stop on the device; call after a synchronize."""
+
+
+class TimelineRecorder:
+    """Stamps the start and end of each span an impl marks (harness.timeline.span) in one traced run.
+
+    This base class uses the host wall clock: honest only where each operation runs inside the call
+    (torch on the CPU). Backends with device events stamp on the span's stream instead; JAX, which has
+    neither, reads the device's activity from its profiler's trace in ``finish``.
+    """
+
+    clock = "host wall clock (each operation runs inside its call)"
+
+    def start(self) -> None:
+        """Called right before the traced call, with the device idle."""
+        self._t0 = wall()
+
+    def mark(self) -> Any:
+        """A timestamp token for the current stream, taken now in stream order."""
+        return wall()
+
+    def seconds(self, token: Any) -> float:
+        """Seconds from start() to the token's moment; called after the device has finished."""
+        return token - self._t0
+
+    def finish(self, spans: list[tuple[str, str, Any, Any]]) -> dict[str, Any]:
+        """After the traced call and a synchronize: {"clock", "spans": [[lane, op, t0_s, t1_s]], "why"}."""
+        out = sorted(([lane, op, self.seconds(a), self.seconds(b)] for lane, op, a, b in spans), key=lambda s: s[2])
+        return {"clock": self.clock, "spans": out, "why": "" if out else "the impl marks no operation in this variant"}
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends.base import Backend, EventTimer, Unavailable
+from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable
 
 
 class CupyBackend(Backend):
@@ -51,6 +51,9 @@ class CupyBackend(Backend):
 
     def event_timer(self) -> EventTimer | None:
         return _CupyEvents(self.fw)
+
+    def timeline_recorder(self) -> TimelineRecorder:
+        return _CupyTimeline(self.fw)
 
     # sync_counter: the base class's "no detector". CuPy has no reliable one (the old
     # cupyx.allow_synchronize is deprecated and saw only some syncs); scenarios say how they count.
@@ -149,3 +152,23 @@ class _CupyEvents(EventTimer):
 
     def elapsed_s(self) -> float:
         return self._cupy.cuda.get_elapsed_time(self._a, self._b) / 1e3
+
+
+class _CupyTimeline(TimelineRecorder):
+    """CUDA events recorded on the current stream at each mark, timed against one base event."""
+
+    clock = "CUDA events (cupy.cuda.Event) recorded on each span's stream"
+
+    def __init__(self, cupy: Any) -> None:
+        self._cupy = cupy
+
+    def start(self) -> None:
+        self._base = self.mark()
+
+    def mark(self) -> Any:
+        ev = self._cupy.cuda.Event()  # timing on (CuPy's default)
+        ev.record()  # on the current stream: completes when the stream reaches this point
+        return ev
+
+    def seconds(self, token: Any) -> float:
+        return self._cupy.cuda.get_elapsed_time(self._base, token) / 1e3

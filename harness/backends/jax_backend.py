@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import os
+import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
-from harness.backends.base import Backend, SyncCount
+from harness.backends.base import Backend, SyncCount, TimelineRecorder
 
 
 class JaxBackend(Backend):
@@ -72,6 +76,9 @@ class JaxBackend(Backend):
         result.count = sum("device-to-host transfer" in line for line in lines)
         sys.stderr.write("".join(line for line in lines if "device-to-host transfer" not in line))
 
+    def timeline_recorder(self) -> TimelineRecorder:
+        return _JaxTimeline(self.fw)
+
     def clock_kernels(self) -> dict[str, Any]:
         jax, jnp = self.fw, self.fw.numpy
         n = 4096 if self.on_gpu else 256
@@ -105,6 +112,38 @@ class JaxBackend(Backend):
             info["gpu"] = self.device.device_kind
             info["memory_kinds"] = [m.kind for m in self.device.addressable_memories()]
         return info
+
+
+class _JaxTimeline(TimelineRecorder):
+    """JAX has no user streams or events to mark: the traced run goes under jax.profiler, and what ran
+    when is read back from the trace (per XLA stream on a GPU, per XLA worker thread on the CPU)."""
+
+    clock = "jax.profiler trace"
+
+    def __init__(self, jax: Any) -> None:
+        self._jax = jax
+
+    def start(self) -> None:
+        # Without this, CUPTI may serialize concurrent kernels in the trace (read when tracing starts).
+        os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")
+        self._dir = tempfile.mkdtemp(prefix="triptych-jax-trace-")
+        self._jax.profiler.start_trace(self._dir)
+
+    def mark(self) -> Any:
+        return None  # nothing to record on the host: the profiler sees the device
+
+    def finish(self, spans: list[tuple[str, str, Any, Any]]) -> dict[str, Any]:
+        from harness.timeline import spans_from_chrome_trace
+
+        try:
+            self._jax.profiler.stop_trace()
+            files = sorted(Path(self._dir).glob("plugins/profile/*/*.trace.json.gz"))
+            if not files:
+                return {"clock": self.clock, "spans": [], "why": "jax.profiler wrote no *.trace.json.gz"}
+            with gzip.open(files[-1], "rt") as f:
+                return spans_from_chrome_trace(json.load(f))
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _devices(jax: Any, platform: str) -> list[Any]:

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from harness.backends.base import Backend, EventTimer, SyncCount
+from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder
 
 
 class TorchBackend(Backend):
@@ -56,6 +56,13 @@ class TorchBackend(Backend):
 
     def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]:
         return self._count_syncs()
+
+    def timeline_recorder(self) -> TimelineRecorder:
+        if not self.on_gpu:
+            rec = TimelineRecorder()
+            rec.clock = "host wall clock (torch on the CPU runs each op inside the call; no streams)"
+            return rec
+        return _TorchTimeline(self.fw)
 
     @contextlib.contextmanager
     def _count_syncs(self) -> Iterator[SyncCount]:
@@ -127,3 +134,23 @@ class _TorchEvents(EventTimer):
 
     def elapsed_s(self) -> float:
         return self._a.elapsed_time(self._b) / 1e3
+
+
+class _TorchTimeline(TimelineRecorder):
+    """CUDA events recorded on the current stream at each mark, timed against one base event."""
+
+    clock = "CUDA events (torch.cuda.Event) recorded on each span's stream"
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+
+    def start(self) -> None:
+        self._base = self.mark()
+
+    def mark(self) -> Any:
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record()  # on the current stream: completes when the stream reaches this point
+        return ev
+
+    def seconds(self, token: Any) -> float:
+        return self._base.elapsed_time(token) / 1e3

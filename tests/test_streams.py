@@ -1,0 +1,174 @@
+"""The stream scenarios (copy_compute_overlap, event_sync, concurrent_kernels): their references, their
+claims' arithmetic, which variants run where, and — on a GPU — the behaviour they exist to show."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import backends
+from harness.equivalence import compare_outputs
+from harness.execute import load_impl, skip_reason, variant_call
+from scenarios import concurrent_kernels, copy_compute_overlap, get
+from tests.conftest import backend_or_skip, gpu_backend_or_skip
+
+
+@given(iters=st.integers(0, 300), x=st.integers(0, (1 << 32) - 1))
+def test_lcg_jump_equals_stepping(iters, x):
+    v = x
+    for _ in range(iters):
+        v = (v * 1664525 + 1013904223) % (1 << 32)
+    a, c = concurrent_kernels.jump(iters)
+    assert (a * x + c) % (1 << 32) == v
+
+
+def test_lcg_reference_is_exact_at_the_top_of_the_range():
+    p = {"jobs": 1, "elems": 3, "iters": 1 << 18, "seed": 0}
+    x = np.array([[1, 1 << 31, (1 << 32) - 1]], dtype=np.uint32)
+    got = concurrent_kernels.reference({"x": x}, p)["y"]
+    a, c = concurrent_kernels.jump(p["iters"])
+    assert got.tolist() == [[(a * int(v) + c) % (1 << 32) for v in x[0]]]
+
+
+def _row(device_done: float, iqr: float = 0.0, **metrics: float) -> dict:
+    return {"timing": {"device_done": {"median": device_done, "iqr": iqr}, "metrics": metrics},
+            "check": {"wrong": 0, "checked": 0}}
+
+
+def _overlap_rows(overlapped_s: float) -> dict:
+    return {"serial": _row(0.0175), "overlapped": _row(overlapped_s, copy_alone_ms=7.5, compute_alone_ms=10.0)}
+
+
+def test_overlap_bounds_simplemulticopy_style():
+    b = copy_compute_overlap.bounds(_overlap_rows(0.0105))
+    assert b["no_overlap_bound_s"] == pytest.approx(0.0175) and b["full_overlap_bound_s"] == pytest.approx(0.010)
+    assert b["vs_full_bound"] == pytest.approx(1.05)
+    assert b["efficiency"] == pytest.approx((0.0175 - 0.0105) / 0.0075)  # share of the shorter stage hidden
+
+
+@pytest.mark.parametrize("fw,overlapped_s,verdict", [
+    ("torch", 0.0104, "confirmed"), ("cupy", 0.0107, "refuted"), ("jax", 0.0107, "confirmed"),
+    ("jax", 0.0115, "refuted")])
+def test_near_bound_targets(fw, overlapped_s, verdict):
+    claim = next(c for c in copy_compute_overlap.SCENARIO.claims if c.id == "near_bound")
+    v = claim.judge(_overlap_rows(overlapped_s), fw, {})
+    assert v.verdict == verdict, v.evidence
+    assert "full-overlap bound" in v.evidence and "efficiency" in v.evidence
+
+
+def test_event_sync_claims_judge_from_numbers():
+    scn = get("event_sync")
+    judge = {c.id: c.judge for c in scn.claims}
+    rows = {"device_synchronize": _row(5e-3, host_blocked_ms=4.9), "stream_synchronize": _row(5e-3, host_blocked_ms=2.7),
+            "event_wait": _row(5e-3, host_blocked_ms=0.008), "no_sync": _row(5e-3, host_blocked_ms=0.0)}
+    assert judge["event_frees_host"](rows, "torch", {}).verdict == "confirmed"  # 8 µs of 2.7 ms
+    assert judge["device_sync_waits_for_all"](rows, "torch", {}).verdict == "confirmed"
+    rows["event_wait"] = _row(5e-3, host_blocked_ms=0.1)
+    assert judge["event_frees_host"](rows, "torch", {}).verdict == "refuted"  # 3.7%
+    rows["no_sync"]["check"] = {"wrong": 7, "checked": 9, "worst": "output 'y'[0]: got nan"}
+    v = judge["missing_wait_races"](rows, "torch", {})
+    assert v.verdict == "confirmed" and "7 of 9" in v.evidence
+    rows["no_sync"]["check"] = {"wrong": 0, "checked": 9}
+    assert judge["missing_wait_races"](rows, "torch", {}).verdict == "inconclusive"
+
+
+def test_concurrency_claims_judge_from_numbers():
+    judge = {c.id: c.judge for c in get("concurrent_kernels").claims}
+    rows = {"one_stream": _row(16e-3), "many_streams": _row(1.5e-3), "batched": _row(1.2e-3)}
+    assert judge["concurrent"](rows, "cupy", {"jobs": 16}).verdict == "confirmed"
+    assert judge["one_launch"](rows, "cupy", {"jobs": 16}).verdict == "confirmed"
+    rows["many_streams"] = _row(15e-3)  # serialized despite the streams (as XLA may do)
+    assert judge["concurrent"](rows, "jax", {"jobs": 16}).verdict == "refuted"
+
+
+@pytest.mark.parametrize("scenario,variant", [("copy_compute_overlap", "overlapped"), ("event_sync", "event_wait"),
+                                              ("event_sync", "stream_synchronize"), ("concurrent_kernels", "many_streams")])
+def test_data_flow_variants_run_on_a_cpu_jax_but_stream_variants_skip_on_a_cpu_torch(scenario, variant):
+    scn = get(scenario)
+    v = scn.variant(variant)
+    assert v.gpu_only
+    t, j = backend_or_skip("torch"), backend_or_skip("jax")
+    if t.on_gpu or j.on_gpu:
+        pytest.skip("on a GPU every variant runs")
+    assert "needs a CUDA device" in skip_reason(scn, v, t, load_impl(scenario, "torch"))
+    assert skip_reason(scn, v, j, load_impl(scenario, "jax")) is None
+
+
+def test_jax_cannot_express_a_missing_wait():
+    j = backend_or_skip("jax")
+    scn = get("event_sync")
+    assert "not expressible in jax" in skip_reason(scn, scn.variant("no_sync"), j, load_impl("event_sync", "jax"))
+
+
+# -- on a GPU: the behaviour each scenario exists to show ---------------------------------------------
+
+
+def _run(fw: str, scenario: str, variant: str, params: dict, repeats: int = 1) -> tuple[list[dict], dict]:
+    """Outputs (numpy) of `repeats` poisoned runs on one state, and the emitted metrics of the last."""
+    from harness.metrics import collecting
+
+    b = backends.get(fw)
+    scn = get(scenario)
+    impl = load_impl(scenario, fw)
+    state = impl.prepare(scn.make_inputs(params), params, b.device)
+    call = variant_call(impl, scn.variant(variant))
+    outs = []
+    for _ in range(repeats):
+        if hasattr(impl, "poison"):
+            impl.poison(state)
+        b.synchronize()
+        with collecting() as metrics:
+            out = call(state)
+        b.synchronize(out)
+        outs.append(b.to_numpy(out))
+    del state
+    b.free_memory()
+    return outs, metrics
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ["torch", "cupy", "jax"])
+def test_overlapped_pipeline_computes_what_serial_does(fw):
+    gpu_backend_or_skip(fw)
+    scn = get("copy_compute_overlap")
+    p = {"batches": 8, "rows": 512, "dim": 1024, "features": 512, "seed": 9}
+    (want,), metrics = _run(fw, "copy_compute_overlap", "serial", p)
+    assert 5 < metrics["h2d_GBps"] < 200, metrics  # pinned host-to-device, neither cached nor pageable
+    for got in _run(fw, "copy_compute_overlap", "overlapped", p, repeats=3)[0]:
+        assert compare_outputs(scn, p, got, want) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ["torch", "cupy"])
+def test_missing_wait_reads_the_poison_and_the_event_does_not(fw):
+    gpu_backend_or_skip(fw)
+    scn = get("event_sync")
+    p = scn.params_for_size("full") | {"seed": 4}
+    want = scn.reference(scn.make_inputs(p), p)
+    raced, _ = _run(fw, "event_sync", "no_sync", p, repeats=4)
+    assert any(compare_outputs(scn, p, got, want) is not None for got in raced), "the race never showed"
+    ordered, metrics = _run(fw, "event_sync", "event_wait", p, repeats=4)
+    assert all(compare_outputs(scn, p, got, want) is None for got in ordered)
+    assert metrics["host_blocked_ms"] < 0.5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ["torch", "cupy", "jax"])
+def test_small_kernels_are_device_bound_and_bit_exact(fw):
+    """Each job's kernel must run long enough to be device-bound (≫ a launch), else streams show nothing."""
+    import time
+
+    b = gpu_backend_or_skip(fw)
+    scn = get("concurrent_kernels")
+    p = {"jobs": 2, "elems": 4096, "iters": 1 << 16, "seed": 2}
+    want = scn.reference(scn.make_inputs(p), p)
+    outs, _ = _run(fw, "concurrent_kernels", "one_stream", p)
+    assert compare_outputs(scn, p, outs[0], want) is None
+    impl = load_impl("concurrent_kernels", fw)
+    state = impl.prepare(scn.make_inputs(p), p, b.device)
+    b.synchronize(impl.run_one_stream(state))
+    t0 = time.perf_counter()
+    b.synchronize(impl.run_one_stream(state))
+    per_kernel = (time.perf_counter() - t0) / p["jobs"]
+    assert per_kernel > 50e-6, f"{per_kernel * 1e6:.0f} µs per kernel: launch-bound at 2^16 steps"
