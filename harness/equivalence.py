@@ -92,6 +92,28 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
     )
 
 
+def relative_error(got: Arrays, want: Arrays) -> float:
+    """The worst elementwise |got - want| / |want| over all outputs: the numbers a regression run
+    compares. |want| is floored at 1e-6 of the output's largest |want|, so that elements near zero
+    (where any rounding is a large relative error) do not dominate. inf where shapes differ or an
+    output is missing; NaN in got counts as inf."""
+    worst = 0.0
+    for key, w in want.items():
+        if key not in got or np.shape(got[key]) != np.shape(w):
+            return math.inf
+        w64 = np.asarray(w, dtype=np.float64)
+        if w64.size == 0:
+            continue
+        g64 = np.asarray(got[key], dtype=np.float64)
+        scale = np.abs(w64)
+        floor = 1e-6 * float(np.max(scale)) if np.isfinite(scale).all() else 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.abs(g64 - w64) / np.maximum(scale, floor)
+        rel = np.where((g64 == w64) | (np.isnan(g64) & np.isnan(w64)), 0.0, rel)  # equal, also 0/0 and inf
+        worst = max(worst, float(np.nan_to_num(rel, nan=np.inf).max()))
+    return worst
+
+
 def compare_outputs(scenario: Scenario, params: Params, got: Arrays, want: Arrays, widen: float = 1.0,
                     scale: Arrays | None = None) -> Mismatch | None:
     for key, w in want.items():

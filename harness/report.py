@@ -31,13 +31,15 @@ def fmt_num(x: float) -> str:
 
 
 def cell(row: dict[str, Any] | None) -> str:
+    from rich.markup import escape
+
     if row is None:
         return "—"
     status = row["status"]
     if status == "skipped":
-        return f"[dim]skipped: {row['reason']}[/dim]"
-    if status in ("error", "timeout", "crashed"):
-        return f"[red]{status}: {row['reason']}[/red]"
+        return f"[dim]skipped: {escape(row['reason'])}[/dim]"  # reasons may hold [brackets]
+    if status in ("error", "timeout", "crashed", "oom"):
+        return f"[red]{status}: {escape(row['reason'])}[/red]"
     t = row["timing"]
     dd, hr = t["device_done"], t["host_return"]
     spread = dd["iqr"] / dd["median"] if dd["median"] else 0.0
@@ -120,7 +122,7 @@ def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
         if eq.get("status") == "failed":
             problems.append(f"{name}: equivalence failed")
         for r in scn["rows"]:
-            if r["status"] in ("wrong", "error", "timeout", "crashed"):
+            if r["status"] in ("wrong", "error", "timeout", "crashed", "oom"):
                 at = f" [{r['label']}]" if r.get("label") else ""
                 problems.append(f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}")
         for xc in scn.get("cross_framework", []):
