@@ -5,6 +5,10 @@
 #   make test-gpu                only the GPU suite (`-m gpu`)
 #   make compare PYTHON=python3  use an existing interpreter as it is: no venv, no installs
 #                                (the GPU machine we measure on has no network)
+#   make regress BASELINE=a.json [CANDIDATE=b.json]
+#                                timing and numerical changes of b against a; without CANDIDATE, a fresh
+#                                run of a's scenarios/frameworks/size/seed is the candidate (written to
+#                                results/). Exit 1 on any regression.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
@@ -37,9 +41,9 @@ PY := $(PYTHON)
 STAMP :=
 endif
 
-.PHONY: setup compare test test-gpu list selfcheck clean help
+.PHONY: setup compare test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,14p' Makefile
+	@sed -n '1,18p' Makefile
 
 setup: $(STAMP)
 
@@ -59,6 +63,10 @@ list: $(STAMP)
 
 selfcheck: $(STAMP)
 	$(PY) -m harness selfcheck $(ARGS)
+
+regress: $(STAMP)
+	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
+	$(PY) -m harness regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -12,9 +12,11 @@ reaches a process that monkeypatching cannot.
 
     import  the framework fails to import in the worker (a broken install); the scenario is ignored
     raise   the request raises InjectedFault                         -> rows "error"
-    oom     the request allocates more device memory than the framework may hold, through its own
-            allocator (past the memory cap on a GPU, past any address space on the host), and the
-            framework's real out-of-memory error propagates           -> rows "oom"
+    oom     the request allocates too much through the framework's own allocator and its real
+            out-of-memory error propagates                            -> rows "oom"
+            On a GPU it leaks 1 GiB blocks until something stops it: the memory cap (the default
+            fraction) or cudaMalloc itself (TRIPTYCH_GPU_MEMORY_FRACTION=1). On the host it asks
+            for 1 PiB at once, refused without touching memory.
     hang    the request never answers (the parent's timeout kills the worker) -> rows "timeout"
     crash   the worker aborts (SIGABRT), as a crashing extension would        -> rows "crashed"
 """
@@ -87,6 +89,17 @@ class _RefuseImport(importlib.abc.MetaPathFinder):
         return None
 
 
+def _leak(b: Any) -> None:
+    """Allocate until the framework's own out-of-memory error, which propagates."""
+    if not b.on_gpu:
+        b.allocate(1 << 50)
+    else:
+        held, block = [], 1 << 30
+        for _ in range((b.memory_cap.get("bytes") or 0) // block + 4096):  # at most 4 TiB past the cap
+            held.append(b.allocate(block))
+    raise AssertionError(f"{b.name}: nothing stopped the allocations")
+
+
 def arm_worker(framework: str) -> None:
     """At a worker's start: plant the framework's import failure, if asked for."""
     if any(f.framework == framework and f.kind == "import" for f in planted()):
@@ -101,9 +114,7 @@ def trigger(op: str, framework: str, scenario: str | None, backend: Callable[[],
         if f.kind == "raise":
             raise InjectedFault(f"planted by {ENV}: {scenario}/{framework}/{op} raises")
         if f.kind == "oom":
-            b = backend()
-            b.allocate(b.oversize_bytes())  # the framework's own out-of-memory error propagates
-            raise AssertionError(f"{framework} allocated {b.oversize_bytes()} bytes: no cap stopped it")
+            _leak(backend())
         if f.kind == "hang":
             threading.Event().wait()  # forever: only the parent's timeout ends it
         if f.kind == "crash":

@@ -159,12 +159,6 @@ class Backend(ABC):
         (so that the memory cap applies); raises the framework's own out-of-memory error."""
         return np.empty(nbytes, np.uint8)
 
-    def oversize_bytes(self) -> int:
-        """More than this framework may allocate: past its cap on a GPU, past any address space on
-        the host (refused at once, nothing touched)."""
-        cap = self.memory_cap.get("bytes")
-        return int(cap) + (1 << 30) if cap else 1 << 50
-
     def is_out_of_memory(self, e: BaseException) -> bool:
         """Is e (or what caused it) the framework running out of device or host memory?"""
         seen: set[int] = set()
