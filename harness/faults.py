@@ -48,7 +48,8 @@ class Fault:
     op: str = "*"
 
     def hits(self, op: str, framework: str, scenario: str | None) -> bool:
-        return (self.framework == framework and self.op in ("*", op)
+        """Equivalence and timing requests only (never hello, ceilings or selfcheck)."""
+        return (op in ("equiv", "time") and self.framework == framework and self.op in ("*", op)
                 and self.scenario in ("*", scenario) and self.kind != "import")
 
 

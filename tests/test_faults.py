@@ -42,6 +42,10 @@ def rows(doc: dict, scenario: str, framework: str) -> list[dict]:
 
 def test_fault_specs_parse_and_bad_ones_say_why():
     assert faults.parse("") == []
+    f = faults.Fault("*", "torch", "raise")
+    assert f.hits("time", "torch", "sync_points") and f.hits("equiv", "torch", "async_dispatch")
+    assert not f.hits("hello", "torch", None) and not f.hits("time", "jax", "sync_points")
+    assert not faults.Fault("sync_points", "torch", "raise", "equiv").hits("time", "torch", "sync_points")
     assert faults.parse("sync_points:torch:hang:time, *:jax:import") == [
         faults.Fault("sync_points", "torch", "hang", "time"), faults.Fault("*", "jax", "import", "*")]
     for bad, why in (("sync_points:torch", "is not"), ("nope:torch:raise", "unknown scenario"),

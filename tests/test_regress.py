@@ -229,3 +229,36 @@ def test_make_regress(real_run):
                         f"CANDIDATE={real_run}"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "0 regressions" in r.stdout, r.stdout + r.stderr
 
+
+
+def test_relative_error():
+    from harness.equivalence import relative_error
+
+    w = {"x": np.array([1.0, 2.0, 0.0, 4.0])}
+    assert relative_error({"x": w["x"].copy()}, w) == 0.0
+    assert relative_error({"x": np.array([1.1, 2.0, 0.0, 4.0])}, w) == pytest.approx(0.1)
+    assert relative_error({"x": np.array([1.0, 2.0, 1e-9, 4.0])}, w) == pytest.approx(1e-9 / 4e-6)  # floored |want|
+    assert relative_error({"x": np.array([1.0, 2.0, np.nan, 4.0])}, w) == float("inf")
+    assert relative_error({}, w) == relative_error({"x": np.ones(3)}, w) == float("inf")
+    big = np.random.default_rng(0).standard_normal(10_001) + 5
+    got = big * (1 + 1e-3 * (np.arange(big.size) == 9_999))
+    assert relative_error({"x": got}, {"x": big}, chunk=1000) == pytest.approx(1e-3)
+
+
+def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
+    from harness import worker
+    from scenarios import get
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    params = get("sync_points").params_for_size("smoke") | {"seed": 3}
+
+    def time_it():
+        rows = worker.time_scenario("torch", "sync_points", params, worker.timing_config("smoke"), lambda _t: None)
+        return {r["variant"]: r["check"]["max_rel_err"] for r in rows}
+
+    before = time_it()
+    assert all(0 <= e < 1e-4 for e in before.values()), before  # float32 against the float64 reference
+    _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
+    after = time_it()
+    assert after["item_each_step"] == before["item_each_step"] and after["on_device"] > 1e-3
