@@ -8,6 +8,10 @@
 #   make docs                    regenerate docs/porting.md and the README's scenario index from the specs
 #   make compare PYTHON=python3  use an existing interpreter as it is: no venv, no installs
 #                                (the GPU machine we measure on has no network)
+#   make regress BASELINE=a.json [CANDIDATE=b.json]
+#                                timing and numerical changes of b against a; without CANDIDATE, a fresh
+#                                run of a's scenarios/frameworks/size/seed is the candidate (written to
+#                                results/). Exit 1 on any regression.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
@@ -42,9 +46,9 @@ PY := $(PYTHON)
 STAMP :=
 endif
 
-.PHONY: setup compare report docs test test-gpu list selfcheck clean help
+.PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,17p' Makefile
+	@sed -n '1,21p' Makefile
 
 setup: $(STAMP)
 
@@ -71,6 +75,10 @@ list: $(STAMP)
 
 selfcheck: $(STAMP)
 	$(PY) -m harness selfcheck $(ARGS)
+
+regress: $(STAMP)
+	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
+	$(PY) -m harness regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

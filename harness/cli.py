@@ -1,8 +1,8 @@
-"""`python -m harness {list,compare,report,docs,check,selfcheck}`.
+"""`python -m harness {list,compare,report,docs,check,selfcheck,regress}`.
 
 Bad input is answered with one line on stderr and exit status 2, before any work and without a
 traceback or a partial file. `compare` exits 1 when a check failed (the result file is still written,
-since a failure is a finding), 0 when all is well.
+since a failure is a finding), 0 when all is well. `regress` exits 1 on any regression, 0 on none.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from harness.backends import FRAMEWORKS
 
@@ -68,6 +68,39 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpu-memory-fraction must be a number, not {text!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"--gpu-memory-fraction must be in (0, 1], not {text}")
+    return v
+
+
+def _threshold(text: str) -> float:
+    """10% or 0.1; at least 0.1% and at most 500% (a threshold past that would hide everything)."""
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--threshold must be a fraction (0.1) or a percentage (10%), not {text!r}") from None
+    if not 0.001 <= v <= 5:
+        raise argparse.ArgumentTypeError(f"--threshold must be between 0.1% and 500%, not {text}")
+    return v
+
+
+def _confidence(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--confidence must be a number, not {text!r}") from None
+    if not 0.5 <= v <= 0.999:
+        raise argparse.ArgumentTypeError(f"--confidence must be between 0.5 and 0.999, not {text}")
+    return v
+
+
 def gpu_present() -> bool:
     if not shutil.which("nvidia-smi"):
         return False
@@ -101,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-equivalence", action="store_true")
     c.add_argument("--no-timing", action="store_true")
     c.add_argument("--quiet", action="store_true", help="no progress output")
+    c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
+                   help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3)")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
 
@@ -120,7 +155,33 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selfcheck", help="trust the clock: harness medians vs the frameworks' own benchmark tools")
     s.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS))
     s.add_argument("--out", type=Path, default=None, help="also write the rows as JSON into this folder")
+
+    _add_regress_parser(sub, ORDER)
     return p
+
+
+def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
+    from harness.regress import CLOCKS
+
+    r = sub.add_parser("regress", help="baseline vs candidate: timing changes with intervals, numerical changes")
+    r.add_argument("--baseline", type=Path, required=True, help="a result file")
+    r.add_argument("--candidate", type=Path, default=None,
+                   help="a result file; without it, a fresh run of the baseline's scenarios, frameworks, size, seed")
+    r.add_argument("--threshold", type=_threshold, default=0.10, help="timing change that counts (default 10%%)")
+    r.add_argument("--confidence", type=_confidence, default=0.95, help="of the ratio's interval (default 0.95)")
+    r.add_argument("--clock", choices=CLOCKS, default="device_done")
+    r.add_argument("--scenarios", type=_csv(order, "scenario"), default=None, help="compare only these")
+    r.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=None, help="compare only these")
+    r.add_argument("--variants", default=None, help="compare only these variants (comma-separated)")
+    r.add_argument("--all", action="store_true", help="show unchanged rows too")
+    r.add_argument("--allow-version-change", action="store_true",
+                   help="compare a framework's rows across a change of its version")
+    fresh = r.add_argument_group("fresh candidate run (without --candidate)")
+    fresh.add_argument("--out", type=Path, default=None, help="folder for the candidate's result (default results/)")
+    fresh.add_argument("--timeout", type=_positive_float, default=None, help="seconds per framework per scenario")
+    fresh.add_argument("--isolation", choices=["process", "none"], default=None)
+    fresh.add_argument("--gpu-memory-fraction", type=_fraction, default=None)
+    fresh.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def cmd_list() -> int:
@@ -148,6 +209,8 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
 
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
+    _check_memory_fraction(a.gpu_memory_fraction, len(a.frameworks))
+    _check_faults()
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
     examples = a.examples if a.examples is not None else (25 if size == "full" else 6)
     try:
@@ -157,7 +220,8 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
     opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
-                          timing=not a.no_timing, argv=["python -m harness", *argv])
+                          timing=not a.no_timing, argv=["python -m harness", *argv],
+                          gpu_memory_fraction=a.gpu_memory_fraction)
     doc = run_compare(opts, make_ui(a.quiet))
     name = unused_name(a.out, result_name(doc), with_folder=True)
     pictures = write_timelines(doc, a.out, Path(name).stem)  # referenced from the result, relative to it
@@ -260,6 +324,120 @@ def cmd_selfcheck(a: argparse.Namespace) -> int:
     return run_selfcheck(a.frameworks, a.out)
 
 
+def _check_memory_fraction(option: float | None, n_frameworks: int) -> float:
+    """The fraction in effect (option, else $TRIPTYCH_GPU_MEMORY_FRACTION, else the default); the
+    frameworks' caps must fit in the GPU together."""
+    from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
+
+    if option is None:
+        try:
+            option = memory_fraction()
+        except Unavailable as e:
+            raise UsageError(str(e)) from None
+        where = f"{MEMORY_FRACTION_ENV}={option:g}"
+    else:
+        where = f"--gpu-memory-fraction {option:g}"
+    if option * n_frameworks > 1.0 + 1e-9:
+        raise UsageError(f"{where} x {n_frameworks} frameworks is {option * n_frameworks:.2f} of the GPU: "
+                         "they would not fit in it together")
+    return option
+
+
+def _check_faults() -> None:
+    from harness import faults
+
+    try:
+        faults.planted()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _load_result(path: Path, option: str) -> dict[str, Any]:
+    from harness.results import ResultError, load
+
+    try:
+        return load(path)
+    except ResultError as e:
+        raise UsageError(f"{option} {e}") from None
+
+
+def cmd_regress(a: argparse.Namespace, argv: list[str]) -> int:
+    from harness.regress import RegressError, regress, render
+    from harness.report import make_console
+    from scenarios import ORDER, get
+
+    fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),
+                                 ("--gpu-memory-fraction", a.gpu_memory_fraction)) if v is not None]
+    if a.candidate is not None and fresh_only:
+        raise UsageError(f"{', '.join(fresh_only)} only apply to a fresh candidate run: drop them or --candidate")
+    base = _load_result(a.baseline, "--baseline")
+    cand = _load_result(a.candidate, "--candidate") if a.candidate is not None else None
+    for name in a.scenarios or []:
+        if name not in base["scenarios"]:
+            raise UsageError(f"scenario {name!r} is not in the baseline (it has: {', '.join(base['scenarios'])})")
+    variants = None
+    if a.variants is not None:
+        variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+        if not variants:
+            raise UsageError("no variant given")
+        names = [s for s in (a.scenarios or base["scenarios"]) if s in ORDER]
+        known = {v.name for s in names for v in get(s).variants}
+        unknown = [v for v in variants if v not in known]
+        if unknown:
+            raise UsageError(f"unknown variant {', '.join(map(repr, unknown))} (variants of {', '.join(names)}: "
+                             f"{', '.join(sorted(known))})")
+    if cand is None:
+        cand, cand_name = _fresh_candidate(a, base, argv)
+    else:
+        cand_name = str(a.candidate)
+    try:
+        res = regress(base, cand, base_name=str(a.baseline), cand_name=cand_name, clock=a.clock,
+                      threshold=a.threshold, confidence=a.confidence, scenarios=a.scenarios,
+                      frameworks=a.frameworks, variants=variants, across_versions=a.allow_version_change)
+    except RegressError as e:
+        raise UsageError(str(e)) from None
+    render(res, base, cand, make_console(), show_all=a.all)
+    return 1 if res.regressions else 0
+
+
+def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], str]:
+    """Time the baseline's scenarios and frameworks at its size and seed, now; write the result."""
+    from harness.progress import make_ui
+    from harness.results import ResultError, check_writable, write_atomic
+    from harness.runner import CompareOptions, run_compare
+    from scenarios import ORDER
+
+    scenarios = [s for s in base["scenarios"] if s in ORDER and (a.scenarios is None or s in a.scenarios)]
+    frameworks = [f for f in FRAMEWORKS if f in base["environment"].get("frameworks", {})
+                  and (a.frameworks is None or f in a.frameworks)]
+    if not scenarios or not frameworks:
+        raise UsageError("the baseline names no scenario or framework that this harness can run")
+    if base["size"] not in ("smoke", "full") or not isinstance(base.get("seed"), int):
+        raise UsageError(f"--baseline has size {base['size']!r} and seed {base.get('seed')!r}: cannot rerun it")
+    if not any(r.get("timing") for s in base["scenarios"].values() for r in s["rows"]):
+        raise UsageError("--baseline has no timed rows to compare with")
+    if base["environment"].get("gpu") and not gpu_present():
+        raise UsageError(f"the baseline ran on {base['environment']['gpu']}; this machine has no GPU to rerun it on")
+    fraction = a.gpu_memory_fraction
+    if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
+        fraction = base["environment"]["gpu_memory_fraction"]  # like with like
+    _check_memory_fraction(fraction, len(frameworks))
+    _check_faults()
+    out = a.out if a.out is not None else DEFAULT_OUT
+    try:
+        check_writable(out)
+    except ResultError as e:
+        raise UsageError(str(e)) from None
+    opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
+                          examples=int(base.get("examples") or 1), seed=base["seed"],
+                          isolation=a.isolation or "process", timeout_s=a.timeout or 900.0, equivalence=False,
+                          timing=True, argv=["python -m harness", *argv], gpu_memory_fraction=fraction)
+    doc = run_compare(opts, make_ui(a.quiet))
+    path = write_atomic(doc, out)
+    print(f"candidate: {path}", flush=True)
+    return _load_result(path, "--candidate"), str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -276,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(a)
         if a.cmd == "selfcheck":
             return cmd_selfcheck(a)
+        if a.cmd == "regress":
+            return cmd_regress(a, argv)
     except UsageError as e:
         print(f"harness: error: {e}", file=sys.stderr)
         return 2

@@ -246,7 +246,7 @@ def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
         if eq.get("status") == "failed":
             problems.append(f"{name}: equivalence failed")
         for r in scn["rows"]:
-            if r["status"] in ("wrong", "error", "timeout", "crashed"):
+            if r["status"] in ("wrong", "error", "timeout", "crashed", "oom"):
                 at = f" [{r['label']}]" if r.get("label") else ""
                 problems.append(f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}")
         for xc in scn.get("cross_framework", []):

@@ -237,7 +237,7 @@ def _summary_blocks(doc: dict[str, Any]) -> list[Block]:
     for name, scn in doc["scenarios"].items():
         eq = scn.get("equivalence") or {}
         counts = {k: sum(c["verdict"] == k for c in scn.get("claims", [])) for k in VERDICT_MARK}
-        problems = [r for r in scn["rows"] if r["status"] in ("wrong", "error", "timeout", "crashed")]
+        problems = [r for r in scn["rows"] if r["status"] in ("wrong", "error", "timeout", "crashed", "oom")]
         rows.append([f"[{name}](#{name})", scn.get("title", ""),
                      (eq.get("status", "not run"), {"passed": "ok", "failed": "bad"}.get(eq.get("status"), "")),
                      (f"{counts['confirmed']} ✓ · {counts['refuted']} ✗ · {counts['inconclusive']} ?", ""),

@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 SCHEMA = "triptych.result/1"
+# A row's status: it ran ("ok"; "wrong" when a timed output missed its check), or why it did not.
+STATUSES = ("ok", "wrong", "skipped", "error", "oom", "timeout", "crashed")
+CLOCKS = ("host_return", "device_done", "device_events")
 
 
 class ResultError(ValueError):
@@ -115,11 +118,42 @@ def validate(doc: Any, where: str = "result") -> None:
     for key, kind in (("created", str), ("size", str), ("environment", dict), ("scenarios", dict)):
         if not isinstance(doc.get(key), kind):
             raise ResultError(f"{where}: missing or malformed {key!r}")
+    if not isinstance(doc["environment"].get("frameworks", {}), dict):
+        raise ResultError(f"{where}: malformed environment.frameworks")
     for name, scn in doc["scenarios"].items():
         if not isinstance(scn, dict) or not isinstance(scn.get("rows"), list):
             raise ResultError(f"{where}: scenario {name!r} has no rows")
+        points = scn.get("points", [])
+        if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+            raise ResultError(f"{where}: scenario {name!r} has malformed points")
         for row in scn["rows"]:
             if not isinstance(row, dict) or not {"framework", "variant", "status"} <= row.keys():
                 raise ResultError(f"{where}: scenario {name!r} has a malformed row")
-            if row["status"] in ("ok", "wrong") and not isinstance(row.get("timing"), dict):
-                raise ResultError(f"{where}: {name}/{row['framework']}/{row['variant']} has no timing")
+            at = f"{where}: {name}/{row['framework']}/{row['variant']}"
+            if row["status"] not in STATUSES:
+                raise ResultError(f"{at} has an unknown status {row['status']!r}")
+            point = row.get("point", 0)
+            if points and not (isinstance(point, int) and 0 <= point < len(points)):
+                raise ResultError(f"{at} names point {point!r} of {len(points)}")
+            if row["status"] in ("ok", "wrong"):
+                _validate_timing(row.get("timing"), at)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _validate_timing(t: Any, at: str) -> None:
+    if not isinstance(t, dict):
+        raise ResultError(f"{at} has no timing")
+    for clock in ("host_return", "device_done"):
+        st = t.get(clock)
+        if not isinstance(st, dict) or not all(_number(st.get(k)) for k in ("median", "q1", "q3", "n")) or st["n"] < 1:
+            raise ResultError(f"{at} has malformed {clock} timing")
+    samples = t.get("samples", {})
+    if not isinstance(samples, dict) or any(
+            k not in CLOCKS or not isinstance(v, list) or not all(_number(x) for x in v) for k, v in samples.items()):
+        raise ResultError(f"{at} has malformed timing samples")
+    for clock, v in samples.items():
+        if clock != "device_events" and len(v) != t[clock]["n"]:
+            raise ResultError(f"{at} has {len(v)} {clock} samples where n is {t[clock]['n']}")

@@ -4,7 +4,13 @@ Per scenario: equivalence first (hypothesis draws small params; every framework'
 against the float64 reference and each other), then timing of every variant at the size preset,
 one framework at a time so that they never share the GPU's time. Each framework runs in a child
 process of its own (--isolation process, the default): a crash or hang costs that framework's rows,
-marked with what happened, and the rest of the run goes on.
+marked with what happened, and the rest of the run goes on. A framework lost during equivalence
+(its worker hung, died or ran out of memory) is named in the verdict, and the others are checked
+against the reference and each other without it.
+
+Each framework's allocator is capped at a fraction of the GPU's memory (--gpu-memory-fraction,
+$TRIPTYCH_GPU_MEMORY_FRACTION, 0.3 by default) so that the three worker processes, which live side
+by side, fit in it together; the fraction is recorded in the result's environment.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from harness import worker as W
+from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equivalence import compare_arrays, run_equivalence, tolerance_for
 from harness.results import SCHEMA
 from scenarios import get as get_scenario
@@ -46,6 +53,7 @@ class CompareOptions:
     equivalence: bool = True
     timing: bool = True
     argv: list[str] = field(default_factory=list)
+    gpu_memory_fraction: float | None = None  # None: $TRIPTYCH_GPU_MEMORY_FRACTION or the default
 
 
 def host_env() -> dict[str, Any]:
@@ -110,6 +118,8 @@ def cross_check(scn: Scenario, params: dict[str, Any], rows: list[dict[str, Any]
 
 def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
+    if opts.gpu_memory_fraction is not None:
+        os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
     workers = {fw: W.make_worker(fw, opts.isolation) for fw in opts.frameworks}
     fw_env: dict[str, Any] = {}
     available: list[str] = []
@@ -142,14 +152,9 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                                                    "gpu_only": v.gpu_only} for v in scn.variants]}
             if opts.equivalence:
                 ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
-
-                def execute(fw: str, params: dict[str, Any], scn: Scenario = scn) -> Any:
-                    return workers[fw].request("equiv", scn.name, params, timeout=opts.timeout_s)
-
-                eq = run_equivalence(scn, execute, available, opts.examples, seed=opts.seed)
-                entry["equivalence"] = eq.to_dict()
-                if eq.status == "failed":
-                    ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq.message}")
+                entry["equivalence"] = eq = _equivalence(scn, workers, available, opts)
+                if eq["status"] == "failed":
+                    ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
                 ui.advance()
             rows: list[dict[str, Any]] = []
             points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
@@ -189,9 +194,60 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         "seed": opts.seed,
         "examples": opts.examples,
         "isolation": opts.isolation,
-        "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine},
+        "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine,
+                        "gpu_memory_fraction": _fraction_in_effect()},
         "scenarios": out_scenarios,
     }
+
+
+def _fraction_in_effect() -> float | str:
+    try:
+        return memory_fraction()
+    except Unavailable as e:
+        return str(e)
+
+
+class _FrameworkLost(RuntimeError):
+    pass
+
+
+def _equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], opts: CompareOptions) -> dict[str, Any]:
+    """Equivalence of the frameworks' checked variants. A framework whose worker is lost (hung, died,
+    out of memory) fails the verdict with what happened, and the rest are checked again without it."""
+    excluded: dict[str, str] = {}
+    remaining = list(frameworks)
+    while True:
+        lost: dict[str, str] = {}
+
+        def execute(fw: str, params: dict[str, Any]) -> Any:
+            if not lost:
+                try:
+                    return workers[fw].request("equiv", scn.name, params, timeout=opts.timeout_s)
+                except W.WorkerLost as e:
+                    lost[fw] = f"{e.status}: {e}"
+                except W.WorkerError as e:
+                    if e.status != "oom":
+                        raise  # an impl that raises on some params: hypothesis shrinks to the smallest
+                    lost[fw] = f"{e.status}: {e}"
+            # Sticky: while hypothesis shrinks, no example waits for a lost worker again.
+            fw, why = next(iter(lost.items()))
+            raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
+
+        eq = run_equivalence(scn, execute, remaining, opts.examples, seed=opts.seed)
+        if not lost:
+            break
+        excluded |= lost
+        remaining = [f for f in remaining if f not in lost]
+        if not remaining:
+            break
+    d = eq.to_dict()
+    if excluded:
+        gone = "; ".join(f"{fw} {why}" for fw, why in excluded.items())
+        rest = (f"the others ({', '.join(remaining)}) {eq.status} over {eq.examples} examples"
+                + (f": {eq.message}" if eq.message and remaining else "")) if remaining else "no framework left"
+        d |= {"status": "failed", "frameworks": list(frameworks), "excluded": excluded,
+              "message": f"{scn.name}: lost during equivalence: {gone}; {rest}"}
+    return d
 
 
 def _start_all(workers: dict[str, Any], opts: CompareOptions) -> dict[str, dict[str, Any]]:
@@ -221,10 +277,8 @@ def _time_one(w: Any, fw: str, scn: Scenario, params: dict[str, Any], cfg: Any, 
     try:
         return w.request("time", scn.name, params, cfg, timeout=timeout,
                          progress=lambda text: ui.detail(f"{scn.name} · {fw} · {text}"))
-    except W.WorkerLost as e:
-        status, reason = ("timeout" if "did not answer" in str(e) else "crashed"), str(e)
-    except W.WorkerError as e:
-        status, reason = "error", str(e)
+    except (W.WorkerLost, W.WorkerError) as e:  # timeout / crashed; error / oom
+        status, reason = e.status, str(e)
     ui.note(f"{scn.name}/{fw}: {status} — {reason}")
     return [base | {"variant": v.name, "hazard": v.hazard, "status": status, "reason": reason} for v in scn.variants]
 

@@ -84,6 +84,8 @@ class Measurement:
     checked_repeats: int = 0
     wrong_repeats: int = 0
     worst: str = ""  # the first wrong repeat's description
+    # Every repeat's seconds per clock, in order: what a regression run's confidence interval needs.
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +97,7 @@ class Measurement:
             "checked_repeats": self.checked_repeats,
             "wrong_repeats": self.wrong_repeats,
             "worst": self.worst,
+            "samples": self.samples,
         }
 
 
@@ -169,4 +172,5 @@ def measure(
         checked_repeats=checked,
         wrong_repeats=wrong,
         worst=worst,
+        samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
     )

@@ -3,21 +3,27 @@
 A child process per framework keeps a crash, a hang or an out-of-memory in one framework from taking
 the others with it; the parent talks to it through a pipe and kills it at the request's timeout.
 Requests and answers are plain picklable data: names, params and numpy arrays.
+
+What went wrong becomes a row status: "error" (an exception), "oom" (the framework's own
+out-of-memory error, classified by its backend; the worker is then replaced, the only sure way to
+hand its memory back), "timeout" (no answer in time: killed) and "crashed" (the process died).
+Tests plant each of these with $TRIPTYCH_FAULT (harness/faults.py), which only the child reads.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import traceback
 from typing import Any, Callable
 
 import numpy as np
 
-from harness import backends
+from harness import backends, faults
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.timeline import trace_variant
 from harness.timing import PRESETS, TimingConfig, measure
-from harness.equivalence import compare_outputs
+from harness.equivalence import compare_outputs, relative_error
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays
 
@@ -27,11 +33,36 @@ Progress = Callable[[str], None]
 
 
 class WorkerError(RuntimeError):
-    """The request failed inside the worker; str(self) is a one-line summary."""
+    """The request failed inside the worker; str(self) is a one-line summary, status "error" or "oom"."""
+
+    def __init__(self, message: str, status: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class WorkerLost(RuntimeError):
-    """The worker process died or hung; it will be restarted for the next request."""
+    """The worker process died ("crashed") or hung ("timeout"); it is restarted for the next request."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def failure(fw: str, e: BaseException) -> tuple[str, str]:
+    """(status, one-line summary) of an exception raised while serving fw."""
+    summary = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return ("oom" if backends.get(fw).is_out_of_memory(e) else "error"), summary
+
+
+def _died(fw: str, code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (killed: by the kernel's out-of-memory killer?)" if name == "SIGKILL" else ""
+        return f"{fw} worker died of {name}{hint}"
+    return f"{fw} worker died (exit code {code})"
 
 
 def _sample(a: np.ndarray) -> np.ndarray:
@@ -79,12 +110,15 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
         poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
         want = expected
         captured: dict[str, Arrays] = {}
+        rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
 
-        def check(out: Any, want: Arrays | None = want, name: str = v.name) -> str | None:
+        def check(out: Any, want: Arrays | None = want, name: str = v.name, hazard: bool = v.hazard) -> str | None:
             got = b.to_numpy(out)
             captured.setdefault(name, got)
             if want is None:
                 return None
+            if not hazard:
+                rel_errs.append(relative_error(got, want))
             m = compare_outputs(scn, params, got, want)
             return None if m is None else m.describe()
 
@@ -100,7 +134,8 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
             "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
             "timing": m.to_dict(),
             "check": {"against": against if v is not scn.baseline or against == "reference" else "none",
-                      "checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst},
+                      "checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst,
+                      "max_rel_err": max(rel_errs) if rel_errs else None},
             "host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why,
         }
         if against == "baseline" and v is scn.baseline:
@@ -129,9 +164,11 @@ HANDLERS: dict[str, Callable[..., Any]] = {"hello": hello, "equiv": equiv, "time
                                            "ceilings": ceilings, "selfcheck": selfcheck}
 
 
-def _serve(conn: Any) -> None:
-    """Child process main loop: answer ("ok", result) / ("error", summary, traceback) per request;
-    ("progress", text) messages may come before the answer."""
+def _serve(conn: Any, fw: str | None = None) -> None:
+    """Child process main loop: answer ("ok", result) / ("error", summary, traceback, status) per
+    request; ("progress", text) messages may come before the answer."""
+    if fw is not None:
+        faults.arm_worker(fw)
     while True:
         try:
             msg = conn.recv()
@@ -141,13 +178,15 @@ def _serve(conn: Any) -> None:
             return
         op, args = msg
         try:
+            faults.trigger(op, args[0], args[1] if len(args) > 1 else None, lambda: backends.get(args[0]).load())
             if op == "time":
                 result = HANDLERS[op](*args, progress=lambda text: conn.send(("progress", text)))
             else:
                 result = HANDLERS[op](*args)
             conn.send(("ok", result))
         except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
-            conn.send(("error", f"{type(e).__name__}: {e}".splitlines()[0][:300], traceback.format_exc()))
+            status, summary = failure(args[0], e)
+            conn.send(("error", summary, traceback.format_exc(), status))
 
 
 # -- the parent's handles ------------------------------------------------------------------------
@@ -166,7 +205,8 @@ class LocalWorker:
                 return HANDLERS[op](self.fw, *args, progress=progress or (lambda _t: None))
             return HANDLERS[op](self.fw, *args)
         except Exception as e:  # noqa: BLE001
-            raise WorkerError(f"{type(e).__name__}: {e}".splitlines()[0][:300]) from e
+            status, summary = failure(self.fw, e)
+            raise WorkerError(summary, status) from e
 
     def close(self) -> None:
         pass
@@ -183,7 +223,7 @@ class ProcessWorker:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child,), name=f"triptych-{self.fw}", daemon=True)
+        self._proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
@@ -200,20 +240,25 @@ class ProcessWorker:
                 ready = True
             if not ready:
                 self.kill()
-                raise WorkerLost(f"{self.fw} worker did not answer within {timeout:g} s (killed)")
+                raise WorkerLost(f"{self.fw} worker did not answer within {timeout:g} s (killed)", "timeout")
             try:
                 msg = self._conn.recv()
             except (EOFError, OSError):
+                if self._proc is not None:
+                    self._proc.join(5)  # the exit code is known only once it has been reaped
                 code = self._proc.exitcode if self._proc is not None else None
                 self.kill()
-                raise WorkerLost(f"{self.fw} worker died (exit code {code})") from None
+                raise WorkerLost(_died(self.fw, code), "crashed") from None
             if msg[0] == "progress":
                 if progress is not None:
                     progress(msg[1])
                 continue
             if msg[0] == "ok":
                 return msg[1]
-            raise WorkerError(msg[1])
+            status = msg[3] if len(msg) > 3 else "error"
+            if status == "oom":
+                self.close()  # a fresh process for the next request: all of this one's memory goes back
+            raise WorkerError(msg[1], status)
 
     def kill(self) -> None:
         if self._proc is not None:

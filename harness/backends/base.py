@@ -6,6 +6,7 @@ missing framework costs nothing but its own rows.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -16,6 +17,31 @@ import numpy as np
 
 class Unavailable(RuntimeError):
     """The framework cannot run here; str(self) is the one-line reason."""
+
+
+# The three frameworks run in three processes that live side by side on one GPU (one is timed at a
+# time, but each keeps its allocator's pool). Each caps its own allocator at this fraction of the
+# device's memory so that together they cannot run it out: 3 x 0.3 leaves a tenth for CUDA contexts.
+MEMORY_FRACTION_ENV = "TRIPTYCH_GPU_MEMORY_FRACTION"
+DEFAULT_MEMORY_FRACTION = 0.3
+
+# Words in the errors of the frameworks' allocators when device (or host) memory runs out.
+OOM_WORDS = ("out of memory", "resource_exhausted", "cudaerrormemoryallocation", "cublas_status_alloc_failed",
+             "cudnn_status_alloc_failed", "can't allocate memory")
+
+
+def memory_fraction() -> float:
+    """The fraction of GPU memory each framework may hold: $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3."""
+    text = os.environ.get(MEMORY_FRACTION_ENV, "").strip()
+    if not text:
+        return DEFAULT_MEMORY_FRACTION
+    try:
+        f = float(text)
+    except ValueError:
+        raise Unavailable(f"{MEMORY_FRACTION_ENV}={text!r} is not a number") from None
+    if not 0 < f <= 1:
+        raise Unavailable(f"{MEMORY_FRACTION_ENV}={text} is not a fraction in (0, 1]")
+    return f
 
 
 @dataclass
@@ -38,6 +64,8 @@ class Backend(ABC):
         self.fw: Any = None  # the framework module once loaded
         self.device: Any = None  # the framework's own device object
         self.on_gpu = False
+        # What caps this framework's device memory (set by _load on a GPU; recorded in env()).
+        self.memory_cap: dict[str, Any] = {"fraction": None, "bytes": None, "how": "no cap: not on a GPU"}
 
     # -- availability ---------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
@@ -58,7 +86,10 @@ class Backend(ABC):
                 self._why = str(e)
                 raise
             except ImportError as e:
-                self._why = f"{self.name} is not installed ({e.name or e})"
+                if isinstance(e, ModuleNotFoundError) or e.name:
+                    self._why = f"{self.name} is not installed ({e.name or e})"
+                else:  # installed but broken: a missing CUDA library, an ABI mismatch, ...
+                    self._why = f"{self.name} failed to import: {str(e).splitlines()[0][:200]}"
                 raise Unavailable(self._why) from None
             self._loaded = True
         return self
@@ -125,6 +156,29 @@ class Backend(ABC):
 
     def free_memory(self) -> None:
         """Give cached device memory back so that the other frameworks sharing the GPU can use it."""
+
+    # -- running out of memory --------------------------------------------------------------------
+    def allocate(self, nbytes: int) -> Any:
+        """An uninitialised uint8 array of nbytes on the device, through the framework's allocator
+        (so that the memory cap applies); raises the framework's own out-of-memory error."""
+        return np.empty(nbytes, np.uint8)
+
+    def is_out_of_memory(self, e: BaseException) -> bool:
+        """Is e (or what caused it) the framework running out of device or host memory?"""
+        seen: set[int] = set()
+        x: BaseException | None = e
+        while x is not None and id(x) not in seen:
+            seen.add(id(x))
+            if isinstance(x, MemoryError) or (self._loaded and self._is_oom_type(x)):
+                return True
+            if any(w in str(x).lower() for w in OOM_WORDS):
+                return True
+            x = x.__cause__ or x.__context__
+        return False
+
+    def _is_oom_type(self, e: BaseException) -> bool:
+        """The framework's own out-of-memory exception types (only once it is loaded)."""
+        return False
 
     @abstractmethod
     def env(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable
+from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, memory_fraction
 
 
 class CupyBackend(Backend):
@@ -27,6 +27,11 @@ class CupyBackend(Backend):
         self.device = cupy.cuda.Device(0)
         self.device.use()
         self.on_gpu = self.has_events = self.has_streams = True
+        f = memory_fraction()
+        pool = cupy.get_default_memory_pool()
+        pool.set_limit(fraction=f)  # of the current device's total memory; past it, OutOfMemoryError
+        self.memory_cap = {"fraction": f, "bytes": int(pool.get_limit()),
+                           "how": "cupy.get_default_memory_pool().set_limit(fraction=) (arrays; not cuBLAS handles)"}
 
     def device_label(self) -> str:
         name = self.fw.cuda.runtime.getDeviceProperties(self.device.id)["name"].decode()
@@ -119,6 +124,16 @@ class CupyBackend(Backend):
         self.fw.get_default_memory_pool().free_all_blocks()
         self.fw.get_default_pinned_memory_pool().free_all_blocks()
 
+    def allocate(self, nbytes: int) -> Any:
+        return self.fw.empty(nbytes, dtype=self.fw.uint8)
+
+    def _is_oom_type(self, e: BaseException) -> bool:
+        # The pool raises cupy.cuda.memory.OutOfMemoryError (a MemoryError); a cudaMalloc outside the
+        # pool raises CUDARuntimeError with cudaErrorMemoryAllocation (2).
+        rt = self.fw.cuda.runtime
+        return isinstance(e, self.fw.cuda.memory.OutOfMemoryError) or (
+            isinstance(e, rt.CUDARuntimeError) and getattr(e, "status", None) == 2)
+
     def env(self) -> dict[str, Any]:
         rt = self.fw.cuda.runtime
         props = rt.getDeviceProperties(self.device.id)
@@ -135,6 +150,7 @@ class CupyBackend(Backend):
             "compute_capability": f"{props['major']}.{props['minor']}",
             "memory_bytes": int(props["totalGlobalMem"]),
             "float32_matmul": "cuBLAS default (TF32 only with CUPY_TF32=1)",
+            "memory_cap": self.memory_cap,
         }
 
 

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from harness.backends.base import Backend, SyncCount, TimelineRecorder
+from harness.backends.base import Backend, SyncCount, TimelineRecorder, memory_fraction
 
 
 class JaxBackend(Backend):
@@ -23,6 +23,11 @@ class JaxBackend(Backend):
         # JAX grabs 75% of the GPU at first use unless told otherwise; it shares the GPU with torch and
         # CuPy (in other processes, or in this one). Must be set before the backend initializes.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        # Without preallocation XLA's BFC allocator still stops at a fraction of the device (75% by
+        # default): the harness's share instead. A fraction the user set (under either name) wins;
+        # setting both names is an error in the CUDA plugin, so never add ours next to theirs.
+        if not any(os.environ.get(v) for v in MEM_FRACTION_VARS):
+            os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{memory_fraction():g}"
         import jax
 
         self.fw = jax
@@ -31,6 +36,15 @@ class JaxBackend(Backend):
         gpus = [d for d in _devices(jax, "gpu")]
         self.device = gpus[0] if gpus else jax.devices("cpu")[0]
         self.on_gpu = bool(gpus)
+        if self.on_gpu:
+            var = next(v for v in MEM_FRACTION_VARS if os.environ.get(v))
+            try:
+                fraction: float | None = float(os.environ[var])
+            except ValueError:
+                fraction = None
+            stats = self.device.memory_stats() or {}
+            self.memory_cap = {"fraction": fraction, "bytes": stats.get("bytes_limit"),
+                               "how": f"{var} (XLA's BFC allocator limit; bytes from memory_stats())"}
 
     def device_label(self) -> str:
         if self.on_gpu:
@@ -97,6 +111,13 @@ class JaxBackend(Backend):
     def free_memory(self) -> None:
         self.fw.clear_caches()  # compiled executables; device buffers go with their last reference
 
+    def allocate(self, nbytes: int) -> Any:
+        x = self.fw.numpy.zeros((nbytes,), dtype=self.fw.numpy.uint8, device=self.device)
+        return x.block_until_ready()  # an allocation failure may surface only here
+
+    # is_out_of_memory: JAX raises JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory ...") on the GPU
+    # and the CPU alike; the base class's words catch it.
+
     def env(self) -> dict[str, Any]:
         import jaxlib
 
@@ -107,6 +128,7 @@ class JaxBackend(Backend):
             "backend": self.fw.default_backend(),
             "float32_matmul": "highest (jax_default_matmul_precision)",
             "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true"),
+            "memory_cap": self.memory_cap,
         }
         if self.on_gpu:
             info["gpu"] = self.device.device_kind
@@ -144,6 +166,9 @@ class _JaxTimeline(TimelineRecorder):
                 return spans_from_chrome_trace(json.load(f))
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+MEM_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")  # old name, new name
 
 
 def _devices(jax: Any, platform: str) -> list[Any]:

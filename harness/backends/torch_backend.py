@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder
+from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, memory_fraction
 
 
 class TorchBackend(Backend):
@@ -24,6 +24,13 @@ class TorchBackend(Backend):
         self.on_gpu = bool(torch.cuda.is_available())
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.on_gpu else torch.device("cpu")
         self.has_events = self.has_streams = self.on_gpu
+        if self.on_gpu:
+            f = memory_fraction()
+            # Caps the caching allocator (tensors and cuBLAS workspaces); past it, torch.OutOfMemoryError.
+            torch.cuda.set_per_process_memory_fraction(f, self.device)
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            self.memory_cap = {"fraction": f, "bytes": int(f * total),
+                               "how": "torch.cuda.set_per_process_memory_fraction (caching allocator)"}
 
     def device_label(self) -> str:
         if self.on_gpu:
@@ -104,6 +111,12 @@ class TorchBackend(Backend):
             self.fw.cuda.synchronize()
             self.fw.cuda.empty_cache()
 
+    def allocate(self, nbytes: int) -> Any:
+        return self.fw.empty(nbytes, dtype=self.fw.uint8, device=self.device)
+
+    def _is_oom_type(self, e: BaseException) -> bool:
+        return isinstance(e, self.fw.cuda.OutOfMemoryError)  # torch.OutOfMemoryError since 2.5: the same class
+
     def env(self) -> dict[str, Any]:
         torch = self.fw
         info: dict[str, Any] = {"version": torch.__version__, "device": self.device_label()}
@@ -118,6 +131,7 @@ class TorchBackend(Backend):
                 memory_bytes=p.total_memory,
             )
         info["float32_matmul"] = "highest (TF32 off)"
+        info["memory_cap"] = self.memory_cap
         return info
 
 
