@@ -16,7 +16,7 @@ import numpy as np
 from harness import backends
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.timing import PRESETS, TimingConfig, measure
-from harness.equivalence import compare_outputs
+from harness.equivalence import compare_outputs, strided_sample
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays
 
@@ -34,9 +34,7 @@ class WorkerLost(RuntimeError):
 
 
 def _sample(a: np.ndarray) -> np.ndarray:
-    flat = np.asarray(a).reshape(-1)
-    step = max(1, flat.size // SAMPLE_ELEMS)
-    return flat[::step][:SAMPLE_ELEMS].copy()
+    return strided_sample(a, SAMPLE_ELEMS)
 
 
 # -- request handlers (run inside the worker) ----------------------------------------------------
