@@ -8,6 +8,7 @@ from scenarios.spec import Scenario
 ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
+    "device_creation",
 )
 
 _cache: dict[str, Scenario] = {}

@@ -84,3 +84,37 @@ def test_timed_check_counts_wrong_repeats(monkeypatch):
     assert by["item_each_step"]["status"] == "ok"
     assert by["on_device"]["status"] == "wrong"
     assert by["on_device"]["check"]["wrong"] == by["on_device"]["check"]["checked"] >= 2
+
+
+@pytest.mark.parametrize("framework,variant,wrong", [("torch", "on_device", "uniform"),
+                                                     ("jax", "host_then_copy", "std 1.1")])
+def test_equivalence_catches_a_wrong_generator(monkeypatch, framework, variant, wrong):
+    """A draw with the right mean and variance but the wrong law, or the right law but the wrong spread."""
+    import dataclasses
+    import importlib
+
+    from hypothesis import strategies as st
+
+    from scenarios import strategies as S
+
+    backend_or_skip(framework)
+    impl = importlib.import_module(f"impls.device_creation.{framework}_impl")
+    original = getattr(impl, f"run_{variant}")
+
+    def broken(state):
+        x = backends.get(framework).to_numpy(original(state)["normal"])
+        if wrong == "uniform":
+            return {"normal": np.random.default_rng(0).uniform(-np.sqrt(3), np.sqrt(3), x.shape).astype(np.float32)}
+        return {"normal": x * np.float32(1.1)}
+
+    monkeypatch.setattr(impl, f"run_{variant}", broken)
+    scn = dataclasses.replace(get("device_creation"),
+                              params=lambda: S.params(kind=st.just("normal"), n=st.just(1 << 16)))
+
+    def execute(fw, params):
+        return run_variants(scn, backends.get(fw), params)
+
+    result = run_equivalence(scn, execute, [framework], max_examples=2, seed=1)
+    assert result.status == "failed"
+    assert f"device_creation/{framework}/{variant}" in result.message
+    assert "not the reference's distribution" in result.message and "false-alarm rate <= 1e-09" in result.message
