@@ -30,6 +30,11 @@ def fmt_num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def gbps(nbytes: float, seconds: float) -> float:
+    """Decimal GB/s: what crossed the host-device link (link_bytes) per second of device-done time."""
+    return nbytes / seconds / 1e9
+
+
 def cell(row: dict[str, Any] | None) -> str:
     if row is None:
         return "—"
@@ -45,6 +50,9 @@ def cell(row: dict[str, Any] | None) -> str:
     lines = [f"[bold]{fmt_s(dd['median'])}[/bold] ±{100 * spread:.0f}%{flag}", f"ret {fmt_s(hr['median'])}"]
     if "pct_of_floor" in row:
         lines.append(f"{row['pct_of_floor']:.0f}% of floor")
+    link_bytes = t.get("metrics", {}).get("link_bytes")
+    if link_bytes and dd["median"] > 0:
+        lines.append(f"{gbps(link_bytes, dd['median']):.1f} GB/s")
     if row.get("host_syncs") is not None:
         lines.append(f"host syncs {row['host_syncs']}")
     for k, v in sorted(t.get("metrics", {}).items()):

@@ -86,6 +86,9 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
             return None if m is None else m.describe()
 
         m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard)
+        if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
+            poison()
+            b.synchronize()
         with b.sync_counter() as syncs:
             out = fn(state)
         b.synchronize(out)

@@ -9,6 +9,7 @@ ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
     "device_creation",
+    "pinned_transfer",
 )
 
 _cache: dict[str, Scenario] = {}
