@@ -3,19 +3,23 @@
 Every non-hazard variant of every framework is compared with the float64 reference, elementwise:
 |got - ref| <= atol + rtol * |ref|, with the scenario's tolerance for the dtype (0, 0 = bit-exact).
 Frameworks are then compared pairwise, each pair allowed twice the tolerance (both may sit at the
-edge of the reference's band, on opposite sides). A failure names scenario/framework/variant, the
-worst element, the tolerance, and how to reproduce it.
+edge of the reference's band, on opposite sides). Outputs a scenario declares random
+(Scenario.distributions) are compared by distribution instead: moments and a two-sample test
+against the reference draw, at a stated false-alarm rate. A failure names
+scenario/framework/variant, the worst element (or the failed tests), the tolerance, and how to
+reproduce it.
 """
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from scenarios.spec import Arrays, Params, Scenario
+from scenarios.spec import Arrays, Distribution, Params, Scenario
 
 
 class EquivalenceFailure(AssertionError):
@@ -25,7 +29,7 @@ class EquivalenceFailure(AssertionError):
 @dataclass(frozen=True)
 class Mismatch:
     key: str
-    problem: str  # "values" | "shape" | "missing" | "nan"
+    problem: str  # "values" | "shape" | "missing" | "distribution"
     index: tuple[int, ...] = ()
     got: float = math.nan
     want: float = math.nan
@@ -40,7 +44,7 @@ class Mismatch:
     def describe(self) -> str:
         if self.problem == "missing":
             return f"output {self.key!r} is missing"
-        if self.problem == "shape":
+        if self.problem in ("shape", "distribution"):
             return f"output {self.key!r}: {self.detail}"
         tol = "bit-exact" if self.rtol == self.atol == 0 else f"rtol={self.rtol:g} atol={self.atol:g}"
         return (
@@ -63,31 +67,37 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
     w = np.asarray(want)
     if g.shape != w.shape:
         return Mismatch(key, "shape", detail=f"shape {g.shape} where {w.shape} was expected")
-    if w.dtype.kind in "iub" and rtol == atol == 0:
+    exact = rtol == atol == 0
+    if exact:
+        # Bit-exact: equal values (and matching NaN positions) only. One pass, no float64 copies:
+        # transfers of hundreds of MiB are checked on every repeat of a hazard variant.
         bad = g != w
-        excess = bad.astype(np.float64)
-        allowed = np.zeros(w.shape)
+        if g.dtype.kind in "fc" and w.dtype.kind in "fc" and bad.any():
+            bad &= ~(np.isnan(g) & np.isnan(w))
     else:
         g64 = g.astype(np.float64)
         w64 = w.astype(np.float64)
         ref = np.abs(w64 if scale is None else np.asarray(scale, np.float64))
         allowed = widen * (atol + rtol * ref)
         err = np.abs(g64 - w64)
-        if rtol == atol == 0:
-            # Bit-exact: equal values (and matching NaN positions) only.
-            bad = ~((g64 == w64) | (np.isnan(g64) & np.isnan(w64)))
-        else:
-            bad = ~(err <= allowed)  # NaN in either never passes
-        excess = np.where(bad, np.nan_to_num(err - allowed, nan=np.inf, posinf=np.inf), -np.inf)
+        bad = ~(err <= allowed)  # NaN in either never passes
     n_bad = int(np.count_nonzero(bad))
     if n_bad == 0:
         return None
-    flat = int(np.argmax(excess))
+    if exact:
+        where = np.flatnonzero(bad)
+        diff = np.abs(g.reshape(-1)[where].astype(np.float64) - w.reshape(-1)[where].astype(np.float64))
+        flat = int(where[np.argmax(np.nan_to_num(diff, nan=np.inf, posinf=np.inf))])
+        allowed_at = 0.0
+    else:
+        excess = np.where(bad, np.nan_to_num(err - allowed, nan=np.inf, posinf=np.inf), -np.inf)
+        flat = int(np.argmax(excess))
+        allowed_at = float(np.asarray(allowed).reshape(-1)[flat])
     idx = tuple(int(i) for i in np.unravel_index(flat, w.shape)) if w.ndim else ()
     gv, wv = g.reshape(-1)[flat], w.reshape(-1)[flat]
     return Mismatch(
         key, "values", idx, got=float(gv), want=float(wv),
-        abs_err=float(abs(np.float64(gv) - np.float64(wv))), allowed=float(np.asarray(allowed).reshape(-1)[flat]),
+        abs_err=float(abs(np.float64(gv) - np.float64(wv))), allowed=allowed_at,
         n_bad=n_bad, size=int(w.size), rtol=rtol * widen, atol=atol * widen,
     )
 
@@ -116,14 +126,67 @@ def relative_error(got: Arrays, want: Arrays, chunk: int = 1 << 22) -> float:
     return worst
 
 
+def strided_sample(a: Any, k: int) -> np.ndarray:
+    """At most k evenly strided elements of a, flattened (a copy)."""
+    flat = np.asarray(a).reshape(-1)
+    step = max(1, flat.size // k)
+    return flat[::step][:k].copy()
+
+
+def compare_distribution(key: str, got: Any, want: np.ndarray, dist: Distribution) -> Mismatch | None:
+    """None when got could be a draw from the law want was drawn from; else which tests rejected it.
+
+    See scenarios.spec.Distribution: Welch's t (means), Brown-Forsythe (spreads) and two-sample
+    Kolmogorov-Smirnov (laws), each at alpha/3, on at most dist.sample strided elements of each.
+    """
+    from scipy import stats
+
+    g, w = np.asarray(got), np.asarray(want)
+    if g.shape != w.shape:
+        return Mismatch(key, "shape", detail=f"shape {g.shape} where {w.shape} was expected")
+    gs = strided_sample(g, dist.sample).astype(np.float64)
+    ws = strided_sample(w, dist.sample).astype(np.float64)
+    bad = ~np.isfinite(gs)
+    if bad.any():
+        first = int(np.argmax(bad))
+        return Mismatch(key, "distribution", size=int(g.size), detail=(
+            f"{int(bad.sum())} non-finite values among {gs.size} sampled (first: {float(gs[first])!r})"))
+    if gs.size < dist.min_size:
+        return None
+    level = dist.alpha / 3
+    with warnings.catch_warnings():  # a constant draw makes scipy warn (and fail the test): say it once, below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = {
+            "Welch t (means)": stats.ttest_ind(gs, ws, equal_var=False).pvalue,
+            "Brown-Forsythe (spreads)": stats.levene(gs, ws, center="median").pvalue,
+            "Kolmogorov-Smirnov (laws)": stats.ks_2samp(gs, ws).pvalue,
+        }
+    failed = [f"{name} p={pv:.2g}" for name, pv in p.items() if not pv >= level]  # a NaN p fails too
+    if not failed:
+        return None
+    return Mismatch(key, "distribution", size=int(g.size), detail=(
+        f"not the reference's distribution: {', '.join(failed)} < alpha/3={level:.2g}; "
+        f"got mean {gs.mean():.4g} std {gs.std():.4g}, want mean {ws.mean():.4g} std {ws.std():.4g} "
+        f"({gs.size} sampled elements each; false-alarm rate <= {dist.alpha:g})"))
+
+
+def compare_key(scenario: Scenario, params: Params, key: str, got: Any, want: Any, widen: float = 1.0,
+                scale: np.ndarray | None = None) -> Mismatch | None:
+    """One output: by distribution where the scenario declares it random, else elementwise."""
+    w = np.asarray(want)
+    dist = scenario.distributions.get(key)
+    if dist is not None:
+        return compare_distribution(key, got, w, dist)
+    rtol, atol = tolerance_for(scenario, params, w)
+    return compare_arrays(key, got, w, rtol, atol, widen, scale)
+
+
 def compare_outputs(scenario: Scenario, params: Params, got: Arrays, want: Arrays, widen: float = 1.0,
                     scale: Arrays | None = None) -> Mismatch | None:
     for key, w in want.items():
         if key not in got:
             return Mismatch(key, "missing")
-        rtol, atol = tolerance_for(scenario, params, np.asarray(w))
-        m = compare_arrays(key, got[key], np.asarray(w), rtol, atol, widen,
-                           None if scale is None else scale.get(key))
+        m = compare_key(scenario, params, key, got[key], w, widen, None if scale is None else scale.get(key))
         if m is not None:
             return m
     return None

@@ -141,12 +141,21 @@ def _cell(row: dict[str, Any] | None, scale: float, notes: _Notes) -> tuple[str,
     return text, high
 
 
+def gbps(row: dict[str, Any]) -> float:
+    """Decimal GB/s: what crossed the host-device link (the impl's link_bytes) per second of device-done."""
+    link_bytes = row["timing"].get("metrics", {}).get("link_bytes")
+    dd = row["timing"]["device_done"]["median"]
+    return link_bytes / dd / 1e9 if link_bytes and dd > 0 else 0.0
+
+
 def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool) -> list[tuple[str, list[str]]]:
     """The indented lines under a variant: floor, host syncs, wrong runs, metrics; only where some cell has one."""
     ok = [r if timed(r) else None for r in rows]
     out: list[tuple[str, list[str]]] = []
     if any(r and "pct_of_floor" in r for r in ok):
         out.append(("% of floor", [fmt_pct(r["pct_of_floor"]) if r and "pct_of_floor" in r else "" for r in ok]))
+    if any(r and r["timing"].get("metrics", {}).get("link_bytes") for r in ok):
+        out.append(("GB/s", [f"{gbps(r):.1f}" if r and gbps(r) else "" for r in ok]))
     if any(r and r.get("host_syncs") is not None for r in ok):
         out.append(("host syncs", [str(r["host_syncs"]) if r and r.get("host_syncs") is not None else "" for r in ok]))
     if hazard:

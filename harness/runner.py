@@ -26,7 +26,7 @@ import numpy as np
 
 from harness import worker as W
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
-from harness.equivalence import compare_arrays, run_equivalence, tolerance_for
+from harness.equivalence import compare_key, run_equivalence
 from harness.results import SCHEMA
 from scenarios import get as get_scenario
 from scenarios.spec import Scenario
@@ -107,9 +107,7 @@ def cross_check(scn: Scenario, params: dict[str, Any], rows: list[dict[str, Any]
     (fa, a), problems = samples[0], []
     for fb, b in samples[1:]:
         for key, va in a.items():
-            va = np.asarray(va)
-            rtol, atol = tolerance_for(scn, params, va)
-            m = compare_arrays(key, b.get(key, np.array([])), va, rtol, atol, widen=2.0)
+            m = compare_key(scn, params, key, b.get(key, np.array([])), va, widen=2.0)
             if m is not None:
                 problems.append(f"{fa} vs {fb}: {m.describe()}")
     return {"frameworks": [f for f, _ in samples], "status": "agree" if not problems else "disagree",

@@ -23,7 +23,7 @@ from harness import backends, faults
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.timeline import trace_variant
 from harness.timing import PRESETS, TimingConfig, measure
-from harness.equivalence import compare_outputs, relative_error
+from harness.equivalence import compare_outputs, relative_error, strided_sample
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays
 
@@ -66,9 +66,7 @@ def _died(fw: str, code: int | None) -> str:
 
 
 def _sample(a: np.ndarray) -> np.ndarray:
-    flat = np.asarray(a).reshape(-1)
-    step = max(1, flat.size // SAMPLE_ELEMS)
-    return flat[::step][:SAMPLE_ELEMS].copy()
+    return strided_sample(a, SAMPLE_ELEMS)
 
 
 # -- request handlers (run inside the worker) ----------------------------------------------------
@@ -123,6 +121,9 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
             return None if m is None else m.describe()
 
         m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard)
+        if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
+            poison()
+            b.synchronize()
         with b.sync_counter() as syncs:
             out = fn(state)
         b.synchronize(out)

@@ -8,6 +8,8 @@ from scenarios.spec import Scenario
 ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
+    "device_creation",
+    "pinned_transfer",
     "copy_compute_overlap",
     "event_sync",
     "concurrent_kernels",

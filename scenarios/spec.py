@@ -49,6 +49,26 @@ EXACT = Tolerance({})
 
 
 @dataclass(frozen=True)
+class Distribution:
+    """An output compared by its distribution, not element by element: a random draw, whose values
+    depend on the generator (numpy, torch's CPU and CUDA generators, cuRAND, JAX's threefry all
+    differ) while its law must not.
+
+    The output and the reference (a numpy draw from the intended law) are compared on at most
+    ``sample`` evenly strided elements of each, by three scipy tests: Welch's t-test (means), the
+    Brown-Forsythe test (``scipy.stats.levene`` about the median: spreads) and the two-sample
+    Kolmogorov-Smirnov test (the whole law). Each runs at ``alpha / 3``, so a correct generator is
+    rejected with probability at most ``alpha`` per comparison (Bonferroni). The tests are
+    deterministic given the data, and the data are deterministic given the seed. Below ``min_size``
+    elements they can tell nothing apart; only finiteness is checked there.
+    """
+
+    alpha: float = 1e-9
+    sample: int = 1 << 16
+    min_size: int = 32
+
+
+@dataclass(frozen=True)
 class Verdict:
     claim: str
     framework: str
@@ -97,6 +117,8 @@ class Scenario:
     # One extra, untimed run per variant that records what ran when on which stream (harness/timeline.py):
     # drawn as a PNG and written as a Chrome/Perfetto trace next to the result file.
     timeline: bool = False
+    # Output keys compared by distribution (random draws) instead of elementwise; see Distribution.
+    distributions: Mapping[str, Distribution] = field(default_factory=dict)
 
     @property
     def baseline(self) -> Variant:

@@ -37,3 +37,20 @@ def gpu_backend_or_skip(fw: str) -> backends.Backend:
     if not b.on_gpu:
         pytest.skip(f"{fw} runs on the CPU here: this test needs a CUDA GPU")
     return b
+
+
+def synthetic_row(variant, done, ret=None, iqr=0.0, link=1, pct=None, floor=None, **metrics):
+    """A timing row as the worker writes it, with only what the claims read (for verdict tests)."""
+    t = {"device_done": {"median": done, "iqr": iqr}, "host_return": {"median": done if ret is None else ret},
+         "metrics": {"link_bytes": link, **metrics}}
+    row = {"variant": variant, "timing": t, "check": {"wrong": 0, "checked": 0}}
+    if pct is not None:
+        row |= {"pct_of_floor": pct, "floor_s": floor}
+    return row
+
+
+def judge_claim(scenario, claim, rows, params, fw="torch"):
+    from scenarios import get
+
+    c = next(c for c in get(scenario).claims if c.id == claim)
+    return c.judge({r["variant"]: r for r in rows}, fw, params)

@@ -159,7 +159,8 @@ def test_the_cli_writes_the_result_with_rows_that_say_what_happened(tmp_path):
     fault = "async_dispatch:torch:raise:time,sync_points:jax:oom:time"
     env = dict(os.environ, PYTHONPATH=str(ROOT), **{faults.ENV: fault})
     r = subprocess.run([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--seed", "2", "--examples", "1",
-                        "--frameworks", "torch,jax", "--no-equivalence", "--out", str(out)],
+                        "--frameworks", "torch,jax", "--scenarios", "async_dispatch,sync_points", "--no-equivalence",
+                        "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "FAILED async_dispatch/torch/sync_each: error" in r.stderr

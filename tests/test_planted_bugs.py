@@ -84,3 +84,66 @@ def test_timed_check_counts_wrong_repeats(monkeypatch):
     assert by["item_each_step"]["status"] == "ok"
     assert by["on_device"]["status"] == "wrong"
     assert by["on_device"]["check"]["wrong"] == by["on_device"]["check"]["checked"] >= 2
+
+
+@pytest.mark.parametrize("framework,variant,wrong", [("torch", "on_device", "uniform"),
+                                                     ("jax", "host_then_copy", "std 1.1")])
+def test_equivalence_catches_a_wrong_generator(monkeypatch, framework, variant, wrong):
+    """A draw with the right mean and variance but the wrong law, or the right law but the wrong spread."""
+    import dataclasses
+    import importlib
+
+    from hypothesis import strategies as st
+
+    from scenarios import strategies as S
+
+    backend_or_skip(framework)
+    impl = importlib.import_module(f"impls.device_creation.{framework}_impl")
+    original = getattr(impl, f"run_{variant}")
+
+    def broken(state):
+        x = backends.get(framework).to_numpy(original(state)["normal"])
+        if wrong == "uniform":
+            return {"normal": np.random.default_rng(0).uniform(-np.sqrt(3), np.sqrt(3), x.shape).astype(np.float32)}
+        return {"normal": x * np.float32(1.1)}
+
+    monkeypatch.setattr(impl, f"run_{variant}", broken)
+    scn = dataclasses.replace(get("device_creation"),
+                              params=lambda: S.params(kind=st.just("normal"), n=st.just(1 << 16)))
+
+    def execute(fw, params):
+        return run_variants(scn, backends.get(fw), params)
+
+    result = run_equivalence(scn, execute, [framework], max_examples=2, seed=1)
+    assert result.status == "failed"
+    assert f"device_creation/{framework}/{variant}" in result.message
+    assert "not the reference's distribution" in result.message and "false-alarm rate <= 1e-09" in result.message
+
+
+@pytest.mark.parametrize("variant", ["h2d_pageable", "d2h_pageable"])
+def test_poison_makes_a_copy_that_never_happened_visible(monkeypatch, variant):
+    """An impl that copies on its first call and afterwards hands back its destination without copying
+    is caught on every checked repeat: the destination is poisoned (bits flipped) before each run, so
+    the first call's bytes cannot pass for later copies."""
+    import importlib
+
+    from harness import worker
+
+    backend_or_skip("torch")
+    impl = importlib.import_module("impls.pinned_transfer.torch_impl")
+    dest = "dst" if variant.startswith("h2d") else "out_pageable"
+    original, calls = getattr(impl, f"run_{variant}"), []
+
+    def copies_once(state):
+        calls.append(1)
+        return original(state) if len(calls) == 1 else {"x": state[dest]}
+
+    monkeypatch.setattr(impl, f"run_{variant}", copies_once)
+    params = get("pinned_transfer").points("smoke")[0] | {"seed": 3}
+    rows = worker.time_scenario("torch", "pinned_transfer", params, worker.timing_config("smoke"),
+                                progress=lambda _t: None)
+    by = {r["variant"]: r for r in rows}
+    assert by[variant]["status"] == "wrong"
+    assert by[variant]["check"]["wrong"] == by[variant]["check"]["checked"] >= 2
+    assert "bit-exact" in by[variant]["check"]["worst"]
+    assert all(r["status"] in ("ok", "skipped") for v, r in by.items() if v != variant)

@@ -89,8 +89,11 @@ def test_three_impls_expose_the_same_functions_in_the_same_order(name):
         not_expressible = _literal(path, "NOT_EXPRESSIBLE")
         also_on_cpu = _literal(path, "ALSO_ON_CPU")
         assert all(s.variant(v).gpu_only for v in also_on_cpu), f"{fw}: ALSO_ON_CPU names a variant that is not gpu_only"
+        assert set(not_expressible) <= {v.name for v in s.variants}, f"{fw}: NOT_EXPRESSIBLE names unknown variants"
+        assert all(isinstance(why, str) and why for why in not_expressible.values()), f"{fw}: give each reason"
         for v in s.variants:
             assert f"run_{v.name}" in defined or v.name in not_expressible, f"{fw}: no run_{v.name} and no reason"
+            assert not (f"run_{v.name}" in defined and v.name in not_expressible), f"{fw}: run_{v.name} is dead code"
         assert len(path.read_text().splitlines()) <= 200, f"{path} is over the ~150-line budget"
 
 
