@@ -26,7 +26,7 @@ def skip_reason(scenario: Scenario, variant: Variant, backend: Backend, impl: Mo
     why = getattr(impl, "NOT_EXPRESSIBLE", {}).get(variant.name)
     if why:
         return f"not expressible in {backend.name}: {why}"
-    if variant.gpu_only and not backend.on_gpu:
+    if variant.needs_gpu(backend.name) and not backend.on_gpu:
         return f"needs a CUDA device ({backend.name} runs on the CPU here)"
     if not hasattr(impl, f"run_{variant.name}"):
         return f"impls/{scenario.name}/{backend.name}_impl.py has no run_{variant.name}"

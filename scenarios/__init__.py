@@ -8,6 +8,9 @@ from scenarios.spec import Scenario
 ORDER: tuple[str, ...] = (
     "async_dispatch",
     "sync_points",
+    "input_pipeline",
+    "launch_overhead",
+    "dlpack_handoff",
 )
 
 _cache: dict[str, Scenario] = {}
