@@ -56,8 +56,14 @@ def pointer(x):
     return x.data.ptr
 
 
-def wait(part, kept):
+def wait(part, arrays):
     part["stream"].synchronize()
+
+
+def fill_nan(part, arrays):
+    with on_stream(part):  # the stream the next run's stages allocate on: ordered before any reuse
+        for a in arrays:
+            a.fill(cupy.nan)
 
 
 def prepare(inputs, params, device):

@@ -1,5 +1,5 @@
 """The ring the three dlpack_handoff impls share. Framework-free: it only calls each member's functions
-(member, upload, on_stream, stage, busy, take, to_host, from_host, pointer, wait), which each
+(member, upload, on_stream, stage, busy, take, to_host, from_host, pointer, wait, fill_nan), which each
 <framework>_impl.py defines with that framework's rules.
 
 A framework's row starts the ring with that framework and ends it there: torch's row runs
@@ -29,7 +29,8 @@ def prepare(first, inputs, device):
         part = mod.member(device if name == first else b.device)
         members.append({"mod": mod, "part": part, "w": mod.upload(part, inputs["w"])})
     first_member = members[0]
-    return {"members": members, "x": first_member["mod"].upload(first_member["part"], inputs["x"]), "kept": []}
+    return {"members": members, "x": first_member["mod"].upload(first_member["part"], inputs["x"]), "kept": [],
+            "out": None}
 
 
 def hop(src, dst, y, how, counts):
@@ -58,8 +59,8 @@ def run(state, how):
             x = y
         elif how == "off_stream":
             x = hop(m, nxt, y, how, counts)  # the hazard: exported with the producer's default stream current
-        kept += [y, x]
-    state["kept"] = kept  # every producer buffer outlives its consumers' work: released after the next settle
+        kept += [(m, y, True), (nxt, x, False)]  # (framework, array, made by that framework's stage)
+    state["kept"], state["out"] = kept, x  # every buffer outlives its consumers' work: released by settle
     emit("ring_frameworks", n)
     emit("hops", counts["hops"])
     emit("zero_copy_hops", counts["same"])
@@ -68,7 +69,15 @@ def run(state, how):
 
 
 def settle(state):
-    """Before each run (untimed): wait for every member's streams, then drop the buffers the last run kept."""
-    for m in state["members"]:
-        m["mod"].wait(m["part"], state["kept"])
-    state["kept"] = []
+    """Before each run (untimed): wait for every member's streams, fill the buffers the last run's stages made
+    with NaN, then release them. A recycled block then holds NaN, not last run's identical values, so a
+    consumer that reads it too early (the hazard) cannot pass by luck."""
+    kept, members = state["kept"], state["members"]
+    for m in members:
+        m["mod"].wait(m["part"], [a for owner, a, _ in kept if owner is m])
+    if kept:  # the output's memory is the harness's (it may still hold a host view of it): never overwritten
+        out = members[0]["mod"].pointer(state["out"])
+        for m in members:
+            m["mod"].fill_nan(m["part"], [a for owner, a, made in kept
+                                          if owner is m and made and m["mod"].pointer(a) != out])
+    state["kept"], state["out"] = [], None

@@ -56,9 +56,15 @@ def pointer(x):
     return x.data_ptr()
 
 
-def wait(part, kept):
+def wait(part, arrays):
     if part["stream"] is not None:
         part["stream"].synchronize()
+
+
+def fill_nan(part, arrays):
+    with on_stream(part):  # the stream the next run's stages allocate on: ordered before any reuse
+        for t in arrays:
+            t.fill_(float("nan"))
 
 
 def prepare(inputs, params, device):
