@@ -130,9 +130,12 @@ def cmd_list() -> int:
 
 
 def _gpu_mark(v) -> str:
+    """' [gpu]' or ' [gpu: torch, cupy]', escaped: rich would take the brackets for markup and drop them."""
+    from rich.markup import escape
+
     if isinstance(v.gpu_only, tuple):
-        return f" [gpu: {', '.join(v.gpu_only)}]"
-    return " [gpu]" if v.gpu_only else ""
+        return escape(f" [gpu: {', '.join(v.gpu_only)}]")
+    return escape(" [gpu]") if v.gpu_only else ""
 
 
 def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:

@@ -64,3 +64,11 @@ def test_cuda_graph_replays_the_chain_into_its_static_output(fw):
     with collecting() as graph:
         b.synchronize(impl.run_graph(state))
     assert eager["host_us_per_op"] > 3 * graph["host_us_per_op"], (eager, graph)
+
+
+def test_list_marks_which_frameworks_need_a_gpu_for_graph():
+    from tests.test_cli import run
+
+    r = run("list")
+    assert r.returncode == 0
+    assert "graph [gpu: torch, cupy]" in r.stdout and "prefetched [gpu]" in r.stdout

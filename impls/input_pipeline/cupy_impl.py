@@ -24,8 +24,8 @@ def prepare(inputs, params, device):
                  "w1": cupy.asarray(inputs["w1"]), "w2": cupy.asarray(inputs["w2"]),
                  "lr": float(inputs["lr"]), "steps": int(params["steps"]),
                  "side": cupy.cuda.Stream(non_blocking=True),  # the copy stream
-                 "ring": [{"pinned": (cupyx.empty_pinned(xs.shape[1:], xs.dtype), cupyx.empty_pinned(ys.shape[1:], ys.dtype)),
-                           "dev": (cupy.empty(xs.shape[1:], xs.dtype), cupy.empty(ys.shape[1:], ys.dtype)),
+                 "ring": [{"pinned": tuple(cupyx.empty_pinned(a.shape[1:], a.dtype) for a in (xs, ys)),
+                           "dev": tuple(cupy.empty(a.shape[1:], a.dtype) for a in (xs, ys)),
                            "copied": cupy.cuda.Event(disable_timing=True), "used": cupy.cuda.Event(disable_timing=True)}
                           for _ in range(RING)]}
     return state  # everything above is uploaded or allocated once, untimed
