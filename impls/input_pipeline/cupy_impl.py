@@ -1,11 +1,12 @@
 """input_pipeline in CuPy.
 
-`naive` uploads each pageable batch with cupy.asarray on the current stream: the copy is queued behind
-the previous step and the host returns only once the pageable data is staged. `prefetched` runs a ring
-of two page-locked slots (cupyx.empty_pinned) and two device slots: the host fills a pinned slot, the
-copy goes on a non-blocking side stream, and events order reuse both ways (the host waits for the copy
-that last read a pinned slot; the side stream waits for the step that last read a device slot).
-`compute_only` runs the same steps on batches staged on the device beforehand.
+`naive` uploads each batch with cupy.asarray on the current stream. CuPy already stages a numpy array
+through its pinned memory pool (a host memcpy) and copies asynchronously, so the host does not wait for
+the transfer; but the copy is queued behind the previous step on the compute stream, and the step
+waits for it. `prefetched` runs a ring of two page-locked slots (cupyx.empty_pinned) and two device
+slots: the host fills a pinned slot, the copy goes on a non-blocking side stream, and events order
+reuse both ways (the host waits for the copy that last read a pinned slot; the side stream waits for
+the step that last read a device slot). `compute_only` runs the same steps on pre-staged batches.
 """
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ def to_device_ahead(state, batches):
 
 
 def run_naive(state):
+    # asarray: memcpy into CuPy's pinned pool, then an async copy on the compute stream, between two steps
     return train(state, ((cupy.asarray(x), cupy.asarray(y)) for x, y in host_batches(state, pin=False)))
 
 
