@@ -64,6 +64,7 @@ def fill_nan(part, arrays):
     with on_stream(part):  # the stream the next run's stages allocate on: ordered before any reuse
         for a in arrays:
             a.fill(cupy.nan)
+    wait(part, arrays)  # done before the next timed run starts
 
 
 def prepare(inputs, params, device):

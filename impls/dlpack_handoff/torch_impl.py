@@ -65,6 +65,7 @@ def fill_nan(part, arrays):
     with on_stream(part):  # the stream the next run's stages allocate on: ordered before any reuse
         for t in arrays:
             t.fill_(float("nan"))
+    wait(part, arrays)  # done before the next timed run starts
 
 
 def prepare(inputs, params, device):
