@@ -194,10 +194,19 @@ def cmd_list() -> int:
     for col in ("scenario", "variants (baseline first)", "concept"):
         t.add_column(col)
     for s in all_scenarios():
-        vs = "\n".join(v.name + (" (hazard)" if v.hazard else "") + (" [gpu]" if v.gpu_only else "") for v in s.variants)
+        vs = "\n".join(v.name + (" (hazard)" if v.hazard else "") + _gpu_mark(v) for v in s.variants)
         t.add_row(f"{s.name}\n[dim]{s.title}[/dim]", vs, s.concept)
     make_console().print(t)
     return 0
+
+
+def _gpu_mark(v) -> str:
+    """' [gpu]' or ' [gpu: torch, cupy]', escaped: rich would take the brackets for markup and drop them."""
+    from rich.markup import escape
+
+    if isinstance(v.gpu_only, tuple):
+        return escape(f" [gpu: {', '.join(v.gpu_only)}]")
+    return escape(" [gpu]") if v.gpu_only else ""
 
 
 def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:

@@ -87,6 +87,14 @@ class DocsError(Exception):
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+def _gpu_mark(v: Any) -> str:
+    if not v.gpu_only:
+        return ""
+    if v.gpu_only is True:
+        return " *(GPU only)*"
+    return f" *(GPU only in {', '.join(NAMES[f] for f in v.gpu_only)})*"
+
+
 def not_expressible(root: Path, scenario: str, fw: str) -> dict[str, str]:
     """The impl's NOT_EXPRESSIBLE = {variant: why}, read from its syntax tree (no framework import)."""
     path = root / "impls" / scenario / f"{fw}_impl.py"
@@ -238,12 +246,13 @@ def porting_guide(root: Path = ROOT) -> str:
                      + "| **impl** | " + " | ".join(impl[fw] for fw in FRAMEWORKS) + " |")
         parts.append(f"Spec: [`scenarios/{s.name}.py`](../scenarios/{s.name}.py). Variants, baseline first:\n\n"
                      + "\n".join(f"- `{v.name}`" + (" *(hazard)*" if v.hazard else "")
-                                 + (" *(GPU only)*" if v.gpu_only else "") + f" — {v.doc}" for v in s.variants))
+                                 + _gpu_mark(v) + f" — {v.doc}" for v in s.variants))
         traps = [f"**{NAMES.get(fw, fw)}**: {s.framework_notes[fw]}" for fw in FRAMEWORKS if fw in s.framework_notes]
         for fw in FRAMEWORKS:
             for variant, why in not_expressible(root, s.name, fw).items():
                 traps.append(f"**{NAMES[fw]}** has no equivalent of `{variant}`: {why}")
-        gpu_only = [v.name for v in s.variants if v.gpu_only]
+        gpu_only = [v.name + ("" if v.gpu_only is True else f" (in {', '.join(NAMES[f] for f in v.gpu_only)})")
+                    for v in s.variants if v.gpu_only]
         if gpu_only:
             traps.append(f"{', '.join(f'`{v}`' for v in gpu_only)} need a CUDA device (streams, events or pinned "
                          "memory): on a CPU device they are skipped with that reason")

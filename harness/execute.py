@@ -5,7 +5,6 @@ The impl contract (impls/<scenario>/<framework>_impl.py, same names in all three
     run_<variant>(state) -> outputs            enqueue the work; outputs: dict of arrays/scalars
     poison(state)            (optional)        overwrite preallocated outputs before every run
     NOT_EXPRESSIBLE = {variant: why}           (optional) variants this framework cannot express
-    ALSO_ON_CPU = {variant: why}               (optional) gpu_only variants this framework expresses
                                                without CUDA streams or events (JAX's data flow), so
                                                they run on a CPU device too
 The harness, not the impl, converts to numpy, synchronizes and times.
@@ -29,7 +28,7 @@ def skip_reason(scenario: Scenario, variant: Variant, backend: Backend, impl: Mo
     why = getattr(impl, "NOT_EXPRESSIBLE", {}).get(variant.name)
     if why:
         return f"not expressible in {backend.name}: {why}"
-    if variant.gpu_only and not backend.on_gpu and variant.name not in getattr(impl, "ALSO_ON_CPU", {}):
+    if variant.needs_gpu(backend.name) and not backend.on_gpu:
         return f"needs a CUDA device ({backend.name} runs on the CPU here)"
     if not hasattr(impl, f"run_{variant.name}"):
         return f"impls/{scenario.name}/{backend.name}_impl.py has no run_{variant.name}"

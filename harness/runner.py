@@ -147,7 +147,8 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         for scn in scenarios:
             entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept,
                                      "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
-                                                   "gpu_only": v.gpu_only} for v in scn.variants]}
+                                                   "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
+                                                   else list(v.gpu_only)} for v in scn.variants]}
             if opts.equivalence:
                 ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
                 entry["equivalence"] = eq = _equivalence(scn, workers, available, opts)

@@ -13,6 +13,9 @@ ORDER: tuple[str, ...] = (
     "copy_compute_overlap",
     "event_sync",
     "concurrent_kernels",
+    "input_pipeline",
+    "launch_overhead",
+    "dlpack_handoff",
 )
 
 _cache: dict[str, Scenario] = {}

@@ -74,7 +74,7 @@ SCENARIO = Scenario(
     variants=(
         Variant("one_stream", "every job's kernel on one stream, one after another (JAX: one dispatch per job)"),
         Variant("many_streams", "job j's kernel on stream j, all at once (JAX: one jitted program holding every "
-                                "job's kernel; XLA decides what runs concurrently)", gpu_only=True),
+                                "job's kernel; XLA decides what runs concurrently)", gpu_only=("torch", "cupy")),
         Variant("batched", "one kernel launch over all the jobs' data: no streams needed"),
     ),
     params=lambda: S.params(jobs=st.integers(1, 6), elems=S.dims(1, 300), iters=st.integers(0, 50)),

@@ -108,7 +108,7 @@ SCENARIO = Scenario(
     variants=(
         Variant("serial", "one stream: copy batch i (from pinned memory), compute it, then copy batch i+1"),
         Variant("overlapped", "a copy stream and a compute stream, two staging buffers and events: batch i+1 is "
-                              "copied while batch i computes (JAX: device_put issued ahead of the step)", gpu_only=True),
+                              "copied while batch i computes (JAX: device_put issued ahead of the step)", gpu_only=("torch", "cupy")),
     ),
     params=lambda: S.params(batches=S.dims(1, 6), rows=S.dims(1, 48), dim=S.dims(1, 48), features=S.dims(1, 48)),
     sizes={

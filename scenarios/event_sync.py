@@ -94,9 +94,9 @@ SCENARIO = Scenario(
         Variant("device_synchronize", "the host waits for the whole device (every stream, the unrelated background "
                                       "upload too), then enqueues the consumer"),
         Variant("stream_synchronize", "the host waits for the producer's stream only, then enqueues the consumer",
-                gpu_only=True),
+                gpu_only=("torch", "cupy")),
         Variant("event_wait", "the consumer's stream waits on an event recorded after the producer: the GPU waits, "
-                              "the host goes on (JAX: plain data flow)", gpu_only=True),
+                              "the host goes on (JAX: plain data flow)", gpu_only=("torch", "cupy")),
         Variant("no_sync", "the consumer is enqueued on its stream with no wait: it may read the producer's buffer "
                            "before the producer has written it", hazard=True, gpu_only=True),
     ),

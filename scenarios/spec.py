@@ -22,13 +22,20 @@ class Variant:
 
     ``hazard`` variants are *meant* to be wrong sometimes (a missing sync): they are excluded from
     equivalence and reported with how often their result was wrong. ``gpu_only`` variants need a CUDA
-    device (streams, events, pinned memory) and are skipped, with that reason, on a CPU device.
+    device (streams, events, pinned memory) and are skipped, with that reason, on a CPU device. A tuple
+    of framework names limits that to those frameworks, where one framework's idiom for the variant
+    runs on the CPU and another's needs CUDA (JAX's loop inside jit vs a CUDA graph).
     """
 
     name: str
     doc: str
     hazard: bool = False
-    gpu_only: bool = False
+    gpu_only: bool | tuple[str, ...] = False
+
+    def needs_gpu(self, framework: str) -> bool:
+        if isinstance(self.gpu_only, tuple):
+            return framework in self.gpu_only
+        return bool(self.gpu_only)
 
 
 @dataclass(frozen=True)

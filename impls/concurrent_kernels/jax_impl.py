@@ -16,8 +16,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 BLOCK = 256  # elements per Pallas program (a power of two, as Triton wants); rows are padded to a multiple
-ALSO_ON_CPU = {"many_streams": "one jitted program is plain data flow: any backend runs it"}
-
 
 def prepare(inputs, params, device):
     x = inputs["x"]

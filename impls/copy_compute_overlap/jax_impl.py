@@ -17,8 +17,6 @@ from jax.sharding import SingleDeviceSharding
 
 from harness.metrics import emit
 
-ALSO_ON_CPU = {"overlapped": "a device_put issued ahead of the step is plain data flow: any backend runs it"}
-
 
 def prepare(inputs, params, device):
     pinned = SingleDeviceSharding(device, memory_kind="pinned_host")

@@ -18,9 +18,6 @@ from jax.sharding import SingleDeviceSharding
 from harness.metrics import emit
 
 NOT_EXPRESSIBLE = {"no_sync": "data flow orders every consumer after its producer: a missing wait cannot be written"}
-ALSO_ON_CPU = {"stream_synchronize": "blocking on the producer's result needs no stream",
-               "event_wait": "data flow needs no stream or event: any backend runs it"}
-
 
 def prepare(inputs, params, device):
     pinned = SingleDeviceSharding(device, memory_kind="pinned_host")

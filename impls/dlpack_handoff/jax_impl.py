@@ -1,0 +1,82 @@
+"""dlpack_handoff: JAX's part of the ring (impls/dlpack_handoff/ring.py runs it).
+
+jax.dlpack.from_dlpack(x) passes the stream XLA uses for external ready events. As a producer,
+jax.Array.__dlpack__(stream=s) makes s wait for that buffer's own ready event (without a stream it
+blocks the host until the buffer is ready): readiness is tracked per buffer, so JAX has no current
+stream to get wrong. Arrays are immutable: nobody may write into memory JAX imported or exported.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from impls.dlpack_handoff import ring
+
+_gemm_tanh = jax.jit(lambda x, w: jnp.tanh(jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST)))
+
+
+def member(device):
+    return {"device": device}  # no user streams: XLA owns them
+
+
+def upload(part, a):
+    return jax.device_put(a, part["device"])  # JAX tracks when the copy is done
+
+
+def on_stream(part):
+    return contextlib.nullcontext()  # nothing to enter: work follows the data's own readiness
+
+
+def stage(part, x, w):
+    return _gemm_tanh(x, w)  # one dispatch; returns a future at once
+
+
+def busy(part, y):
+    return not y.is_ready()  # polls; never blocks
+
+
+def take(part, foreign):
+    return jax.dlpack.from_dlpack(foreign)  # passes XLA's stream: the producer orders its work before it
+
+
+def to_host(part, y):
+    return np.array(y)  # waits for y, copies to a new numpy array
+
+
+def from_host(part, a):
+    return jax.device_put(a, part["device"])
+
+
+def pointer(x):
+    return x.unsafe_buffer_pointer()
+
+
+def wait(part, arrays):
+    jax.block_until_ready(arrays)
+
+
+def fill_nan(part, arrays):
+    pass  # immutable: a JAX buffer is never written after it is made, and JAX's consumers are always ordered
+
+
+def prepare(inputs, params, device):
+    return ring.prepare("jax", inputs, device)  # loads the other members through the harness's backends
+
+
+def poison(state):
+    ring.settle(state)  # nothing is preallocated; a hazard run's leftovers must not overlap the next run
+
+
+def run_via_host(state):
+    return ring.run(state, "via_host")
+
+
+def run_dlpack(state):
+    return ring.run(state, "dlpack")
+
+
+def run_export_off_stream(state):
+    return ring.run(state, "off_stream")
