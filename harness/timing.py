@@ -70,7 +70,8 @@ class TimingConfig:
 
 PRESETS: dict[str, TimingConfig] = {
     "smoke": TimingConfig(warmup=1, min_repeats=3, max_repeats=20, min_time_s=0.05),
-    "full": TimingConfig(warmup=2, min_repeats=10, max_repeats=200, min_time_s=0.5),
+    # Sized for a shared GPU lease: ten scenarios x three frameworks in a few minutes.
+    "full": TimingConfig(warmup=1, min_repeats=5, max_repeats=100, min_time_s=0.25),
 }
 
 

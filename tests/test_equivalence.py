@@ -1,5 +1,7 @@
 """Every framework x checked variant of every scenario computes the reference, and agrees with the
-other frameworks, on inputs drawn by hypothesis (quick profile on CPU CI, thorough on the GPU)."""
+other frameworks, on inputs drawn by hypothesis. On the GPU the same check runs inside
+`make compare` (every scenario x framework x variant, all frameworks at once), so this file is not
+part of the `gpu` suite."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +16,6 @@ from tests.conftest import backend_or_skip
 CASES = [(s, fw, v) for s in all_scenarios() for fw in backends.FRAMEWORKS for v in s.checked_variants]
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("scenario,framework,variant", CASES,
                          ids=[f"{s.name}-{fw}-{v.name}" for s, fw, v in CASES])
 def test_matches_reference_and_other_frameworks(scenario, framework, variant):
