@@ -58,14 +58,20 @@ def _bounded_int(lo: int, hi: int, what: str):
     return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"timeout must be a number of seconds, not {text!r}") from None
-    if not 0 < v <= 86_400:
-        raise argparse.ArgumentTypeError(f"timeout must be > 0 and at most a day, not {text}")
-    return v
+def _seconds(what: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number of seconds, not {text!r}") from None
+        if not 0 < v <= 86_400:
+            raise argparse.ArgumentTypeError(f"{what} must be > 0 and at most a day, not {text}")
+        return v
+
+    return parse
+
+
+_positive_float = _seconds("timeout")
 
 
 def _fraction(text: str) -> float:
@@ -131,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--isolation", choices=["process", "none"], default="process",
                    help="a child process per framework (default) or everything in this process")
     c.add_argument("--timeout", type=_positive_float, default=900.0, help="seconds per framework per scenario")
+    c.add_argument("--budget", type=_seconds("--budget"), default=None,
+                   help="wall-clock seconds for the whole run: no scenario starts once they are spent; the result "
+                        "keeps what finished and names what did not run (also on SIGTERM)")
     c.add_argument("--no-equivalence", action="store_true")
     c.add_argument("--no-timing", action="store_true")
     c.add_argument("--quiet", action="store_true", help="no progress output")
@@ -230,7 +239,7 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
     opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
-                          gpu_memory_fraction=a.gpu_memory_fraction)
+                          gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget)
     doc = run_compare(opts, make_ui(a.quiet))
     name = unused_name(a.out, result_name(doc), with_folder=True)
     pictures = write_timelines(doc, a.out, Path(name).stem)  # referenced from the result, relative to it

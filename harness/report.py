@@ -245,6 +245,8 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
             at = escape(f" [{c['label']}]") if c.get("label") else ""
             console.print(f"  [{colour}]{c['verdict']:>12}[/{colour}] {c['framework']}{at}: {escape(c['text'])} — "
                           f"{escape(c['evidence'])}", highlight=False)
+    for nr in doc.get("not_run", []):
+        console.print(f"\n[yellow]not run[/yellow] {nr['scenario']}: {escape(nr['why'])}", highlight=False)
 
 
 def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
@@ -261,4 +263,6 @@ def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
         for xc in scn.get("cross_framework", []):
             if xc["status"] == "disagree":
                 problems.append(f"{name}: frameworks disagree at full size {xc.get('label', '')}".rstrip())
+    for nr in doc.get("not_run", []):
+        problems.append(f"{nr['scenario']}: not run ({nr['why']})")
     return (not problems, problems)

@@ -242,6 +242,8 @@ def _summary_blocks(doc: dict[str, Any]) -> list[Block]:
                      (eq.get("status", "not run"), {"passed": "ok", "failed": "bad"}.get(eq.get("status"), "")),
                      (f"{counts['confirmed']} ✓ · {counts['refuted']} ✗ · {counts['inconclusive']} ?", ""),
                      (f"{len(problems)} rows" if problems else "—", "bad" if problems else "")])
+    for nr in doc.get("not_run", []):
+        rows.append([nr["scenario"], nr["why"], ("not run", "bad"), ("—", ""), ("—", "")])
     ok, problems = summary_status(doc)
     text = ("Every check passed." if ok else "Problems: " + "; ".join(f"`{p}`" for p in problems) + ".")
     return [("h", 2, "Summary", "summary"), ("p", text),

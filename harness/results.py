@@ -120,6 +120,12 @@ def validate(doc: Any, where: str = "result") -> None:
             raise ResultError(f"{where}: missing or malformed {key!r}")
     if not isinstance(doc["environment"].get("frameworks", {}), dict):
         raise ResultError(f"{where}: malformed environment.frameworks")
+    if not isinstance(doc.get("complete", True), bool):
+        raise ResultError(f"{where}: malformed 'complete'")
+    not_run = doc.get("not_run", [])
+    if not isinstance(not_run, list) or not all(isinstance(n, dict) and {"scenario", "why"} <= n.keys()
+                                                for n in not_run):
+        raise ResultError(f"{where}: malformed 'not_run'")
     for name, scn in doc["scenarios"].items():
         if not isinstance(scn, dict) or not isinstance(scn.get("rows"), list):
             raise ResultError(f"{where}: scenario {name!r} has no rows")

@@ -14,13 +14,17 @@ by side, fit in it together; the fraction is recorded in the result's environmen
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -54,6 +58,29 @@ class CompareOptions:
     timing: bool = True
     argv: list[str] = field(default_factory=list)
     gpu_memory_fraction: float | None = None  # None: $TRIPTYCH_GPU_MEMORY_FRACTION or the default
+    budget_s: float | None = None  # wall-clock budget: no new scenario starts once it is spent
+
+
+class Stopped(BaseException):  # like KeyboardInterrupt: no `except Exception` may swallow it
+    """SIGTERM during a run (SIGINT arrives as KeyboardInterrupt): finish what is done, start nothing."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """A run stopped from outside (a job's time limit, `timeout`) keeps the scenarios it finished:
+    SIGTERM raises Stopped in the main thread instead of ending the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def host_env() -> dict[str, Any]:
@@ -125,64 +152,59 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     steps = sum(int(opts.equivalence) + (len(opts.frameworks) * len(s.points(opts.size)) if opts.timing else 0)
                 for s in scenarios)
     ui.begin(len(opts.frameworks) + steps)
+    t_start = time.perf_counter()
+    stopped: str | None = None
+    not_run: list[dict[str, str]] = []
+    out_scenarios: dict[str, Any] = {}
+    machine: dict[str, float] = {}
     try:
-        ui.step(f"starting {', '.join(workers)}")
-        for fw, info in _start_all(workers, opts).items():
-            fw_env[fw] = info
-            if info["available"]:
-                available.append(fw)
-            else:
-                ui.note(f"{fw}: skipped — {info['why']}")
-            ui.advance()
-
-        machine: dict[str, float] = {}
-        if "cupy" in available and opts.timing and opts.size == "full":
-            ui.step("measuring the machine's ceilings (raw CUDA via CuPy)")
-            try:
-                machine = workers["cupy"].request("ceilings", timeout=opts.timeout_s)
-            except (W.WorkerError, W.WorkerLost) as e:
-                ui.note(f"ceilings not measured: {e}")
-
-        out_scenarios: dict[str, Any] = {}
-        for scn in scenarios:
-            entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept,
-                                     "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
-                                                   "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
-                                                   else list(v.gpu_only)} for v in scn.variants]}
-            if opts.equivalence:
-                ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
-                entry["equivalence"] = eq = _equivalence(scn, workers, available, opts)
-                if eq["status"] == "failed":
-                    ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
-                ui.advance()
-            rows: list[dict[str, Any]] = []
-            points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
-            entry["points"] = points
-            if opts.timing:
-                cfg = W.timing_config(opts.size)
-                entry["claims"], entry["cross_framework"] = [], []
-                for i, params in enumerate(points):
-                    label = params.get("label", "")
-                    point_rows: list[dict[str, Any]] = []
-                    for fw in opts.frameworks:
-                        ui.step(f"{scn.name}{' · ' + label if label else ''} · {fw} · timing")
-                        point_rows.extend(_time_one(workers[fw], fw, scn, params, cfg, fw_env[fw], opts.timeout_s, ui))
-                        ui.advance()
-                    for r in point_rows:
-                        r["point"], r["label"] = i, label
-                        _add_floor(scn, params, machine, r)
-                    xc = cross_check(scn, params, point_rows)
-                    if xc is not None:
-                        entry["cross_framework"].append(xc | {"point": i, "label": label})
-                    entry["claims"].extend(c | {"point": i, "label": label} for c in judge_claims(scn, params, point_rows))
-                    rows.extend(point_rows)
-            entry["rows"] = rows
-            out_scenarios[scn.name] = entry
+        with _stop_on_sigterm():
+            _start_phase(workers, opts, ui, fw_env, available, machine)
+            for scn in scenarios:
+                if stopped is None and opts.budget_s is not None and time.perf_counter() - t_start >= opts.budget_s:
+                    stopped = f"the --budget of {opts.budget_s:g} s was spent before it started"
+                    ui.note(f"budget spent: {', '.join(x.name for x in scenarios[len(out_scenarios):])} not run")
+                if stopped is not None:
+                    not_run.append({"scenario": scn.name, "why": stopped})
+                    continue
+                try:
+                    out_scenarios[scn.name] = _run_scenario(scn, workers, available, fw_env, machine, opts, ui)
+                except (Stopped, KeyboardInterrupt) as e:
+                    stopped = f"the run was stopped ({e or 'SIGINT'}) during {scn.name}"
+                    not_run.append({"scenario": scn.name, "why": stopped})
+                    ui.note(f"{stopped}: the scenarios finished before it are kept")
+    except (Stopped, KeyboardInterrupt) as e:  # while the frameworks started
+        stopped = f"the run was stopped ({e or 'SIGINT'}) while the frameworks started"
+        not_run = [{"scenario": x.name, "why": stopped} for x in scenarios]
     finally:
         for w in workers.values():
             w.close()
         ui.end()
+    return _document(opts, started, fw_env, machine, out_scenarios, not_run)
 
+
+def _start_phase(workers: dict[str, Any], opts: CompareOptions, ui: UI, fw_env: dict[str, Any],
+                 available: list[str], machine: dict[str, float]) -> None:
+    """Start every framework's worker side by side; on a full-size GPU run, measure the ceilings."""
+    ui.step(f"starting {', '.join(workers)}")
+    for fw, info in _start_all(workers, opts).items():
+        fw_env[fw] = info
+        if info["available"]:
+            available.append(fw)
+        else:
+            ui.note(f"{fw}: skipped — {info['why']}")
+        ui.advance()
+
+    if "cupy" in available and opts.timing and opts.size == "full":
+        ui.step("measuring the machine's ceilings (raw CUDA via CuPy)")
+        try:
+            machine.update(workers["cupy"].request("ceilings", timeout=opts.timeout_s))
+        except (W.WorkerError, W.WorkerLost) as e:
+            ui.note(f"ceilings not measured: {e}")
+
+
+def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
+              out_scenarios: dict[str, Any], not_run: list[dict[str, str]]) -> dict[str, Any]:
     gpu = next((e["env"].get("gpu") for e in fw_env.values() if e.get("env", {}).get("gpu")), None)
     return {
         "schema": SCHEMA,
@@ -196,7 +218,47 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine,
                         "gpu_memory_fraction": _fraction_in_effect()},
         "scenarios": out_scenarios,
+        "complete": not not_run,
+        "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why
     }
+
+
+def _run_scenario(scn: Scenario, workers: dict[str, Any], available: list[str], fw_env: dict[str, Any],
+                  machine: dict[str, float], opts: CompareOptions, ui: UI) -> dict[str, Any]:
+    """Equivalence, then timing of every point x framework x variant, claims and cross-checks."""
+    entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept,
+                             "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
+                                           "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
+                                           else list(v.gpu_only)} for v in scn.variants]}
+    if opts.equivalence:
+        ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
+        entry["equivalence"] = eq = _equivalence(scn, workers, available, opts)
+        if eq["status"] == "failed":
+            ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
+        ui.advance()
+    rows: list[dict[str, Any]] = []
+    points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
+    entry["points"] = points
+    if opts.timing:
+        cfg = W.timing_config(opts.size)
+        entry["claims"], entry["cross_framework"] = [], []
+        for i, params in enumerate(points):
+            label = params.get("label", "")
+            point_rows: list[dict[str, Any]] = []
+            for fw in opts.frameworks:
+                ui.step(f"{scn.name}{' · ' + label if label else ''} · {fw} · timing")
+                point_rows.extend(_time_one(workers[fw], fw, scn, params, cfg, fw_env[fw], opts.timeout_s, ui))
+                ui.advance()
+            for r in point_rows:
+                r["point"], r["label"] = i, label
+                _add_floor(scn, params, machine, r)
+            xc = cross_check(scn, params, point_rows)
+            if xc is not None:
+                entry["cross_framework"].append(xc | {"point": i, "label": label})
+            entry["claims"].extend(c | {"point": i, "label": label} for c in judge_claims(scn, params, point_rows))
+            rows.extend(point_rows)
+    entry["rows"] = rows
+    return entry
 
 
 def _fraction_in_effect() -> float | str:

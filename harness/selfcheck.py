@@ -73,12 +73,12 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
 def selfcheck_rows(fw: str) -> list[dict[str, Any]]:
     """Inside the framework's worker: both clocks on each kernel."""
     from harness import backends
-    from harness.timing import PRESETS, measure
+    from harness.timing import SELFCHECK, measure
 
     b = backends.get(fw).load()
     out = []
     for name, call in b.clock_kernels().items():
-        m = measure(call, b, PRESETS["full"])
+        m = measure(call, b, SELFCHECK)
         tool = b.own_benchmark(call)
         out.append({"kernel": name, "on_gpu": b.on_gpu, "harness_s": m.device_done.median,
                     "harness_rel_iqr": m.device_done.rel_iqr, "tool": tool[0] if tool else None,

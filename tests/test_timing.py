@@ -132,7 +132,29 @@ def test_before_runs_untimed_before_every_call():
 
 
 @pytest.mark.parametrize("bad", [dict(min_repeats=0), dict(min_repeats=5, max_repeats=4), dict(warmup=-1),
+                                 dict(max_wall_s=0), dict(warmup_s=-1),
                                  dict(min_time_s=-1)])
 def test_bad_timing_config(bad):
     with pytest.raises(ValueError):
         TimingConfig(**bad)
+
+
+def test_untimed_work_cannot_stretch_the_loop_past_max_wall():
+    """Poisoning or checking a big buffer between repeats counts toward max_wall_s, not toward min_time_s."""
+    b = FakeAsyncBackend(latency=0.0)
+    cfg = TimingConfig(warmup=0, min_repeats=3, max_repeats=1000, min_time_s=10.0, max_wall_s=0.05)
+    t0 = time.perf_counter()
+    m = measure(b.enqueue, b, cfg, before=lambda: time.sleep(0.01))
+    assert 3 <= m.device_done.n <= 8
+    assert time.perf_counter() - t0 < 0.5
+    # min_repeats still wins over max_wall_s
+    m = measure(b.enqueue, b, TimingConfig(warmup=0, min_repeats=6, max_repeats=6, min_time_s=10.0, max_wall_s=1e-6))
+    assert m.device_done.n == 6
+
+
+def test_warm_up_runs_for_at_least_warmup_s():
+    b = FakeAsyncBackend(latency=0.0)
+    calls = []
+    measure(lambda: calls.append(1) or b.enqueue(), b,
+            TimingConfig(warmup=0, min_repeats=1, max_repeats=1, min_time_s=0, warmup_s=0.03))
+    assert len(calls) > 3  # first call + a warm-up that lasted 30 ms + one repeat

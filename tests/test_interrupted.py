@@ -1,0 +1,68 @@
+"""A run that is stopped from outside (SIGTERM from a job's time limit) or that spends its --budget
+keeps the scenarios it finished: the result file is written, says it is incomplete, and names what
+did not run and why."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.progress import QuietUI
+from harness.report import summary_status
+from harness.results import load, validate, write_atomic
+from harness.runner import CompareOptions, run_compare
+from tests.conftest import backend_or_skip
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_spent_budget_starts_no_scenario_and_says_so(tmp_path):
+    backend_or_skip("torch")
+    opts = CompareOptions(scenarios=["async_dispatch", "sync_points"], frameworks=["torch"], size="smoke",
+                          examples=1, seed=1, isolation="none", budget_s=1e-9)
+    doc = run_compare(opts, QuietUI())
+    assert doc["complete"] is False and doc["scenarios"] == {}
+    assert [n["scenario"] for n in doc["not_run"]] == ["async_dispatch", "sync_points"]
+    assert all("--budget of 1e-09 s was spent" in n["why"] for n in doc["not_run"])
+    validate(doc)
+    ok, problems = summary_status(doc)
+    assert not ok and "async_dispatch: not run" in problems[0]
+    load(write_atomic(doc, tmp_path))  # such a file is a valid result
+
+
+def test_an_ample_budget_changes_nothing():
+    backend_or_skip("torch")
+    opts = CompareOptions(scenarios=["sync_points"], frameworks=["torch"], size="smoke", examples=1, seed=1,
+                          isolation="none", budget_s=3600, equivalence=False)
+    doc = run_compare(opts, QuietUI())
+    assert doc["complete"] is True and doc["not_run"] == [] and "sync_points" in doc["scenarios"]
+
+
+def test_sigterm_keeps_the_finished_scenarios(tmp_path):
+    backend_or_skip("torch")
+    out = tmp_path / "res"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--frameworks", "torch",
+                          "--examples", "1", "--seed", "3", "--no-report", "--out", str(out),
+                          "--scenarios", "async_dispatch,sync_points,device_creation,pinned_transfer"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    for line in p.stderr:  # progress lines: wait until the second scenario has begun
+        if "sync_points" in line or time.time() > deadline:
+            break
+    p.send_signal(signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=300)
+    assert p.returncode == 1, stderr[-2000:]
+    assert len(list(out.glob("*.json"))) == 1, stderr[-3000:]
+    (path,) = out.glob("*.json")
+    doc = json.loads(path.read_text())
+    validate(doc)
+    assert doc["complete"] is False
+    assert "async_dispatch" in doc["scenarios"]
+    assert doc["not_run"][0]["why"].startswith("the run was stopped (SIGTERM)")
+    assert {n["scenario"] for n in doc["not_run"]} >= {"device_creation", "pinned_transfer"}
+    assert "not run" in stderr and "Traceback" not in stderr
