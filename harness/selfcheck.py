@@ -20,6 +20,7 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
     from rich.table import Table
 
     from harness.report import fmt_s, make_console
+    from harness.runner import host_env
     from harness.results import write_atomic
 
     console = make_console()
@@ -27,11 +28,13 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
     for c in ("framework", "kernel", "harness", "IQR", "own tool", "tool median", "difference", "verdict"):
         table.add_column(c)
     rows: list[dict[str, Any]] = []
+    frameworks_env: dict[str, Any] = {}
     ok = True
     for fw in frameworks:
         w = W.ProcessWorker(fw)
         try:
             info = w.request("hello", timeout=600)
+            frameworks_env[fw] = {k: info.get(k) for k in ("available", "why", "env")}
             if not info["available"]:
                 table.add_row(fw, "—", "—", "—", "—", "—", "—", f"skipped: {info['why']}")
                 continue
@@ -64,7 +67,10 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
         import datetime as dt
 
         doc = {"schema": "triptych.selfcheck/1", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "size": "selfcheck", "environment": {}, "agree_within": AGREE, "rows": rows}
+               "size": "selfcheck", "agree_within": AGREE, "rows": rows,
+               "environment": {"host": host_env(), "frameworks": frameworks_env,
+                               "gpu": next((e["env"].get("gpu") for e in frameworks_env.values()
+                                            if (e.get("env") or {}).get("gpu")), None)}}
         path = write_atomic(doc, out, name=f"selfcheck_{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
         console.print(f"selfcheck: {path}")
     return 0 if ok else 1
