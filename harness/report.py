@@ -221,7 +221,9 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
     fws = frameworks_of(doc)
     for name, scn in doc["scenarios"].items():
         console.print()
-        console.print(f"[bold]{name}[/bold] — {escape(scn.get('title', ''))}" + ("" if scn["rows"] else " (not timed)"))
+        took = f" [dim]({scn['wall_s']:.1f} s)[/dim]" if isinstance(scn.get("wall_s"), (int, float)) else ""
+        console.print(f"[bold]{name}[/bold] — {escape(scn.get('title', ''))}" + ("" if scn["rows"] else " (not timed)")
+                      + took)
         if scn["rows"]:
             table, notes = scenario_table(scn, fws)
             console.print(table)

@@ -168,7 +168,9 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                     not_run.append({"scenario": scn.name, "why": stopped})
                     continue
                 try:
+                    t_scn = time.perf_counter()
                     out_scenarios[scn.name] = _run_scenario(scn, workers, available, fw_env, machine, opts, ui)
+                    out_scenarios[scn.name]["wall_s"] = time.perf_counter() - t_scn
                 except (Stopped, KeyboardInterrupt) as e:
                     stopped = f"the run was stopped ({e or 'SIGINT'}) during {scn.name}"
                     not_run.append({"scenario": scn.name, "why": stopped})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import time
 import traceback
 from typing import Any, Callable
 
@@ -92,12 +93,16 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
     impl = load_impl(scenario, fw)
+    t_setup = time.perf_counter()
     inputs = scn.make_inputs(params)
     expected = scn.reference(inputs, params) if scn.cheap_reference(params) else None
+    setup_s = time.perf_counter() - t_setup  # host inputs and reference: where a run's wall time goes
     against = "reference" if expected is not None else "baseline"
     rows: list[dict[str, Any]] = []
     for v in scn.variants:
-        row: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": v.name, "hazard": v.hazard}
+        t_variant = time.perf_counter()
+        row: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": v.name, "hazard": v.hazard,
+                               "setup_s": setup_s}
         why = skip_reason(scn, v, b, impl)
         if why:
             rows.append(row | {"status": "skipped", "reason": why})
@@ -141,6 +146,7 @@ def time_scenario(fw: str, scenario: str, params: dict[str, Any], cfg: TimingCon
         }
         if against == "baseline" and v is scn.baseline:
             row["sample"] = {k: _sample(a) for k, a in captured[v.name].items()}
+        row["wall_s"] = time.perf_counter() - t_variant  # everything for this variant, untimed work included
         rows.append(row)
     if scn.timeline:  # after every timed run, so that no trace (or profiler) disturbs a timing
         for row in rows:
