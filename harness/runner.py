@@ -338,8 +338,12 @@ def _time_one(w: Any, fw: str, scn: Scenario, params: dict[str, Any], cfg: Any, 
         return [base | {"variant": v.name, "hazard": v.hazard, "status": "skipped", "reason": info["why"]}
                 for v in scn.variants]
     try:
-        return w.request("time", scn.name, params, cfg, timeout=timeout,
+        rows = w.request("time", scn.name, params, cfg, timeout=timeout,
                          progress=lambda text: ui.detail(f"{scn.name} · {fw} · {text}"))
+        for r in rows:  # said at once, not only in the table at the end (a run may not get there)
+            if r["status"] == "wrong":
+                ui.note(f"{scn.name}/{fw}/{r['variant']}: WRONG — {r['check']['worst']}")
+        return rows
     except (W.WorkerLost, W.WorkerError) as e:  # timeout / crashed; error / oom
         status, reason = e.status, str(e)
     ui.note(f"{scn.name}/{fw}: {status} — {reason}")
