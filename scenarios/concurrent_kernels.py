@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from scenarios import strategies as S
+from scenarios import _strategies as S
 from scenarios.spec import EXACT, Claim, Params, Scenario, Variant, Verdict, ratio_verdict
 
 A, C, MASK = 1664525, 1013904223, (1 << 32) - 1  # Numerical Recipes' 32-bit LCG

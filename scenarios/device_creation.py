@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from scenarios import strategies as S
+from scenarios import _strategies as S
 from scenarios.spec import Claim, Distribution, Params, Scenario, Tolerance, Variant, Verdict
 
 # The fill: x[i] = (i mod PERIOD) * STEP - SHIFT. Every intermediate is exact in float32 (integers

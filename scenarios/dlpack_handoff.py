@@ -16,7 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
-from scenarios import strategies as S
+from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, ratio_verdict
 
 STAGES = 3

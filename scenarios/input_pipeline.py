@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from scenarios import strategies as S
+from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, ratio_verdict
 
 NEAR_BOUND = 1.10  # prefetched step time over the compute-only step time (the target)

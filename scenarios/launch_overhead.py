@@ -13,7 +13,7 @@ from typing import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from scenarios import strategies as S
+from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, ratio_verdict
 
 SCALE = 1.5  # x <- tanh(1.5 x) has attracting fixed points at ±0.8586: the chain stays bounded and away from 0

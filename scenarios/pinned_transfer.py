@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from scenarios import strategies as S
+from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, nbytes_of, ratio_verdict
 
 KiB, MiB = 1 << 10, 1 << 20

@@ -95,7 +95,7 @@ def test_equivalence_catches_a_wrong_generator(monkeypatch, framework, variant, 
 
     from hypothesis import strategies as st
 
-    from scenarios import strategies as S
+    from scenarios import _strategies as S
 
     backend_or_skip(framework)
     impl = importlib.import_module(f"impls.device_creation.{framework}_impl")
