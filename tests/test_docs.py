@@ -68,6 +68,27 @@ def test_guide_shows_what_the_newest_gpu_result_measured(root):
     assert "| `on_device` | 13.00 ms (13.00 ms) | timeout | crashed |" in guide
 
 
+def test_a_split_gpu_run_is_measured_scenario_by_scenario(root):
+    """A budgeted run plus a later `--scenarios` run: each scenario comes from the newest file that has it."""
+    import json
+
+    older = write_fake_result(root / "results")
+    doc = json.loads(older.read_text())
+    kept = next(iter(doc["scenarios"]))
+    doc["scenarios"] = {kept: doc["scenarios"][kept]}
+    doc["scenarios"][kept]["rows"] = [dict(r, timing=dict(r["timing"], device_done=dict(
+        r["timing"]["device_done"], median=0.0425))) if r.get("timing") else r for r in doc["scenarios"][kept]["rows"]]
+    newer = root / "results" / "20991231T000000Z_nvidia-h200_full.json"
+    newer.write_text(json.dumps(doc))
+    guide = docs.porting_guide(root)
+    assert f"Measured sections come from `results/{newer.name}`" in guide
+    assert f"Measured sections come from `results/{older.name}`" in guide
+    assert "42.50 ms" in guide  # the newer file's numbers for the scenario it holds
+    others = [n for n in json.loads(older.read_text())["scenarios"] if n != kept]
+    assert others, "the fixture needs a second scenario"
+    assert f"`{others[0]}`" in guide.split(f"results/{older.name}")[1].split("\n")[0]
+
+
 def test_guide_states_what_a_framework_cannot_express(root):
     impl = root / "impls" / "async_dispatch" / "jax_impl.py"
     impl.write_text(impl.read_text() + '\nNOT_EXPRESSIBLE = {"async_poll": "no way to poll"}\n')
