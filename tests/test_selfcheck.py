@@ -15,6 +15,7 @@ def test_selfcheck_rows_time_each_kernel_with_both_clocks():
     assert {r["kernel"].split("_")[0] for r in rows} == {"gemm", "add", "sum"}
     for r in rows:
         assert r["harness_s"] > 0 and r["tool_s"] > 0 and r["tool"].startswith("torch.utils.benchmark")
+        assert r["tool_back_to_back_s"] > 0  # blocked_autorange, shown beside the like-for-like number
 
 
 def test_selfcheck_writes_its_rows_and_environment(tmp_path):

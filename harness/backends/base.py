@@ -146,8 +146,10 @@ class Backend(ABC):
         """Fixed device-bound kernels for `selfcheck`: name -> zero-argument call returning its output."""
         return {}
 
-    def own_benchmark(self, call: Any) -> tuple[str, float] | None:
-        """(tool, median seconds per call) from the framework's own benchmark tool, if it has one."""
+    def own_benchmark(self, call: Any) -> dict[str, Any] | None:
+        """The framework's own benchmark tool on ``call``, if it has one: {"tool": its name, "tool_s": median
+        seconds of one call timed alone (synchronized before and after, as the harness times it),
+        "back_to_back_s": median seconds per call when the tool runs calls back to back, or None}."""
         return None
 
     def ceilings(self) -> dict[str, float]:
