@@ -261,4 +261,6 @@ def test_real_device_oom_in_every_framework_is_a_row_status(monkeypatch, fractio
     total = max(doc["environment"]["frameworks"][fw]["env"].get("memory_bytes") or 0 for fw in avail)
     assert total, "no framework reported the device's memory"
     if fraction == "0.3":
-        assert sum(c["bytes"] for c in caps) <= 0.9 * total + (1 << 20), caps
+        # XLA rounds its BFC limit up a little (on the H200: 0.3 of 143,156 MiB plus 1.2 MiB); the three
+        # together must still leave a tenth of the GPU free.
+        assert sum(c["bytes"] for c in caps) <= 0.9 * total + len(caps) * (8 << 20), caps
