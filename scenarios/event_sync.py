@@ -141,7 +141,13 @@ SCENARIO = Scenario(
                "lesson for porting event code to JAX — delete the events, keep the data dependence. A missing wait "
                "cannot be written (no_sync is not expressible). device_synchronize has no JAX counterpart either: "
                "the closest is to block on every array in flight (here the producer's and the background's); "
-               "stream_synchronize becomes blocking on the producer's result.",
+               "stream_synchronize becomes blocking on the producer's result. What JAX decides for you, as the "
+               "H200 timelines (2026-12-02) show: computations run on one compute stream in dispatch order, and the "
+               "background upload did not run beside the producer in either order. Dispatched first, its mean held "
+               "the producer back until the 5 ms upload had landed (both waits cost 7.7 ms); dispatched after the "
+               "producer, the upload started only once the producer was done. So the result now comes first (the "
+               "host waits 2.4 ms for it, 7.4 ms for everything), but the device is busy longer than torch's or "
+               "CuPy's, whose upload overlaps the producer on its own stream.",
     },
     metrics_doc={"host_blocked_ms": "host time spent ordering the consumer after the producer (the synchronize, "
                                     "the event record + wait, or nothing)"},
