@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 import numpy as np
@@ -74,13 +75,20 @@ def _stop_on_sigterm() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise Stopped(signal.Signals(signum).name)
+        _STOP_SIGNAL[0] = signal.Signals(signum).name
+        raise Stopped(_STOP_SIGNAL[0])
 
+    _STOP_SIGNAL[0] = None
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# The signal that raised Stopped, kept because code the signal lands in may swallow the exception:
+# hypothesis, interrupted mid-example, reports an internal AssertionError instead of re-raising it.
+_STOP_SIGNAL: list[str | None] = [None]
 
 
 def host_env() -> dict[str, Any]:
@@ -105,7 +113,26 @@ def host_env() -> dict[str, Any]:
             env["nvidia_smi_gpu"], env["driver"] = name, driver
     except (OSError, subprocess.TimeoutExpired):
         pass
+    env["code"] = code_version()
     return env
+
+
+def code_version() -> str | None:
+    """The project's git commit, with "+dirty" when the tree has uncommitted changes to tracked files;
+    None where the tree has no .git (a copied working tree, e.g. on a lent GPU machine)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def judge_claims(scn: Scenario, params: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,7 +196,10 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                     continue
                 try:
                     t_scn = time.perf_counter()
-                    out_scenarios[scn.name] = _run_scenario(scn, workers, available, fw_env, machine, opts, ui)
+                    done = _run_scenario(scn, workers, available, fw_env, machine, opts, ui)
+                    if _STOP_SIGNAL[0] is not None:  # swallowed on the way: this scenario's rows are not whole
+                        raise Stopped(_STOP_SIGNAL[0])
+                    out_scenarios[scn.name] = done
                     out_scenarios[scn.name]["wall_s"] = time.perf_counter() - t_scn
                 except (Stopped, KeyboardInterrupt) as e:
                     stopped = f"the run was stopped ({e or 'SIGINT'}) during {scn.name}"
@@ -297,6 +327,8 @@ def _equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], 
             raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
 
         eq = run_equivalence(scn, execute, remaining, opts.examples, seed=opts.seed)
+        if _STOP_SIGNAL[0] is not None:  # a stop that hypothesis reported as a failure is a stop
+            raise Stopped(_STOP_SIGNAL[0])
         if not lost:
             break
         excluded |= lost

@@ -66,3 +66,32 @@ def test_sigterm_keeps_the_finished_scenarios(tmp_path):
     assert doc["not_run"][0]["why"].startswith("the run was stopped (SIGTERM)")
     assert {n["scenario"] for n in doc["not_run"]} >= {"device_creation", "pinned_transfer"}
     assert "not run" in stderr and "Traceback" not in stderr
+
+
+def test_a_stop_that_is_swallowed_on_the_way_still_stops_the_run(monkeypatch):
+    """Code the SIGTERM lands in may swallow the handler's exception: hypothesis, stopped mid-example
+    while a worker was computing, once reported a bare AssertionError as a failed equivalence and the
+    run went on (1 run in 7 of test_sigterm_keeps_the_finished_scenarios). The handler also records
+    the signal, and the runner stops on the record."""
+    backend_or_skip("torch")
+    from harness import runner
+    from harness.equivalence import EquivalenceResult
+
+    real = runner.run_equivalence
+
+    def swallowing(scn, execute, frameworks, *a, **kw):
+        if scn.name != "sync_points":
+            return real(scn, execute, frameworks, *a, **kw)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises Stopped here
+        except BaseException:  # noqa: BLE001 - what hypothesis did with it
+            return EquivalenceResult("failed", 1, frameworks, "sync_points: AssertionError: ")
+        raise AssertionError("the SIGTERM handler was not installed")
+
+    monkeypatch.setattr(runner, "run_equivalence", swallowing)
+    opts = CompareOptions(scenarios=["async_dispatch", "sync_points", "device_creation"], frameworks=["torch"],
+                          size="smoke", examples=1, seed=1, isolation="none", timing=False)
+    doc = run_compare(opts, QuietUI())
+    assert list(doc["scenarios"]) == ["async_dispatch"] and doc["complete"] is False
+    assert [n["scenario"] for n in doc["not_run"]] == ["sync_points", "device_creation"]
+    assert doc["not_run"][0]["why"] == "the run was stopped (SIGTERM) during sync_points"
