@@ -174,6 +174,8 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
                            f"the candidate on {gc or 'no GPU (CPU)'}")
     notes, excluded = [], {}
     hb, hc = eb.get("host", {}), ec.get("host", {})
+    if hb.get("code") != hc.get("code") and (hb.get("code") or hc.get("code")):
+        notes.append(f"triptych code {hb.get('code') or 'unknown'} → {hc.get('code') or 'unknown'}")
     for key, what in (("driver", "driver"), ("python", "Python"), ("numpy", "numpy")):
         if hb.get(key) != hc.get(key):
             notes.append(f"{what} {hb.get(key, '?')} → {hc.get(key, '?')} (compared anyway)")

@@ -207,7 +207,8 @@ def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
              f"size `{doc['size']}`, seed {doc.get('seed', '—')}, "
              f"{doc.get('examples', '—')} equivalence examples per scenario, "
              f"isolation `{doc.get('isolation', '—')}`",
-             f"run {doc['created']} → {doc.get('finished', '—')}; result file `{result_name}`"]
+             f"run {doc['created']} → {doc.get('finished', '—')}; result file `{result_name}`; triptych code "
+             f"{'`' + host['code'] + '`' if host.get('code') else 'unknown (no .git where it ran)'}"]
     if doc.get("command"):
         items.append("command: `" + " ".join(map(str, doc["command"])) + "`")
     machine = env.get("machine") or {}

@@ -137,6 +137,29 @@ def test_different_gpus_compare_nothing():
         regress(doc([row("torch", "async")], gpu="NVIDIA H200"), doc([row("torch", "async")]))
 
 
+def test_the_code_versions_are_named_when_they_differ():
+    base, cand = doc([row("torch", "async")]), doc([row("torch", "async")])
+    base["environment"]["host"]["code"] = "1bbee5612345"
+    cand["environment"]["host"]["code"] = "8514bbb12345+dirty"
+    assert "triptych code 1bbee5612345 → 8514bbb12345+dirty" in regress(base, cand).notes
+    cand["environment"]["host"]["code"] = "1bbee5612345"
+    assert not any("triptych code" in n for n in regress(base, cand).notes)
+
+
+def test_host_env_names_the_commit_it_ran():
+    from harness.runner import code_version
+
+    if not (ROOT / ".git").exists():
+        assert code_version() is None
+        return
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    if not head:  # git refuses this tree (not installed, or another owner): the code is unknown
+        assert code_version() is None
+        return
+    assert code_version().split("+")[0] == head
+
+
 def test_a_framework_version_change_is_said_and_its_rows_left_out_unless_asked():
     t = samples(1e-3)
     base = doc([row("torch", "async", t), row("jax", "async", t)], versions={"torch": "2.11.0"}, driver="570.1")
