@@ -79,6 +79,15 @@ def tick(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
+def ordered_sweep(points: list[dict[str, Any]]) -> bool:
+    """True when the points differ only in numbers (sizes, counts): a line between them means something.
+    Points that differ in a kind (device_creation's normal and fill) are not on one axis."""
+    keys = {k for p in points for k in p if k not in ("label", "seed")}
+    varying = [k for k in keys if len({repr(p.get(k)) for p in points}) > 1]
+    return all(isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool)
+               for k in varying for p in points)
+
+
 def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
     """Variants x frameworks: bars (one point) or one panel per variant over a sweep's points."""
     if not any(timed(r) for r in scn["rows"]):
@@ -154,6 +163,7 @@ def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
         fig = Figure(figsize=(4.2 * ncols + 1.4, 3.3 * nrows), dpi=110)
         axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
         labels = [_point_label(scn, i) for i in range(len(points))]
+        ordered = ordered_sweep(points)
         for k, v in enumerate(variants):
             ax = axes[k // ncols][k % ncols]
             style(ax)
@@ -163,30 +173,42 @@ def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
                 pts = [(i, r) for i in range(len(points)) if timed(r := find_row(scn, fw, v["name"], i))]
                 if not pts:
                     continue
-                xs = [i + 0.04 * (j - (len(fws) - 1) / 2) for i, _ in pts]  # dodged: equal lines stay visible
+                dodge = 0.04 if ordered else 0.1
+                xs = [i + dodge * (j - (len(fws) - 1) / 2) for i, _ in pts]  # dodged: equal values stay visible
                 dd = [r["timing"]["device_done"] for _, r in pts]
                 hr = [r["timing"]["host_return"] for _, r in pts]
                 c = COLOURS.get(fw, "grey")
-                ax.plot(xs, [s["median"] for s in dd], marker="o", markersize=4, color=c, linewidth=1.5)
-                ax.fill_between(xs, [s["q1"] for s in dd], [s["q3"] for s in dd], color=c, alpha=0.2, linewidth=0)
+                if ordered:  # a sweep over sizes: lines, the IQR as a band
+                    ax.plot(xs, [s["median"] for s in dd], marker="o", markersize=4, color=c, linewidth=1.5)
+                    ax.fill_between(xs, [s["q1"] for s in dd], [s["q3"] for s in dd], color=c, alpha=0.2,
+                                    linewidth=0)
+                else:  # points of different kinds: nothing lies between them, so no line joins them
+                    ax.errorbar(xs, [s["median"] for s in dd], yerr=[[iqr(s)[0][0] for s in dd],
+                                                                     [iqr(s)[1][0] for s in dd]],
+                                fmt="o", color=c, markersize=4, elinewidth=1, capsize=3)
                 ax.errorbar(xs, [s["median"] for s in hr],
                             yerr=[[iqr(h)[0][0] for h in hr], [iqr(h)[1][0] for h in hr]],
-                            fmt="D", color=c, markersize=3.5, markerfacecolor="white", linestyle=":", linewidth=1)
+                            fmt="D", color=c, markersize=3.5, markerfacecolor="white",
+                            linestyle=":" if ordered else "none", linewidth=1)
                 floors.update({i: r["floor_s"] for i, r in pts if r.get("floor_s")})
             for i in range(len(points)):  # what did not run, said where it would be
                 missing = [f"{fw}: {r['status']}" for fw in fws if (r := find_row(scn, fw, v["name"], i))
                            and not timed(r)]
                 if missing:
                     ax.text(i, lo * 1.15, "\n".join(missing), ha="center", va="bottom", fontsize=6, color="grey")
-            if floors:
+            if floors and ordered:
                 fx = sorted(floors)
                 ax.plot(fx, [floors[i] for i in fx], color="black", linestyle="--", linewidth=1)
+            for i, f in (floors.items() if not ordered else ()):
+                ax.hlines(f, i - 0.25, i + 0.25, colors="black", linestyles="--", linewidth=1)
             ax.set_xticks(range(len(points)))
             ax.set_xticklabels(labels, fontsize=7, rotation=30 if len(points) > 4 else 0)
         for k in range(len(variants), nrows * ncols):
             axes[k // ncols][k % ncols].set_visible(False)
-        axes[0][0].set_ylabel("device-done (lines, IQR band)", fontsize=8)
-        legend[len(fws)] = Line2D([], [], marker="D", color="black", linestyle=":", markersize=3.5,
+        axes[0][0].set_ylabel("device-done (lines, IQR band)" if ordered else "device-done (dots, IQR whiskers)",
+                              fontsize=8)
+        legend[len(fws)] = Line2D([], [], marker="D", color="black", linestyle=":" if ordered else "none",
+                                  markersize=3.5,
                                   markerfacecolor="white", label="host-return")
         fig.legend(handles=legend, fontsize=7, loc="upper right", frameon=False)
     fig.tight_layout(rect=(0, 0, 0.86 if len(points) > 1 else 1, 1))
@@ -425,7 +447,9 @@ def build(doc: dict[str, Any], result_path: Path) -> dict[str, bytes]:
             images[f"{name}.png"] = png
             how = ("bars: device-done median, whiskers its IQR; ◇ host-return median (IQR); hatched: hazard"
                    if len(points_of(scn)) <= 1 else
-                   "lines: device-done median over the sweep, band its IQR; ◇ dotted: host-return median")
+                   ("lines: device-done median over the sweep, band its IQR; ◇ dotted: host-return median"
+                    if ordered_sweep(points_of(scn)) else
+                    "dots: device-done median at each point, whiskers its IQR; ◇ host-return median"))
             blocks.append(("img", f"{name}.png", f"{name}: variants × frameworks",
                            how + ("; dashes: the physical floor" if any(r.get("floor_s") for r in scn["rows"]) else "")
                            + ". Log scale."))

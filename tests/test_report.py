@@ -109,6 +109,17 @@ def test_report_files(fake):
     assert not list(fake.parent.glob(".*tmp*"))
 
 
+def test_only_a_sweep_over_numbers_is_drawn_as_lines():
+    from harness.report_html import ordered_sweep
+
+    sizes = [{"n": 1024, "dtype": "float32", "label": "4 KiB", "seed": 1}, {"n": 262144, "dtype": "float32",
+                                                                          "label": "1 MiB", "seed": 1}]
+    kinds = [{"kind": "normal", "n": 16, "label": "normal", "seed": 1}, {"kind": "fill", "n": 16, "label": "fill",
+                                                                         "seed": 1}]
+    assert ordered_sweep(sizes) and not ordered_sweep(kinds)
+    assert not ordered_sweep([{"n": 1, "flag": True}, {"n": 2, "flag": False}])
+
+
 def test_report_handles_a_result_without_ceilings_or_timelines(fake):
     doc = json.loads(fake.read_text())
     doc["environment"]["machine"] = {}
