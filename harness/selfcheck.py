@@ -30,9 +30,16 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
 
     console = make_console()
     table = Table(title="selfcheck: harness device-done median vs the framework's own tool", show_lines=False)
-    for c in ("framework", "kernel", "harness", "IQR", "events", "own tool", "tool median", "difference", "verdict",
-              "tool back-to-back"):
+    columns = ("framework", "kernel", "harness", "IQR", "events", "own tool", "tool median", "difference", "verdict",
+               "tool back-to-back")
+    for c in columns:
         table.add_column(c)
+
+    def note_row(fw: str, verdict: str) -> None:  # a framework with no kernel rows: only its verdict
+        cells = ["—"] * len(columns)
+        cells[0], cells[columns.index("verdict")] = fw, verdict
+        table.add_row(*cells)
+
     rows: list[dict[str, Any]] = []
     frameworks_env: dict[str, Any] = {}
     ok = True
@@ -42,11 +49,11 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
             info = w.request("hello", timeout=600)
             frameworks_env[fw] = {k: info.get(k) for k in ("available", "why", "env")}
             if not info["available"]:
-                table.add_row(fw, "—", "—", "—", "—", "—", "—", "—", f"skipped: {info['why']}", "—")
+                note_row(fw, f"skipped: {info['why']}")
                 continue
             result = w.request("selfcheck", timeout=900)
         except (W.WorkerError, W.WorkerLost) as e:
-            table.add_row(fw, "—", "—", "—", "—", "—", "—", "—", f"[red]{e}[/red]", "—")
+            note_row(fw, f"[red]{e}[/red]")
             ok = False
             continue
         finally:

@@ -160,16 +160,18 @@ def measure(
     checked = wrong = 0
     worst = ""
     t_loop = wall()
+    done_total = 0.0  # sum(done), kept as it grows (the same left-to-right sum, not re-added every repeat)
     while True:
         h, d, ev, out, emitted = one(timer)
         host.append(h)
         done.append(d)
+        done_total += d
         if ev is not None:
             events.append(ev)
         for k, v in emitted.items():
             metrics.setdefault(k, []).append(v)
         n = len(done)
-        last = n >= cfg.max_repeats or (n >= cfg.min_repeats and (sum(done) >= cfg.min_time_s
+        last = n >= cfg.max_repeats or (n >= cfg.min_repeats and (done_total >= cfg.min_time_s
                                                                    or wall() - t_loop >= cfg.max_wall_s))
         if check is not None and (check_every or n == 1 or last):
             checked += 1
