@@ -95,3 +95,14 @@ def test_a_stop_that_is_swallowed_on_the_way_still_stops_the_run(monkeypatch):
     assert list(doc["scenarios"]) == ["async_dispatch"] and doc["complete"] is False
     assert [n["scenario"] for n in doc["not_run"]] == ["sync_points", "device_creation"]
     assert doc["not_run"][0]["why"] == "the run was stopped (SIGTERM) during sync_points"
+
+
+def test_the_cli_calls_budget_left_scenarios_incomplete_not_failed(tmp_path):
+    backend_or_skip("torch")
+    r = subprocess.run([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--frameworks", "torch",
+                        "--scenarios", "sync_points", "--budget", "1e-9", "--no-report", "--out", str(tmp_path)],
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "INCOMPLETE sync_points: not run (the --budget of 1e-09 s was spent" in r.stderr
+    assert "FAILED" not in r.stderr
