@@ -82,7 +82,9 @@ SCENARIO = Scenario(
         "leaves the host free for other work while the device computes."
     ),
     variants=(
-        Variant("sync_each", "wait for the device after every step (the lock-step baseline)"),
+        Variant("sync_each", "wait for each step's result before enqueuing the next (the lock-step baseline); the "
+                             "same scope in all three: torch and CuPy synchronize an event recorded behind the step, "
+                             "JAX blocks on the step's output array"),
         Variant("async", "enqueue every step, return at once; the harness waits at the end"),
         Variant("async_poll", "enqueue every step, then count host loop iterations while polling for completion "
                               "(NVIDIA asyncAPI)"),
@@ -104,13 +106,15 @@ SCENARIO = Scenario(
     floor=floor,
     cheap_reference=lambda p: flops(p) <= 2e9,
     key_apis={
-        "torch": ("torch.tanh(x @ w)", "torch.cuda.synchronize()", "torch.cuda.Event.query()"),
-        "cupy": ("cupy.tanh(x @ w)", "cupy.cuda.Device().synchronize()", "cupy.cuda.Event.done"),
+        "torch": ("torch.tanh(x @ w)", "Stream.record_event().synchronize()", "torch.cuda.Event.query()"),
+        "cupy": ("cupy.tanh(x @ w)", "Stream.record().synchronize()", "cupy.cuda.Event.done"),
         "jax": ("jax.jit(step)", "jax.Array.block_until_ready()", "jax.Array.is_ready()"),
     },
     framework_notes={
         "jax": "Each step is one jitted call: XLA fuses tanh into the GEMM's epilogue or a second kernel; "
-               "the dispatch is asynchronous as in torch and CuPy. No device-wide synchronize: you wait on arrays.",
+               "the dispatch is asynchronous as in torch and CuPy. No device-wide or stream synchronize: you wait on "
+               "arrays, which is why sync_each waits on one step's result in all three frameworks (an event behind "
+               "the step in torch and CuPy; torch.cuda.synchronize() would wait for every stream of the device).",
         "cupy": "Event.done polls the event (cudaEventQuery) without blocking.",
     },
     metrics_doc={"cpu_iters_while_waiting": "host loop iterations done while polling for the device (async_poll)"},

@@ -6,7 +6,9 @@ baseline does it on one stream, so each copy waits for the previous step and eac
 The concept gives the copies a stream of their own and double-buffers: two staging buffers, events
 saying "batch loaded" (the compute stream waits on it) and "buffer free again" (the copy stream waits on
 it before overwriting). In JAX, with no streams, the closest equivalent is an asynchronous device_put
-from pinned host memory issued ahead of the jitted step.
+from pinned host memory issued while the jitted step of the batch before computes, with at most two
+batches alive (the host waits for step i-1 before issuing copy i+1: JAX has no event to do it on the
+device).
 
 Reported as NVIDIA's simpleMultiCopy sample does: each stage timed alone (n copies back to back; n
 steps on a resident batch, measured in the untimed prepare), the no-overlap bound (their sum), the
@@ -106,9 +108,11 @@ SCENARIO = Scenario(
         "read its buffer; the pipeline then takes as long as its slower stage, not the sum of both."
     ),
     variants=(
-        Variant("serial", "one stream: copy batch i (from pinned memory), compute it, then copy batch i+1"),
+        Variant("serial", "one stream: copy batch i (from pinned memory), compute it, then copy batch i+1; the host "
+                          "waits for nothing (JAX: one jitted program per batch, copy then step)"),
         Variant("overlapped", "a copy stream and a compute stream, two staging buffers and events: batch i+1 is "
-                              "copied while batch i computes (JAX: device_put issued ahead of the step)", gpu_only=("torch", "cupy")),
+                              "copied while batch i computes (JAX: device_put issued while the step before runs, the host "
+                              "waiting for step i-1 first: two batches alive)", gpu_only=("torch", "cupy")),
     ),
     params=lambda: S.params(batches=S.dims(1, 6), rows=S.dims(1, 48), dim=S.dims(1, 48), features=S.dims(1, 48)),
     sizes={
@@ -133,7 +137,8 @@ SCENARIO = Scenario(
         "cupy": ("cupyx.empty_pinned", "ndarray.set(arr, stream=)", "cupy.cuda.Stream(non_blocking=True)",
                  "Stream.wait_event(other.record())", "cupy.cuda.Event.record"),
         "jax": ("jax.device_put(x, SingleDeviceSharding(dev, memory_kind='pinned_host'))",
-                "jax.device_put(x, device) issued ahead of the step", "jax.jit"),
+                "jax.device_put(x, device) issued while the step before runs", "jax.jit",
+                "jax.device_put inside jit (memory kinds)", "jax.Array.block_until_ready"),
     },
     framework_notes={
         "torch": "The staging buffers are allocated on the copy stream and read on the compute stream: "
@@ -144,18 +149,24 @@ SCENARIO = Scenario(
         "cupy": "cupy.cuda.Stream() is blocking (it syncs with the legacy default stream): the side streams are "
                 "non_blocking=True. CuPy has no wait_stream (s.wait_event(other.record())) and no record_stream: "
                 "the staging buffers live in the state, allocated once, so that no stream's memory pool can reuse "
-                "them while another stream reads them.",
+                "them while another stream reads them. Because they outlive a run, both side streams first wait on "
+                "an event recorded on the main stream (which waited for the last run's compute stream at its end): "
+                "without it the first two copies of a run could overwrite buffers the last run's steps still read, "
+                "and the run would be correct only because the harness synchronizes between runs.",
         "jax": "JAX has no user streams, events or buffers to recycle. The closest equivalent: the batches live in "
-               "pinned host memory (memory_kind='pinned_host'), and the device_put of batch i+1 is issued before "
-               "the jitted step of batch i; the runtime chooses the streams, and whether the copy and the step "
-               "overlap is its decision (the timeline shows what it did). You cannot bound the number of batches "
-               "in flight without blocking the host, nor choose which stream a copy uses. The serial baseline "
-               "waits for each step before issuing the next copy: JAX's way of keeping one batch in flight. On the "
-               "H200 (2026-12-02) the overlapped pipeline took 1.15x the full-overlap bound, short of the 1.10x "
-               "target: the runtime spread the copies over four copy streams, and the compute stream still idled "
-               "where a step's input had not landed (the gaps in the timeline). With no stream, queue depth or "
-               "priority to set, that is as close as JAX came; its serial baseline was 1.43x the no-overlap "
-               "bound, the host's wait-then-dispatch round trip on every batch.",
+               "pinned host memory (memory_kind='pinned_host'); overlapped issues the device_put of batch i+1 (an "
+               "asynchronous copy on a transfer stream the runtime picks) right after queuing the jitted step of "
+               "batch i, so it can run while that step computes. Nothing orders a copy after a step on the device, "
+               "so the bound on buffers is kept by the host: before issuing copy i+1 it waits (block_until_ready) for "
+               "step i-1, whose batch is then released; at most two batches are alive, as with torch's and CuPy's "
+               "two staging buffers, and step i is already queued, so the device does not idle while the host waits. "
+               "(Donating the batch to the step would not help: the step's output is one row, so XLA has nothing to "
+               "put in the donated buffer, and a copy cannot be made to write into an existing one.) The serial "
+               "baseline jits the copy (jax.device_put to the device memory kind inside jit) and the step into one "
+               "program per batch: the programs run in issue order, so copy i+1 waits for step i on the device, as on "
+               "torch's single stream, and the host waits for nothing. Before 2026-12-03 serial blocked the host after "
+               "every batch (1.43-1.67x the no-overlap bound on the H200) and overlapped issued every copy at once "
+               "(512 MiB alive): both flattered JAX's speed-up.",
     },
     metrics_doc={
         "copy_alone_ms": "the copy stage alone: all batches copied host-to-device back to back (measured in prepare)",

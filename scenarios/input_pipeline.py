@@ -135,7 +135,7 @@ SCENARIO = Scenario(
         "cupy": ("cupyx.empty_pinned", "ndarray.set(arr, stream=)", "cupy.cuda.Stream(non_blocking=True)",
                  "Stream.record / Stream.wait_event", "cupy.cuda.Event.synchronize"),
         "jax": ("jax.device_put(x, SingleDeviceSharding(dev, memory_kind='pinned_host'))", "jax.device_put(x, device)",
-                "collections.deque (flax-style prefetch_to_device)"),
+                "jax.Array.block_until_ready (flax-style prefetch_to_device, two batches alive)"),
     },
     framework_notes={
         "torch": "DataLoader(pin_memory=True) with num_workers=0: a batch here is a slice of host memory (no decoding), "
@@ -150,8 +150,12 @@ SCENARIO = Scenario(
                 "overwriting it, and the copy stream waits for the step that last read a device slot. CuPy's memory "
                 "pool has no record_stream, hence the fixed device ring.",
         "jax": "No streams: device_put is asynchronous and XLA copies on its own transfer stream. JAX cannot pin a "
-               "user's numpy array; device_put to memory_kind='pinned_host' makes a page-locked copy, and a queue of "
-               "two device_put calls keeps the next batch in flight while the step runs (flax's prefetch_to_device). "
+               "user's numpy array; device_put to memory_kind='pinned_host' makes a page-locked copy, and "
+               "batch i+1's device_put is issued right after step i is queued, so it can run while that step "
+               "computes (flax's prefetch_to_device). No event can hold a copy back on the device: before issuing "
+               "it the host waits for step i-1's loss (block_until_ready), whose batch is then released, so at most "
+               "two batches are alive on the device, as in CuPy's two-slot ring; step i is already queued, so the "
+               "device does not idle during that wait. "
                "The naive device_put from pageable numpy may itself return before the copy is done: whatever overlap "
                "JAX finds on its own shows in the naive row.",
     },

@@ -13,22 +13,41 @@ SCN = get("input_pipeline")
 P = {"steps": 5, "batches": 2, "batch": 16, "dim": 8, "hidden": 12, "dtype": "float32", "seed": 9}
 
 
-def test_jax_prefetch_queue_issues_the_next_copy_before_handing_out_a_batch():
-    b = backend_or_skip("jax")
+class _Loss:
+    """A step's loss whose block_until_ready records that the host waited for that step."""
+
+    def __init__(self, step, log):
+        self.step, self.log = step, log
+
+    def block_until_ready(self):
+        self.log.append(("waited", self.step))
+        return self
+
+
+def test_jax_prefetch_issues_the_next_copy_while_a_step_runs_and_keeps_two_batches_alive(monkeypatch):
+    backend_or_skip("jax")
     impl = load_impl(SCN.name, "jax")
-    pulled = []
+    log = []
 
-    def source():
-        for i in range(4):
-            pulled.append(i)
-            yield (np.full(3, i, np.float32),)
+    def device_put(batch, where):
+        log.append(("copy", int(batch[0][0])))
+        return batch
 
-    state = {"hbm": b.device}
-    seen = []
-    for batch in impl.to_device_ahead(state, source()):
-        seen.append((int(np.asarray(batch[0])[0]), len(pulled)))
-    # Batch i is handed out only once batch i+1's device_put has been issued (DEPTH = 2), in order.
-    assert seen == [(0, 2), (1, 3), (2, 4), (3, 4)]
+    monkeypatch.setattr(impl.jax, "device_put", device_put)
+    source = ((np.full(3, i, np.float32),) for i in range(5))
+    state = {"hbm": None, "losses": []}
+    for k, batch in enumerate(impl.to_device_ahead(state, source)):
+        assert int(np.asarray(batch[0])[0]) == k  # in order
+        log.append(("step", k))
+        state["losses"].append(_Loss(k, log))  # what train does: step k enqueued, its loss a future
+    copies = [n for n, e in enumerate(log) if e[0] == "copy"]
+    for i, at in enumerate(copies):
+        if i >= 1:  # batch i's copy is issued once step i-1 is enqueued (it overlaps that step)...
+            assert log.index(("step", i - 1)) < at, log
+        waited = {e[1] for e in log[:at] if e[0] == "waited"}
+        # ...and only once the host has seen step i-2 finish: batches i-1 and i are the only ones alive.
+        assert i < 2 or (i - 2) in waited, (i, log)
+    assert not [e for e in log if e[0] == "waited" and e[1] >= 3]  # never waits for the step it overlaps
 
 
 @pytest.mark.parametrize("fw", ["torch", "jax"])

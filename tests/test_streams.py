@@ -172,3 +172,68 @@ def test_small_kernels_are_device_bound_and_bit_exact(fw):
     b.synchronize(impl.run_one_stream(state))
     per_kernel = (time.perf_counter() - t0) / p["jobs"]
     assert per_kernel > 50e-6, f"{per_kernel * 1e6:.0f} µs per kernel: launch-bound at 2^16 steps"
+
+
+class _Future:
+    """A step's output whose block_until_ready records that the host waited for that step."""
+
+    def __init__(self, step, log):
+        self.step, self.log = step, log
+
+    def block_until_ready(self):
+        self.log.append(("waited", self.step))
+        return self
+
+
+def _jax_overlap_log(monkeypatch, variant: str, batches: int = 6) -> list[tuple[str, int]]:
+    """The order in which JAX's copy_compute_overlap variant issues copies and steps and waits, with fakes."""
+    backend_or_skip("jax")
+    impl = load_impl("copy_compute_overlap", "jax")
+    log: list[tuple[str, int]] = []
+
+    def device_put(h, where):
+        log.append(("copy", h))
+        return h
+
+    def step(x, w):
+        log.append(("step", x))
+        return _Future(x, log)
+
+    monkeypatch.setattr(impl.jax, "device_put", device_put)
+    monkeypatch.setattr(impl, "step", step)
+    monkeypatch.setattr(impl, "copy_then_step", lambda h, w, dev: (log.append(("copy+step", h)), _Future(h, log))[1])
+    monkeypatch.setattr(impl, "report", lambda state: None)
+    getattr(impl, f"run_{variant}")({"host": list(range(batches)), "w": None, "dev": None})
+    return log
+
+
+def test_jax_overlapped_is_double_buffered_like_torch_and_cupy(monkeypatch):
+    log = _jax_overlap_log(monkeypatch, "overlapped")
+    for n, (what, i) in enumerate(log):
+        if what != "copy":
+            continue
+        waited = {j for w, j in log[:n] if w == "waited"}
+        steps = {j for w, j in log[:n] if w == "step"}
+        alive = (i + 1) - len(waited)  # batches copied so far, less those whose step the host saw finish
+        assert alive <= 2, f"copy {i}: {alive} batches alive ({log})"
+        assert i == 0 or i - 1 in steps, f"copy {i} issued before step {i - 1} was queued: nothing to overlap"
+    assert [i for w, i in log if w == "step"] == list(range(6))
+
+
+def test_jax_serial_queues_copy_and_step_in_order_and_never_waits(monkeypatch):
+    log = _jax_overlap_log(monkeypatch, "serial")
+    assert log == [("copy+step", i) for i in range(6)]  # one program per batch; the host waits for none
+
+
+def test_torch_job_kernel_runs_on_32_bit_values():
+    import torch
+
+    b = backend_or_skip("torch")
+    impl = load_impl("concurrent_kernels", "torch")
+    scn = get("concurrent_kernels")
+    p = {"jobs": 2, "elems": 5, "iters": 3, "seed": 1}
+    state = impl.prepare(scn.make_inputs(p), p, b.device)
+    assert state["x"].dtype == torch.int32  # the same width as CuPy's and Pallas's uint32 (jiterator has no uint32)
+    assert "long" not in impl.CODE and "int64" not in impl.CODE
+    y = impl.run_one_stream(state)["y"]
+    assert all(t.dtype == torch.uint32 for t in y)

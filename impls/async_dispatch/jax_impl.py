@@ -29,7 +29,7 @@ def run_sync_each(state):
     x = state["x"]
     for _ in range(state["steps"]):
         x = step(x, state["w"])
-        x.block_until_ready()  # host blocks until this step's result exists
+        x.block_until_ready()  # host blocks until this step's result exists (its buffer's definition event)
     return {"x": x}
 
 

@@ -28,7 +28,7 @@ _compiled = {}  # the RawKernel, made on first use (nothing touches CUDA at impo
 def prepare(inputs, params, device):
     with device:
         x = cupy.asarray(inputs["x"])
-        return {"x": x, "jobs": list(x), "iters": int(params["iters"]), "gpu": True,
+        return {"x": x, "jobs": list(x), "iters": int(params["iters"]),
                 "streams": [cupy.cuda.Stream(non_blocking=True) for _ in range(x.shape[0])]}
 
 

@@ -1,10 +1,12 @@
 """concurrent_kernels in PyTorch.
 
 The job kernel is a jiterator functor: a CUDA elementwise kernel compiled at run time whose per-element
-body is a long loop (torch has no such operator). Inputs are int64 tensors holding 32-bit values; the
-loop runs in uint32. On one stream the jobs' kernels queue behind one another; on N side streams (which
-first wait for the main stream, where the inputs were uploaded) they may run together. On the CPU the
-same steps run as tensor ops inside each call, and only one_stream and batched run.
+body is a long loop (torch has no such operator). jiterator has no uint32, so the inputs are int32 tensors
+holding the uint32 bits: the functor's loop counter and arithmetic are 32-bit, as in the CuPy and Pallas
+kernels, and each output is viewed back as uint32 (metadata only). On one stream the jobs' kernels queue
+behind one another; on N side streams (which first wait for the main stream, where the inputs were
+uploaded) they may run together. On the CPU the same steps run as int64 tensor ops masked to 32 bits, and
+only one_stream and batched run.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from harness.timeline import span
 CODE = """
 template <typename T> T lcg_spin(T x, T iters) {
     unsigned int v = static_cast<unsigned int>(x);
-    for (T k = 0; k < iters; ++k) v = v * 1664525u + 1013904223u;
+    for (int k = 0; k < static_cast<int>(iters); ++k) v = v * 1664525u + 1013904223u;
     return static_cast<T>(v);
 }
 """
@@ -24,21 +26,21 @@ _compiled = {}  # the jiterator function, made on first use on a GPU (nothing to
 
 def prepare(inputs, params, device):
     gpu = device.type == "cuda"
-    x = torch.from_numpy(inputs["x"].astype("int64")).to(device)
-    return {"x": x, "jobs": list(x.unbind(0)), "iters": int(params["iters"]), "gpu": gpu,
+    x = torch.from_numpy(inputs["x"].view("int32")).to(device)  # the uint32 bits; jiterator has no uint32
+    return {"x": x, "jobs": list(x.unbind(0)), "iters": int(params["iters"]),
             "streams": [torch.cuda.Stream(device) for _ in range(x.shape[0])] if gpu else None}
 
 
 def spin(x, iters):
-    """One kernel over x: `iters` LCG steps per element, on the current stream."""
+    """One kernel over int32 x: `iters` LCG steps per element, on the current stream; the uint32 result."""
     if x.is_cuda:
         if "fn" not in _compiled:
             _compiled["fn"] = torch.cuda.jiterator._create_jit_fn(CODE, iters=0)
-        return _compiled["fn"](x, iters=iters)
-    v = x.clone()
+        return _compiled["fn"](x, iters=iters).view(torch.uint32)
+    v = x.to(torch.int64) & 0xFFFFFFFF  # the CPU path, untimed on a GPU: int64 ops, masked to 32 bits
     for _ in range(iters):
         v = (v * 1664525 + 1013904223) & 0xFFFFFFFF  # < 2^53 before the mask: exact in int64
-    return v
+    return v.to(torch.int32).view(torch.uint32)  # keeps the low 32 bits
 
 
 def run_one_stream(state):

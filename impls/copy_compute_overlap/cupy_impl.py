@@ -5,7 +5,8 @@ a copy engine runs while the SMs compute. `serial` queues every copy and step on
 where each waits for the one before. `overlapped` queues the copies on a copy stream and the steps on
 a compute stream (both non_blocking: a plain cupy.cuda.Stream() would sync with the legacy default
 stream), with two staging buffers and, per buffer, an event "loaded" (the step waits on it) and an
-event "read" (the next copy into that buffer waits on it).
+event "read" (the next copy into that buffer waits on it). Both side streams first wait on the main stream:
+the buffers outlive a run, and its first two copies must not overwrite what the last run's steps read.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def prepare(inputs, params, device):
         x = inputs["x"]
         host = cupyx.empty_pinned(x.shape, dtype=x.dtype)  # page-locked: the copy engine reads it directly
         host[...] = x
-        state = {"host": host, "w": cupy.asarray(inputs["w"]), "gpu": True, "device": device,
+        state = {"host": host, "w": cupy.asarray(inputs["w"]), "device": device,
                  "out": cupy.empty((x.shape[0], inputs["w"].shape[1]), dtype=x.dtype),
                  "bytes": host.nbytes,
                  # No record_stream in CuPy: buffers shared by two streams live here, for as long as the state.
@@ -81,7 +82,9 @@ def run_overlapped(state):
     host, w, out, bufs = state["host"], state["w"], state["out"], state["bufs"]
     copy_s, comp_s = state["streams"]
     main = cupy.cuda.get_current_stream()
-    comp_s.wait_event(main.record())  # W and the poisoned output were written on the main stream (no wait_stream)
+    ready = main.record()  # no wait_stream in CuPy: an event on the main stream, waited for by both side streams
+    comp_s.wait_event(ready)  # W and the poisoned output were written on the main stream
+    copy_s.wait_event(ready)  # the last run's steps read the persistent buffers; main waited for them at its end
     loaded = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
     read = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
     for i, h in enumerate(host):

@@ -1,14 +1,18 @@
 """copy_compute_overlap in JAX.
 
-No user streams, events or staging buffers. The closest equivalent: the batches sit in pinned host
-memory (memory_kind="pinned_host"), and jax.device_put(batch, device) is an asynchronous copy on a
-stream the runtime picks. `serial` keeps one batch in flight: it waits for each step before issuing the
-next copy. `overlapped` issues the device_put of batch i+1 before the jitted step of batch i and never
-waits; whether the copy runs while the step computes is the runtime's decision (the timeline shows it).
+No user streams, events or staging buffers. The batches sit in pinned host memory
+(memory_kind="pinned_host"). `serial` jits the copy and the step into one program per batch
+(jax.device_put to the device memory kind inside jit): programs run in issue order on the device, so
+copy i+1 starts after step i, as on torch's one stream, and the host never waits. `overlapped` issues
+jax.device_put(batch i+1) (an asynchronous copy on a transfer stream the runtime picks) right after
+queuing step i; with no event to order a copy after a step on the device, the host waits for step i-1
+(block_until_ready) before issuing that copy, which frees batch i-1's buffer: at most two batches are
+alive on the device, as in torch's and CuPy's double buffer.
 """
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -60,25 +64,30 @@ def report(state):
     emit("h2d_GBps", state["bytes"] / state["copy_alone_s"] / 1e9)
 
 
+@partial(jax.jit, static_argnames="dev")
+def copy_then_step(h, w, dev):
+    # One program: the pinned_host -> device copy, then the step. Programs run one after another on the
+    # device, so the next batch's copy waits for this step: no overlap, and no host wait.
+    return step(jax.device_put(h, dev), w)
+
+
 def run_serial(state):
-    ys = []
-    for h in state["host"]:
-        y = step(jax.device_put(h, state["dev"]), state["w"])
-        y.block_until_ready()  # one batch in flight: the next copy is issued only once this step is done
-        ys.append(y)
+    ys = [copy_then_step(h, state["w"], dev=state["dev"]) for h in state["host"]]  # all queued at once
     report(state)
     return {"y": ys}
 
 
 def run_overlapped(state):
     host, w, dev = state["host"], state["w"], state["dev"]
-    nxt = jax.device_put(host[0], dev)
-    ys = []
+    nxt, ys = jax.device_put(host[0], dev), []
     for i in range(len(host)):
-        cur = nxt
+        ys.append(step(nxt, w))  # returns at once; XLA orders it after its batch's copy (data flow, no event)
         if i + 1 < len(host):
-            nxt = jax.device_put(host[i + 1], dev)  # issued before step i: the runtime may copy it during step i
-        ys.append(step(cur, w))  # returns at once; XLA orders it after cur's copy (data flow, no event)
+            if i >= 1:
+                # No event can hold a copy back on the device: the host waits for step i-1, whose batch's
+                # buffer is then released (no reference left), so batches i and i+1 are the only ones alive.
+                ys[i - 1].block_until_ready()
+            nxt = jax.device_put(host[i + 1], dev)  # queued while step i computes, on a transfer stream
     report(state)
     return {"y": ys}
 

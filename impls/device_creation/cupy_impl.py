@@ -19,7 +19,7 @@ from scenarios.device_creation import FILL_PERIOD, FILL_SHIFT, FILL_STEP, host_n
 def prepare(inputs, params, device):
     seed = int(params["seed"])
     with device:
-        return {"kind": params["kind"], "n": int(params["n"]), "device": device, "gpu": True,
+        return {"kind": params["kind"], "n": int(params["n"]), "device": device,
                 "host_gen": np.random.default_rng(seed),  # NumPy's PCG64, one host thread
                 "device_gen": cupy.random.default_rng(seed)}  # XORWOW states live on the device
 

@@ -22,7 +22,7 @@ def prepare(inputs, params, device):
         bg_host = cupyx.empty_pinned(inputs["bg"].shape, dtype=inputs["bg"].dtype)  # page-locked: a true async upload
         bg_host[...] = inputs["bg"]
         x = cupy.asarray(inputs["x"])
-        return {"x": x, "w": cupy.asarray(inputs["w"]), "p": cupy.empty_like(x), "gpu": True, "device": device,
+        return {"x": x, "w": cupy.asarray(inputs["w"]), "p": cupy.empty_like(x), "device": device,
                 "bg_host": bg_host, "bg_dev": cupy.empty(bg_host.shape, dtype=bg_host.dtype),
                 "steps": int(params["steps"]),
                 "streams": {k: cupy.cuda.Stream(non_blocking=True) for k in ("producer", "consumer", "background")}}

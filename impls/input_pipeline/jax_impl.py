@@ -3,19 +3,20 @@
 There are no user streams: jax.device_put returns a future at once and XLA copies on its own transfer
 stream, so any overlap comes from dispatching the copy early enough. `naive` device_puts each pageable
 batch right before its step. `prefetched` first copies each batch into page-locked host memory
-(device_put to memory_kind="pinned_host": JAX cannot pin a user's numpy array), then keeps two
-device_put calls in flight ahead of the step (flax's prefetch_to_device). `compute_only` runs the same
-steps on batches placed on the device beforehand.
+(device_put to memory_kind="pinned_host": JAX cannot pin a user's numpy array), then issues batch i+1's
+device_put while step i computes (flax's prefetch_to_device). No event can hold a copy back on the device:
+before issuing it the host waits for step i-1 (block_until_ready on its loss), whose batch is then
+released, so at most two batches are alive on the device, as in CuPy's ring of two slots. `compute_only`
+runs the same steps on batches placed on the device beforehand.
 """
 from __future__ import annotations
 
-import collections
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 
-DEPTH = 2  # batches in flight: while step i runs, batch i+1 is being copied
+DEPTH = 2  # batches alive on the device: step i's, and batch i+1 being copied
 
 
 def prepare(inputs, params, device):
@@ -42,7 +43,8 @@ def train_step(w1, w2, x, y, lr):
 
 
 def train(state, batches):
-    w1, w2, losses = state["w1"], state["w2"], []
+    w1, w2 = state["w1"], state["w2"]
+    losses = state["losses"] = []  # step i's loss is ready once step i has run: what the prefetcher waits on
     for x, y in batches:
         w1, w2, loss = train_step(w1, w2, x, y, state["lr"])  # one dispatch per step; returns futures
         losses.append(loss)  # stays on the device: no sync
@@ -56,14 +58,16 @@ def host_batches(state, pin):
 
 
 def to_device_ahead(state, batches):
-    """Device batches, DEPTH in flight: each device_put is issued before the steps ahead of it are enqueued."""
-    queue = collections.deque()
-    for batch in batches:
-        queue.append(jax.device_put(batch, state["hbm"]))  # pinned -> device memory, on XLA's transfer stream
-        if len(queue) == DEPTH:
-            yield queue.popleft()
-    while queue:
-        yield queue.popleft()
+    """Device batches, one ahead: batch i+1's device_put is issued once step i is enqueued and step i-1 is done."""
+    ahead = None
+    for i, batch in enumerate(batches):
+        if ahead is not None:
+            yield ahead  # the caller enqueues step i-1 now
+            if i >= DEPTH:
+                state["losses"][i - DEPTH].block_until_ready()  # step i-2 is done: its batch is released
+        ahead = jax.device_put(batch, state["hbm"])  # pinned -> device memory, on XLA's transfer stream
+    if ahead is not None:
+        yield ahead
 
 
 def run_naive(state):

@@ -23,7 +23,7 @@ def prepare(inputs, params, device):
     x = inputs["x"]
     flipped = flip_bits(x)
     with device:
-        state = {"x": x, "flipped": flipped, "host": x.copy(), "nbytes": x.nbytes, "gpu": True, "device": device,
+        state = {"x": x, "flipped": flipped, "host": x.copy(), "nbytes": x.nbytes, "device": device,
                  "src": cupy.asarray(x),  # device source of every D2H copy
                  "flipped_dev": cupy.asarray(flipped),
                  "out_pageable": flipped.copy(),  # host destination, wrong until a copy lands
