@@ -4,10 +4,12 @@ One array of `n` elements goes host-to-device (h2d_*) or device-to-host (d2h_*),
 pageable memory, memory pinned once up front, or memory pinned inside the timed call; the hazard
 reads a non-blocking device-to-host destination before synchronizing. The floor of every variant is
 the array's bytes over the raw pinned cudaMemcpyAsync rate measured by CuPy in the same run, so the
-table's "% of floor" is the percentage of the link's limit. Every copy is checked bit-exact.
+table's "% of floor" is the percentage of the link's limit. Every copy is checked bit-exact. Pageable
+buffers are prefaulted before timing (prefaulted): the timed copies never fault pages in.
 """
 from __future__ import annotations
 
+import mmap
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,13 +23,28 @@ PAGE = 4096  # bytes: poisoning one element per page makes any page a copy did n
 BLOCKS = 0.8  # host-return / device-done above this: the host waited for the copy
 TARGET_PCT = 95.0  # the best path's share of the raw cudaMemcpy rate
 BANDWIDTH_REGIME = 64 * MiB  # below this, per-copy latency dominates and the 95% target is not judged
-H2D = ("h2d_pageable", "h2d_pageable_non_blocking", "h2d_pinned_non_blocking", "h2d_pin_then_copy")
-D2H = ("d2h_pageable", "d2h_pinned_non_blocking", "d2h_pin_then_copy")
+H2D = ("h2d_pageable", "h2d_pageable_non_blocking", "h2d_pinned_non_blocking", "h2d_pin_then_copy", "h2d_jit_transfer")
+D2H = ("d2h_pageable", "d2h_pinned_non_blocking", "d2h_pin_then_copy", "d2h_jit_transfer")
 
 
 def flip_bits(x: np.ndarray) -> np.ndarray:
     """x with every bit inverted (same dtype): differs from x in every element, whatever the dtype."""
     return (~x.view(f"u{x.itemsize}")).view(x.dtype)
+
+
+def prefaulted(a: np.ndarray) -> np.ndarray:
+    """A pageable host copy of a, made the same way in every process: its own page-aligned anonymous
+    mapping, advised for transparent huge pages (where the kernel has them), every page written once here,
+    untimed. A pageable copy's speed depends on faulting pages in and on whether they are huge; a plain
+    numpy allocation leaves both to the allocator's history (seen on the H200: torch d2h_pageable at 256 MiB
+    took 18.3 ms in one process and 25.5 ms in the next)."""
+    size = max(a.nbytes, 1)
+    buf = mmap.mmap(-1, -(-size // PAGE) * PAGE)  # anonymous, private, page-aligned
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    out = np.frombuffer(buf, dtype=a.dtype, count=a.size).reshape(a.shape)
+    out[...] = a  # writes every page: the faults happen here, not in a timed copy
+    return out
 
 
 def poison_host(out: np.ndarray, flipped: np.ndarray) -> None:
@@ -167,11 +184,16 @@ SCENARIO = Scenario(
                                            "(JAX: from a pinned_host array)", gpu_only=True),
         Variant("h2d_pin_then_copy", "pin (copy into pinned memory) inside the timed call, then a non-blocking copy",
                 gpu_only=True),
+        Variant("h2d_jit_transfer", "host-to-device by a compiled program: jax.jit(identity, out_shardings=device "
+                                    "memory kind) on a pinned_host array, XLA issuing the copy (JAX's best H2D path; "
+                                    "torch and CuPy: not expressible, their plain pinned copy is the raw one)"),
         Variant("d2h_pageable", "device-to-host into pageable memory, blocking (JAX: jax.device_get)"),
         Variant("d2h_pinned_non_blocking", "device-to-host, non-blocking, into a buffer pinned once up front",
                 gpu_only=True),
         Variant("d2h_pin_then_copy", "device-to-host into pinned memory allocated inside the timed call "
                                      "(JAX: device_put to pinned_host, then np.asarray)", gpu_only=True),
+        Variant("d2h_jit_transfer", "device-to-host by a compiled program: jax.jit(identity, out_shardings="
+                                    "pinned_host), then np.asarray (JAX only, as h2d_jit_transfer)"),
         Variant("d2h_read_before_sync", "a non-blocking device-to-host copy queued behind the step that made the data "
                                         "(a 2048^3 GEMM, then the data), read by the host before synchronizing",
                 hazard=True, gpu_only=True),
@@ -214,11 +236,14 @@ SCENARIO = Scenario(
                  "saw), with it torch does not, but from pageable memory the driver still holds the host until it "
                  "has staged the data. pin_memory() and pinned destinations come from torch's caching host "
                  "allocator (cudaHostAlloc once, then reused); .to('cpu', non_blocking=True) allocates its "
-                 "destination there.",
+                 "destination there. The pageable source and the pageable D2H destination are made once by "
+                 "prefaulted(): a page-aligned mapping advised for huge pages, every page written before timing, so "
+                 "that no timed copy faults pages in and every process gets the same kind of pages.",
         "cupy": "CuPy's current stream here is the legacy default stream: ndarray.set(host) without a stream and "
                 "get() with blocking=True are synchronous copies; set(host, stream=s) and get(out=, blocking=False) "
                 "are cudaMemcpyAsync. cupy.asarray(numpy) is CuPy's own pin-then-copy: it copies into a buffer from "
-                "the pinned memory pool and queues the DMA, keeping the buffer until the copy's event completes.",
+                "the pinned memory pool and queues the DMA, keeping the buffer until the copy's event completes. "
+                "The pageable source and get(out=)'s pageable destination are prefaulted once, as in torch.",
         "jax": "JAX has no blocking flag, no user stream and no copy into a buffer you own. h2d_pageable is "
                "device_put(numpy) followed by an explicit wait; h2d_pageable_non_blocking is device_put(numpy) alone; "
                "the pinned variants go through arrays in the pinned_host memory kind "
@@ -228,7 +253,21 @@ SCENARIO = Scenario(
                "pinned_host array (H2D) and device_put to pinned_host (D2H); on this project's H200 (2026-12-02) they "
                "reached 87% (48 of 55 GB/s) and 82-86% (45-47 GB/s) of the raw cudaMemcpy, short of 95%: each "
                "call allocates its destination and XLA's PJRT client issues the copy on its own stream, nothing of "
-               "which the user can reach. The plain D2H path (device_get, np.asarray) is far slower: it stages "
+               "which the user can reach. Measured on the H200 (2026-12-03; 256 MiB float32, median of 15, raw "
+               "cudaMemcpyAsync 4.872 ms = 55.1 GB/s both ways), as % of the raw rate. H2D: device_put from a "
+               "pinned_host array 90.2%; the same with a list of 2/4/8/16 pinned chunks in one call 90.1/89.8/86.7/"
+               "84.5% (88.9/86.9/85.9/80.6% with the concatenation on the device); device_put from pageable NumPy "
+               "14.7% (18/29/38/47% in 2/4/8/16 chunks); jax.jit(identity, out_shardings=device) on a pinned_host "
+               "array 91.9% (h2d_jit_transfer, the best); a raw cudaMemcpyAsync into a CuPy buffer handed to JAX by "
+               "jax.dlpack.from_dlpack 93.4%, but that is CuPy's copy, not JAX's. D2H: jax.device_get 3.0% (1.6 "
+               "GB/s), copy_to_host_async then np.asarray 2.9%; device_put to pinned_host 80.6% with the producing "
+               "op in the timed call, 89.5% of an array made before (78.6/78.8/80.7% in 2/4/8 chunks); "
+               "jax.jit(identity, out_shardings=pinned_host) 88.5% with the producing op (d2h_jit_transfer). So "
+               "JAX's own paths stop near 90%, short of 95%: every one allocates its destination per call and "
+               "issues the copy through PJRT, with no user stream, no preallocated destination and no chunking "
+               "that helps, so what costs the last 10% is out of the user's reach. Pageable memory: the source is "
+               "prefaulted like torch's and CuPy's, but device_get allocates a fresh NumPy destination on every "
+               "call, whose pages fault in during the timed copy: JAX offers no destination to prepare. The plain D2H path (device_get, np.asarray) is far slower: it stages "
                "through a fixed-size intermediate buffer, alternating device-to-host and host-to-host copies (jax "
                "PR 22114; issues 21438, 36651). The claims h2d_at_link and d2h_at_link carry this run's numbers.",
     },

@@ -259,3 +259,34 @@ def test_gpu_jax_every_d2h_run_transfers():
         with b.sync_counter() as syncs:
             impl.run_d2h_pageable(state)
         assert syncs.count >= 1, syncs
+
+
+def _owner(a: np.ndarray):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a.base
+
+
+def test_prefaulted_is_an_equal_page_aligned_copy_of_its_own():
+    import mmap
+
+    x = np.arange(3 * PT.PAGE + 5, dtype=np.float32)
+    got = PT.prefaulted(x)
+    assert np.array_equal(got, x) and got.ctypes.data % PT.PAGE == 0
+    assert isinstance(_owner(got), mmap.mmap) and got.flags.writeable
+    got[0] = -1
+    assert x[0] == 0  # a copy, not a view
+
+
+@pytest.mark.parametrize("fw", ["torch", "jax"])
+def test_pageable_buffers_are_prefaulted_in_prepare(fw):
+    import mmap
+
+    b = backend_or_skip(fw)
+    impl = importlib.import_module(f"impls.pinned_transfer.{fw}_impl")
+    p = {"n": 5000, "dtype": "float32", "seed": 3}
+    state = impl.prepare(PT.SCENARIO.make_inputs(p), p, b.device)
+    keys = ("host", "out_pageable") if fw == "torch" else ("host",)  # JAX's device_get allocates its own
+    for key in keys:
+        a = state[key].numpy() if fw == "torch" else state[key]
+        assert isinstance(_owner(a), mmap.mmap), key

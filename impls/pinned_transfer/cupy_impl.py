@@ -13,8 +13,14 @@ import cupy
 import cupyx
 
 from harness.metrics import emit
-from scenarios.pinned_transfer import flip_bits, poison_host, stale_fraction
+from scenarios.pinned_transfer import flip_bits, poison_host, prefaulted, stale_fraction
 
+NOT_EXPRESSIBLE = {
+    "h2d_jit_transfer": "CuPy compiles kernels, not programs with placed outputs; ndarray.set from pinned memory is "
+                        "already one cudaMemcpyAsync (h2d_pinned_non_blocking)",
+    "d2h_jit_transfer": "CuPy compiles kernels, not programs with placed outputs; ndarray.get into pinned memory is "
+                        "already one cudaMemcpyAsync (d2h_pinned_non_blocking)",
+}
 WORK = 2048
 
 
@@ -23,10 +29,11 @@ def prepare(inputs, params, device):
     x = inputs["x"]
     flipped = flip_bits(x)
     with device:
-        state = {"x": x, "flipped": flipped, "host": x.copy(), "nbytes": x.nbytes, "device": device,
+        state = {"x": x, "flipped": flipped, "host": prefaulted(x),  # pageable, every page faulted in up front
+                 "nbytes": x.nbytes, "device": device,
                  "src": cupy.asarray(x),  # device source of every D2H copy
                  "flipped_dev": cupy.asarray(flipped),
-                 "out_pageable": flipped.copy(),  # host destination, wrong until a copy lands
+                 "out_pageable": prefaulted(flipped),  # host destination (prefaulted), wrong until a copy lands
                  "stream": cupy.cuda.get_current_stream()}
         state["dst"] = cupy.empty_like(state["src"])  # device destination of every H2D copy
         state["work"] = cupy.random.standard_normal((WORK, WORK), dtype=cupy.float32)  # the hazard's earlier work

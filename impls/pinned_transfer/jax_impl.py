@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import SingleDeviceSharding
 
 from harness.metrics import emit
-from scenarios.pinned_transfer import flip_bits
+from scenarios.pinned_transfer import flip_bits, prefaulted
 
 NOT_EXPRESSIBLE = {
     "d2h_pinned_non_blocking": "a jax.Array is immutable: no copy can write into a host buffer pinned up front; "
@@ -32,8 +32,11 @@ def prepare(inputs, params, device):
     x = inputs["x"]
     on_device = SingleDeviceSharding(device, memory_kind="device")
     pinned_host = SingleDeviceSharding(device, memory_kind="pinned_host")
-    state = {"x": x, "host": x.copy(), "nbytes": x.nbytes, "gpu": device.platform == "gpu",
+    state = {"x": x, "host": prefaulted(x), "nbytes": x.nbytes, "gpu": device.platform == "gpu",
              "on_device": on_device, "pinned_host": pinned_host,
+             # A compiled identity whose output is placed in the other memory kind: XLA issues the copy.
+             "jit_to_device": jax.jit(lambda a: a, out_shardings=on_device),
+             "jit_to_pinned": jax.jit(lambda a: a, out_shardings=pinned_host),
              "flipped_dev": jax.device_put(flip_bits(x), on_device),
              "pinned": jax.device_put(x, pinned_host)}  # pinned once, up front: a pinned_host jax.Array
     jax.block_until_ready((state["flipped_dev"], state["pinned"]))
@@ -78,16 +81,25 @@ def run_h2d_pin_then_copy(state):
     return {"x": jax.device_put(staged, state["on_device"])}
 
 
+def run_h2d_jit_transfer(state):
+    moved(state)
+    return {"x": state["jit_to_device"](state["pinned"])}  # pinned_host -> device by a jitted program
+
+
 def run_d2h_pageable(state):
     moved(state)
     return {"x": jax.device_get(state["src"])}  # waits for the array, then JAX's own D2H path into NumPy
 
 
-def run_d2h_pin_then_copy(state):
+def run_d2h_pin_then_copy(state, to_pinned=None):
     moved(state)
-    staged = jax.device_put(state["src"], state["pinned_host"])  # device -> pinned_host, destination allocated now
-    staged.block_until_ready()
+    put = to_pinned or (lambda a: jax.device_put(a, state["pinned_host"]))  # destination allocated now
+    staged = put(state["src"]).block_until_ready()
     t0 = time.perf_counter()
     out = np.asarray(staged)  # the pinned_host array as NumPy: what the host can use
     emit("to_numpy_s", time.perf_counter() - t0)
     return {"x": out}
+
+
+def run_d2h_jit_transfer(state):
+    return run_d2h_pin_then_copy(state, state["jit_to_pinned"])  # device -> pinned_host by a jitted program

@@ -12,8 +12,14 @@ from __future__ import annotations
 import torch
 
 from harness.metrics import emit
-from scenarios.pinned_transfer import flip_bits, poison_host, stale_fraction
+from scenarios.pinned_transfer import flip_bits, poison_host, prefaulted, stale_fraction
 
+NOT_EXPRESSIBLE = {
+    "h2d_jit_transfer": "torch has no compiled program whose output lands in a memory kind; its copy_ from pinned "
+                        "memory is already one cudaMemcpyAsync (h2d_pinned_non_blocking)",
+    "d2h_jit_transfer": "torch has no compiled program whose output lands in a memory kind; its copy_ into pinned "
+                        "memory is already one cudaMemcpyAsync (d2h_pinned_non_blocking)",
+}
 SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32}  # same-width views for the bitwise producer
 WORK = 2048
 
@@ -23,11 +29,11 @@ def prepare(inputs, params, device):
     x = inputs["x"]
     flipped = flip_bits(x)
     gpu = device.type == "cuda"
-    host = torch.from_numpy(x.copy())  # pageable
+    host = torch.from_numpy(prefaulted(x))  # pageable, every page faulted in up front
     state = {"x": x, "flipped": flipped, "host": host, "nbytes": x.nbytes, "gpu": gpu,
              "src": host.to(device),  # device source of every D2H copy
              "flipped_dev": torch.from_numpy(flipped).to(device),
-             "out_pageable": torch.from_numpy(flipped.copy())}  # host destination, wrong until a copy lands
+             "out_pageable": torch.from_numpy(prefaulted(flipped))}  # host destination, wrong until a copy lands
     state["dst"] = torch.empty_like(state["src"])  # device destination of every H2D copy
     if gpu:
         state["pinned"] = host.pin_memory()  # pinned once, up front
