@@ -9,6 +9,12 @@ works on the producer's memory (the same pointer). The hazard variant shows the 
 a producer that queued its kernel on a side stream but exports after leaving that stream's context.
 
 Where CuPy has no GPU (the CPU), the ring is torch -> JAX -> torch and the three stages alternate.
+
+Memory: each worker holds all three allocators here, the exception to "each framework within its
+fraction (0.3)". The row's framework keeps the cap the harness gave it (its worker keeps it for the
+other scenarios, so it is not lowered); the two frameworks the ring opens beside it (each impl's
+guest()) are capped at a third of it each. A worker may hold 5/3 of its fraction; the ring itself
+holds under 1 GiB per worker at the full size.
 """
 from __future__ import annotations
 
@@ -143,18 +149,23 @@ SCENARIO = Scenario(
                  "(side)). Called directly, __dlpack__ defaults to stream=-1 (no ordering). Tensors with "
                  "requires_grad=True are refused (BufferError): detach() first. Lifetime: the capsule keeps the tensor "
                  "alive, but the caching allocator knows only torch's streams: once freed, its block can be reused "
-                 "while the consumer's stream still reads it. The ring keeps every buffer until the harness has waited.",
+                 "while the consumer's stream still reads it. The ring keeps every buffer until the harness has waited. "
+                 "Opened by another framework's ring, torch is capped at a third of that row's cap "
+                 "(set_per_process_memory_fraction; see the README on sharing one GPU).",
         "cupy": "Consumer: cupy.from_dlpack passes CuPy's current stream. Producer: ndarray.__dlpack__(stream=s) records "
                 "an event on CuPy's *current* stream and makes s wait: the same rule as torch. Stages run on a "
                 "non-blocking stream (a plain cupy.cuda.Stream() would also synchronize with the legacy default "
                 "stream). The memory pool has no record_stream: keep the producer's array alive until the consumer is "
-                "done. No requires_grad concept.",
+                "done. No requires_grad concept. Opened by another framework's ring, CuPy's pool is capped at a third of "
+                "that row's cap (set_limit).",
         "jax": "Consumer: jax.dlpack.from_dlpack passes the stream XLA uses for external ready events. Producer: "
                "jax.Array.__dlpack__(stream=s) makes s wait for that buffer's own ready event, and without a stream "
                "blocks the host until the buffer is ready: JAX tracks readiness per buffer, not per stream, so it "
                "cannot make the off-stream mistake (its hops stay ordered in the hazard variant). JAX arrays are "
                "immutable: a consumer must not write into memory imported from JAX, and JAX assumes nobody writes into "
-               "memory it imported. No user streams: JAX's stage has no stream context to enter.",
+               "memory it imported. No user streams: JAX's stage has no stream context to enter. Opened by another "
+               "framework's ring, JAX starts with no preallocation (else it takes 75% of the GPU at once) and "
+               "XLA_PYTHON_CLIENT_MEM_FRACTION at a third of that row's cap.",
     },
     metrics_doc={
         "ring_frameworks": "frameworks in the ring (3 on a GPU; 2 where CuPy has no device)",

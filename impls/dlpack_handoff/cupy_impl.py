@@ -12,6 +12,26 @@ import cupy
 from impls.dlpack_handoff import ring
 
 
+def share(device):
+    """The fraction of the GPU CuPy's memory pool may hold in this process (its backend's cap)."""
+    with device:
+        return cupy.get_default_memory_pool().get_limit() / device.mem_info[1]
+
+
+def guest(gpu, cap):
+    """CuPy opened by another framework's ring: its GPU (None without one: CuPy has no CPU device), its memory
+    pool capped at `cap` of the GPU."""
+    try:
+        if not (gpu and cupy.cuda.is_available()):
+            return None
+    except cupy.cuda.runtime.CUDARuntimeError:  # CuPy 13 raises where 14 answers False
+        return None
+    device = cupy.cuda.Device(0)
+    with device:
+        cupy.get_default_memory_pool().set_limit(fraction=cap)  # past it, cupy.cuda.memory.OutOfMemoryError
+    return device
+
+
 def member(device):
     with device:  # non-blocking: a plain Stream() would also synchronize with the legacy default stream
         return {"device": device, "stream": cupy.cuda.Stream(non_blocking=True)}
@@ -68,7 +88,7 @@ def fill_nan(part, arrays):
 
 
 def prepare(inputs, params, device):
-    return ring.prepare("cupy", inputs, device)  # loads the other members through the harness's backends
+    return ring.prepare("cupy", inputs, device)  # opens the other members through their impls' guest()
 
 
 def poison(state):

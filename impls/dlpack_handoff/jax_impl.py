@@ -8,6 +8,7 @@ stream to get wrong. Arrays are immutable: nobody may write into memory JAX impo
 from __future__ import annotations
 
 import contextlib
+import os
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,27 @@ import numpy as np
 from impls.dlpack_handoff import ring
 
 _gemm_tanh = jax.jit(lambda x, w: jnp.tanh(jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST)))
+
+
+def share(device):
+    """The fraction of the GPU XLA's allocator may hold in this process (set before its backend started)."""
+    if device.platform != "gpu":
+        return None
+    return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION") or os.environ.get("XLA_CLIENT_MEM_FRACTION") or 0.75)
+
+
+def guest(gpu, cap):
+    """JAX opened by another framework's ring: its device of the same kind (None where it has none). XLA reads
+    its allocator settings once, when its backend starts: no preallocation (else it takes 75% of the GPU at
+    once) and a cap of `cap` of the GPU, unless already set; a backend already running keeps its own."""
+    if gpu:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        if not any(os.environ.get(v) for v in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")):
+            os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{cap:g}"  # both names set at once is an error
+    try:
+        return jax.devices("gpu" if gpu else "cpu")[0]
+    except RuntimeError:  # no backend of that kind
+        return None
 
 
 def member(device):
@@ -63,7 +85,7 @@ def fill_nan(part, arrays):
 
 
 def prepare(inputs, params, device):
-    return ring.prepare("jax", inputs, device)  # loads the other members through the harness's backends
+    return ring.prepare("jax", inputs, device)  # opens the other members through their impls' guest()
 
 
 def poison(state):

@@ -3,14 +3,14 @@
 <framework>_impl.py defines with that framework's rules.
 
 A framework's row starts the ring with that framework and ends it there: torch's row runs
-torch -> CuPy -> JAX -> torch. Members are the frameworks available on the same kind of device; where
-CuPy has no GPU the ring is torch -> JAX -> torch and the STAGES stages alternate between the two.
+torch -> CuPy -> JAX -> torch. Members are the frameworks available on the same kind of device, each
+opened by its own impl's guest() (the ring imports nothing of the harness); where CuPy has no GPU the ring is
+torch -> JAX -> torch and the STAGES stages alternate between the two.
 """
 from __future__ import annotations
 
 import importlib
 
-from harness import backends
 from harness.metrics import emit
 from scenarios.dlpack_handoff import STAGES
 
@@ -18,15 +18,23 @@ ORDER = ("torch", "cupy", "jax")
 
 
 def prepare(first, inputs, device):
-    on_gpu = backends.get(first).load().on_gpu
     names = ORDER[ORDER.index(first):] + ORDER[:ORDER.index(first)]
+    host = importlib.import_module(f"impls.dlpack_handoff.{first}_impl")
+    share = host.share(device)  # the row's framework's cap on the GPU, set by the harness; None on a CPU
     members = []
     for name in names:
-        b = backends.get(name)
-        if name != first and not (b.available()[0] and b.on_gpu == on_gpu):
-            continue  # no device of the same kind: left out of the ring (ring_frameworks says so)
-        mod = importlib.import_module(f"impls.dlpack_handoff.{name}_impl")
-        part = mod.member(device if name == first else b.device)
+        if name == first:
+            mod, dev = host, device
+        else:
+            try:
+                mod = importlib.import_module(f"impls.dlpack_handoff.{name}_impl")
+            except ImportError:
+                continue  # not installed: left out of the ring (ring_frameworks says so)
+            # Guests share the row's cap: a third of it each (see the scenario's note on memory caps).
+            dev = mod.guest(share is not None, share / len(ORDER) if share is not None else None)
+            if dev is None:
+                continue  # no device of the same kind: left out of the ring
+        part = mod.member(dev)
         members.append({"mod": mod, "part": part, "w": mod.upload(part, inputs["w"])})
     first_member = members[0]
     return {"members": members, "x": first_member["mod"].upload(first_member["part"], inputs["x"]), "kept": [],

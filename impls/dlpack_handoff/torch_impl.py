@@ -15,6 +15,23 @@ import torch
 from impls.dlpack_handoff import ring
 
 
+def share(device):
+    """The fraction of the GPU torch's allocator may hold in this process (its backend's cap); None on a CPU."""
+    return torch.cuda.get_per_process_memory_fraction(device) if device.type == "cuda" else None
+
+
+def guest(gpu, cap):
+    """torch opened by another framework's ring: its device of the same kind (None where it has none), its
+    caching allocator capped at `cap` of the GPU."""
+    if not gpu:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        return None
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_per_process_memory_fraction(cap, device)  # past it, torch.OutOfMemoryError
+    return device
+
+
 def member(device):
     # A side stream from torch's pool: non-blocking w.r.t. the legacy default stream.
     return {"device": device, "stream": torch.cuda.Stream(device) if device.type == "cuda" else None}
@@ -69,7 +86,7 @@ def fill_nan(part, arrays):
 
 
 def prepare(inputs, params, device):
-    return ring.prepare("torch", inputs, device)  # loads the other members through the harness's backends
+    return ring.prepare("torch", inputs, device)  # opens the other members through their impls' guest()
 
 
 def poison(state):
