@@ -237,3 +237,28 @@ def test_torch_job_kernel_runs_on_32_bit_values():
     assert "long" not in impl.CODE and "int64" not in impl.CODE
     y = impl.run_one_stream(state)["y"]
     assert all(t.dtype == torch.uint32 for t in y)
+
+
+@pytest.mark.gpu
+def test_cupy_overlapped_copies_wait_for_the_main_stream():
+    """Work queued on the main stream that still writes the persistent staging buffers (a slow GEMM, then NaN
+    into both) must land before the run's first copies: the copy stream waits on the main stream."""
+    b = gpu_backend_or_skip("cupy")
+    cp = b.fw
+    scn = get("copy_compute_overlap")
+    p = {"batches": 4, "rows": 256, "dim": 512, "features": 256, "seed": 5}
+    impl = load_impl("copy_compute_overlap", "cupy")
+    inputs = scn.make_inputs(p)
+    state = impl.prepare(inputs, p, b.device)
+    want = scn.reference(inputs, p)
+    a = cp.random.standard_normal((4096, 4096), dtype=cp.float32)
+    b.synchronize()
+    for _ in range(3):
+        impl.poison(state)
+        for _ in range(4):
+            a = a @ a / 64  # ~ms of main-stream work ahead of the fills
+        for buf in state["bufs"]:
+            buf.fill(cp.nan)
+        out = impl.run_overlapped(state)
+        b.synchronize(out)
+        assert compare_outputs(scn, p, b.to_numpy(out), want) is None
