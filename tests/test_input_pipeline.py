@@ -1,6 +1,8 @@
 """input_pipeline: the prefetchers keep batches in flight, from page-locked memory, in step order."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -11,17 +13,6 @@ from tests.conftest import backend_or_skip, gpu_backend_or_skip
 
 SCN = get("input_pipeline")
 P = {"steps": 5, "batches": 2, "batch": 16, "dim": 8, "hidden": 12, "dtype": "float32", "seed": 9}
-
-
-class _Loss:
-    """A step's loss whose block_until_ready records that the host waited for that step."""
-
-    def __init__(self, step, log):
-        self.step, self.log = step, log
-
-    def block_until_ready(self):
-        self.log.append(("waited", self.step))
-        return self
 
 
 def test_jax_prefetch_issues_the_next_copy_while_a_step_runs_and_keeps_two_batches_alive(monkeypatch):
@@ -39,7 +30,8 @@ def test_jax_prefetch_issues_the_next_copy_while_a_step_runs_and_keeps_two_batch
     for k, batch in enumerate(impl.to_device_ahead(state, source)):
         assert int(np.asarray(batch[0])[0]) == k  # in order
         log.append(("step", k))
-        state["losses"].append(_Loss(k, log))  # what train does: step k enqueued, its loss a future
+        # What train does: step k enqueued, its loss a future whose wait we record.
+        state["losses"].append(SimpleNamespace(block_until_ready=lambda k=k: log.append(("waited", k))))
     copies = [n for n, e in enumerate(log) if e[0] == "copy"]
     for i, at in enumerate(copies):
         if i >= 1:  # batch i's copy is issued once step i-1 is enqueued (it overlaps that step)...

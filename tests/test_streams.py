@@ -2,6 +2,8 @@
 claims' arithmetic, which variants run where, and — on a GPU — the behaviour they exist to show."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -174,17 +176,6 @@ def test_small_kernels_are_device_bound_and_bit_exact(fw):
     assert per_kernel > 50e-6, f"{per_kernel * 1e6:.0f} µs per kernel: launch-bound at 2^16 steps"
 
 
-class _Future:
-    """A step's output whose block_until_ready records that the host waited for that step."""
-
-    def __init__(self, step, log):
-        self.step, self.log = step, log
-
-    def block_until_ready(self):
-        self.log.append(("waited", self.step))
-        return self
-
-
 def _jax_overlap_log(monkeypatch, variant: str, batches: int = 6) -> list[tuple[str, int]]:
     """The order in which JAX's copy_compute_overlap variant issues copies and steps and waits, with fakes."""
     backend_or_skip("jax")
@@ -197,11 +188,11 @@ def _jax_overlap_log(monkeypatch, variant: str, batches: int = 6) -> list[tuple[
 
     def step(x, w):
         log.append(("step", x))
-        return _Future(x, log)
+        return SimpleNamespace(block_until_ready=lambda: log.append(("waited", x)))  # a future whose wait we record
 
     monkeypatch.setattr(impl.jax, "device_put", device_put)
     monkeypatch.setattr(impl, "step", step)
-    monkeypatch.setattr(impl, "copy_then_step", lambda h, w, dev: (log.append(("copy+step", h)), _Future(h, log))[1])
+    monkeypatch.setattr(impl, "copy_then_step", lambda h, w, dev: log.append(("copy+step", h)))
     monkeypatch.setattr(impl, "report", lambda state: None)
     getattr(impl, f"run_{variant}")({"host": list(range(batches)), "w": None, "dev": None})
     return log
