@@ -9,6 +9,7 @@ buffers are prefaulted before timing (prefaulted): the timed copies never fault 
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 from typing import Any, Mapping
 
@@ -41,7 +42,8 @@ def prefaulted(a: np.ndarray) -> np.ndarray:
     size = max(a.nbytes, 1)
     buf = mmap.mmap(-1, -(-size // PAGE) * PAGE)  # anonymous, private, page-aligned
     if hasattr(mmap, "MADV_HUGEPAGE"):
-        buf.madvise(mmap.MADV_HUGEPAGE)
+        with contextlib.suppress(OSError):  # a kernel built without transparent huge pages refuses the advice
+            buf.madvise(mmap.MADV_HUGEPAGE)
     out = np.frombuffer(buf, dtype=a.dtype, count=a.size).reshape(a.shape)
     out[...] = a  # writes every page: the faults happen here, not in a timed copy
     return out
@@ -248,28 +250,26 @@ SCENARIO = Scenario(
                "device_put(numpy) followed by an explicit wait; h2d_pageable_non_blocking is device_put(numpy) alone; "
                "the pinned variants go through arrays in the pinned_host memory kind "
                "(SingleDeviceSharding(dev, memory_kind='pinned_host')); d2h_pin_then_copy is device_put to pinned_host "
-               "and np.asarray of the result, its share shown as to_numpy_s. A jax.Array keeps its host copy once "
-               "read, so each run reads a fresh device array (made untimed by poison). Best paths: device_put from a "
-               "pinned_host array (H2D) and device_put to pinned_host (D2H); on this project's H200 (2026-12-02) they "
-               "reached 87% (48 of 55 GB/s) and 82-86% (45-47 GB/s) of the raw cudaMemcpy, short of 95%: each "
-               "call allocates its destination and XLA's PJRT client issues the copy on its own stream, nothing of "
-               "which the user can reach. Measured on the H200 (2026-12-03; 256 MiB float32, median of 15, raw "
-               "cudaMemcpyAsync 4.872 ms = 55.1 GB/s both ways), as % of the raw rate. H2D: device_put from a "
-               "pinned_host array 90.2%; the same with a list of 2/4/8/16 pinned chunks in one call 90.1/89.8/86.7/"
-               "84.5% (88.9/86.9/85.9/80.6% with the concatenation on the device); device_put from pageable NumPy "
-               "14.7% (18/29/38/47% in 2/4/8/16 chunks); jax.jit(identity, out_shardings=device) on a pinned_host "
-               "array 91.9% (h2d_jit_transfer, the best); a raw cudaMemcpyAsync into a CuPy buffer handed to JAX by "
-               "jax.dlpack.from_dlpack 93.4%, but that is CuPy's copy, not JAX's. D2H: jax.device_get 3.0% (1.6 "
-               "GB/s), copy_to_host_async then np.asarray 2.9%; device_put to pinned_host 80.6% with the producing "
-               "op in the timed call, 89.5% of an array made before (78.6/78.8/80.7% in 2/4/8 chunks); "
-               "jax.jit(identity, out_shardings=pinned_host) 88.5% with the producing op (d2h_jit_transfer). So "
-               "JAX's own paths stop near 90%, short of 95%: every one allocates its destination per call and "
-               "issues the copy through PJRT, with no user stream, no preallocated destination and no chunking "
-               "that helps, so what costs the last 10% is out of the user's reach. Pageable memory: the source is "
-               "prefaulted like torch's and CuPy's, but device_get allocates a fresh NumPy destination on every "
-               "call, whose pages fault in during the timed copy: JAX offers no destination to prepare. The plain D2H path (device_get, np.asarray) is far slower: it stages "
-               "through a fixed-size intermediate buffer, alternating device-to-host and host-to-host copies (jax "
-               "PR 22114; issues 21438, 36651). The claims h2d_at_link and d2h_at_link carry this run's numbers.",
+               "and np.asarray of the result, its share shown as to_numpy_s; the *_jit_transfer variants are a jitted "
+               "identity whose out_shardings name the other memory kind, so that XLA issues the copy. A jax.Array "
+               "keeps its host copy once read, so each run reads a fresh device array (made untimed by poison). "
+               "JAX's paths measured on the H200 (2026-12-03; 256 MiB float32, median of 15; raw cudaMemcpyAsync "
+               "4.872 ms = 55.1 GB/s both ways), as % of the raw rate. H2D: jit transfer from a pinned_host array "
+               "91.9% (h2d_jit_transfer, the best); device_put from a pinned_host array 90.2%, and with a list of "
+               "2/4/8/16 pinned chunks in one call 90.1/89.8/86.7/84.5% (88.9/86.9/85.9/80.6% with the "
+               "concatenation on the device); device_put from pageable NumPy 14.7% (18/29/38/47% in 2/4/8/16 "
+               "chunks); a raw cudaMemcpyAsync into a CuPy buffer handed to JAX by jax.dlpack.from_dlpack 93.4%, but "
+               "that is CuPy's copy, not JAX's. D2H: device_put of an existing array to pinned_host 89.5% (80.6% "
+               "with the producing op in the timed call; 78.6/78.8/80.7% in 2/4/8 chunks); jit transfer to "
+               "pinned_host 88.5% with the producing op (d2h_jit_transfer); jax.device_get 3.0% (1.6 GB/s) and "
+               "copy_to_host_async then np.asarray 2.9%: the plain path stages through a fixed-size intermediate "
+               "buffer, alternating device-to-host and host-to-host copies (jax PR 22114; issues 21438, 36651). So "
+               "JAX's own paths stop near 90%, short of the 95% target: each allocates its destination on every call "
+               "and XLA's PJRT client issues the copy on its own stream; JAX offers no user stream, no preallocated "
+               "destination, and chunking only adds cost, so the last 10% is out of the user's reach. Pageable "
+               "memory: the source is prefaulted like torch's and CuPy's, but device_get allocates a fresh NumPy "
+               "destination on every call, whose pages fault in during the timed copy: JAX has no destination to "
+               "prepare. The claims h2d_at_link and d2h_at_link carry this run's numbers.",
     },
     metrics_doc={
         "link_bytes": "bytes sent over the host-device link per run, counted by construction (the array's size on a "
