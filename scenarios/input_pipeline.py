@@ -110,7 +110,7 @@ SCENARIO = Scenario(
                          "jax.device_put) right before computing on it"),
         Variant("prefetched", "pinned batches; batch i+1 copied (non_blocking, side stream) while step i computes "
                               "(JAX: device_put issued once step i is queued, the host first waiting for step i-1: "
-                              "two batches alive)", gpu_only=True),
+                              "two batches alive)", gpu_only=("torch", "cupy")),
         Variant("compute_only", "the same steps on batches staged on the device beforehand: the compute-only bound"),
     ),
     params=lambda: S.params(steps=st.integers(1, 8), batches=st.integers(1, 3), batch=S.dims(1, 32),

@@ -25,9 +25,10 @@ def prepare(inputs, params, device):
              "staged": [jax.device_put((x, y), device) for x, y in zip(xs, ys)],
              "w1": jax.device_put(inputs["w1"], device), "w2": jax.device_put(inputs["w2"], device),
              "lr": float(inputs["lr"]), "steps": int(params["steps"]), "device": device}
-    if device.platform == "gpu":  # the GPU's memory kinds: "device" and "pinned_host"
-        state["pinned"] = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
-        state["hbm"] = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
+    # The memory kinds: "device" and "pinned_host" on a GPU; the CPU backend names them too (both host memory),
+    # so the prefetcher runs, and is checked, on a CPU device as well.
+    state["pinned"] = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+    state["hbm"] = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
     return state  # everything above is uploaded once, untimed
 
 
