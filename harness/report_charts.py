@@ -48,6 +48,11 @@ def point_label(scn: dict[str, Any], i: int) -> str:
     return str(points[i].get("label") or f"point {i}") if i < len(points) else f"point {i}"
 
 
+def _wrap(name: str, width: int = 16) -> str:
+    """A long variant name over lines, broken after its underscores: neighbours never overlap."""
+    return textwrap.fill(name.replace("_", "_ "), width, break_long_words=False).replace("_ ", "_")
+
+
 def _iqr(stats: dict[str, Any]) -> list[list[float]]:
     return [[max(stats["median"] - stats["q1"], 0.0)], [max(stats["q3"] - stats["median"], 0.0)]]
 
@@ -104,8 +109,7 @@ def _bars(fig: Any, scn: dict[str, Any], fws: list[str], variants: list[dict[str
             elif r is not None:
                 ax.text(x, lo * 1.15, r["status"], rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
     ax.set_xticks(range(len(variants)))
-    ax.set_xticklabels([textwrap.fill(v["name"], 14) + ("\n(hazard)" if v.get("hazard") else "") for v in variants],
-                       fontsize=8)
+    ax.set_xticklabels([_wrap(v["name"]) + ("\n(hazard)" if v.get("hazard") else "") for v in variants], fontsize=8)
     ax.set_xlim(-0.6, len(variants) - 0.4)
     ax.set_ylabel("device-done (bars, IQR whiskers)", fontsize=8)
     fig.legend(handles=_legend(scn, fws, "none"), fontsize=7, loc="outside right upper", frameon=False)
