@@ -77,12 +77,12 @@ def refuse(scn: Scenario, params: dict[str, Any]) -> str | None:
     ds = domains(scn)
     missing = [k for k in ds if k not in params]
     if missing:
-        return f"{scn.name} needs {', '.join(missing)} (params: {', '.join(ds)})"
+        return f"missing {', '.join(missing)} (params: {', '.join(ds)})"
     extra = [k for k in params if k not in ds and k != "label"]
     if extra:
-        return f"{scn.name} has no param {', '.join(map(repr, extra))} (params: {', '.join(ds)})"
+        return f"no param {', '.join(map(repr, extra))} (params: {', '.join(ds)})"
     for key, d in ds.items():
         why = d.refuse(params[key])
         if why:
-            return f"{scn.name}: {key} {why}"
+            return f"{key} {why}"
     return None

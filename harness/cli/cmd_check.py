@@ -23,7 +23,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError("--params must be a JSON object")
     why = refuse(scn, params)
     if why:
-        raise UsageError(f"--params: {why}")
+        raise UsageError(f"--params do not fit {scn.name}: {why}")
     try:
         inputs = scn.make_inputs(params)
         reference = scn.reference(inputs, params)
