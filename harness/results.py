@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.files import rescue_folders, write_files
+from harness import files
 
 SCHEMA = "triptych.result/1"
 # A row's status: it ran ("ok"; "wrong" when a timed output missed its check), or why it did not.
@@ -71,7 +71,7 @@ def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> 
     while True:
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            return write_files(folder, {unused_name(folder, name or result_name(doc)): data}, exclusive=True)[0]
+            return files.write_files(folder, {unused_name(folder, name or result_name(doc)): data}, exclusive=True)[0]
         except FileExistsError:  # the name was taken meanwhile: the next one
             continue
 
@@ -83,12 +83,12 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str) -> tuple[Path,
         return write_atomic(doc, folder, name), None
     except OSError as e:
         why = f"could not write the result into {folder}: {e.strerror or e}"
-    for rescue in rescue_folders():
+    for rescue in files.rescue_folders():
         try:
             return write_atomic(doc, rescue, name), why
         except OSError:
             continue
-    raise OSError(f"{why}; no rescue folder ({', '.join(map(str, rescue_folders()))}) could take it either")
+    raise OSError(f"{why}; no rescue folder ({', '.join(map(str, files.rescue_folders()))}) could take it either")
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+import threading
 
 from harness.cli.parser import UsageError, build_parser, gpu_present
 
@@ -23,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     from harness.runner import Stopped
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    previous = signal.getsignal(signal.SIGTERM)
     try:
+        if threading.current_thread() is threading.main_thread():  # a SIGTERM at any moment says what it stopped
+            signal.signal(signal.SIGTERM, _stop)
         a = build_parser().parse_args(argv)
         return importlib.import_module(f"harness.cli.{COMMANDS[a.cmd]}").run(a, argv)
     except UsageError as e:
@@ -33,3 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         name = str(e) if isinstance(e, Stopped) else "SIGINT"
         print(f"harness: stopped ({name}) before a result was written", file=sys.stderr)
         return 128 + signal.Signals[name].value
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(signum: int, frame: object) -> None:
+    from harness.runner import Stopped
+
+    raise Stopped(signal.Signals(signum).name)

@@ -65,19 +65,23 @@ def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) ->
     from harness.timeline import plan_timelines
 
     doc = run_compare(opts, make_ui(quiet))
-    name = unused_name(out, result_name(doc), with_folder=True)
-    stem = Path(name).stem
-    drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
-    path, rescued = write_or_rescue(doc, out, name)
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # a stop now waits until the result is on disk
     try:
-        with _sigterm_stops():
-            render_terminal(doc, make_console())
-            ok, problems = summary_status(doc)
-            print(f"result: {path}", flush=True)
-            if rescued:
-                print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
-                ok = False
-            _draw(doc, path, stem, drawn, problems, report)
+        name = unused_name(out, result_name(doc), with_folder=True)
+        stem = Path(name).stem
+        drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
+        path, rescued = write_or_rescue(doc, out, name)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    try:  # SIGTERM raises runner.Stopped here as everywhere in a command (harness.cli.main)
+        render_terminal(doc, make_console())
+        ok, problems = summary_status(doc)
+        print(f"result: {path}", flush=True)
+        if rescued:
+            print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
+            ok = False
+        _draw(doc, path, stem, drawn, problems, report)
     except (KeyboardInterrupt, Stopped) as e:
         name = str(e) if isinstance(e, Stopped) else "SIGINT"
         print(f"harness: stopped ({name}) after the result was written: {path} is complete", file=sys.stderr)
@@ -103,18 +107,3 @@ def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems
             print(f"report: {make_report(path, doc=as_written(doc))}", flush=True)
         except Exception as e:  # noqa: BLE001 - the result is written; a report that fails must not hide it
             problems.append(Problem("failed", f"report not written: {type(e).__name__}: {e}"))
-
-
-class _sigterm_stops:
-    """SIGTERM raises runner.Stopped (as during the run) while the result is printed and drawn."""
-
-    def __enter__(self) -> None:
-        from harness.runner import Stopped
-
-        def stop(signum: int, frame: Any) -> None:
-            raise Stopped(signal.Signals(signum).name)
-
-        self.previous = signal.signal(signal.SIGTERM, stop)
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGTERM, self.previous)
