@@ -11,14 +11,13 @@ Nothing here imports a framework: NOT_EXPRESSIBLE is read from the impl files' s
 from __future__ import annotations
 
 import ast
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from harness.backends import FRAMEWORKS
 from harness.report import fmt_pct, fmt_s, points_of, sig, timed
+from harness.files import write_files
 from harness.labels import NAMES, gpu_label
 from harness.results import ResultError, load
 
@@ -315,19 +314,8 @@ def stale(files: dict[Path, str], root: Path = ROOT) -> list[Path]:
 
 
 def write(files: dict[Path, str], root: Path = ROOT) -> list[Path]:
-    """Write the files that changed, each atomically; returns their paths."""
-    written = []
-    for rel in stale(files, root):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(files[rel])
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        written.append(rel)
+    """Write the files that changed, each through the one atomic writer; returns their paths."""
+    written = stale(files, root)
+    for rel in written:
+        write_files((root / rel).parent, {rel.name: files[rel].encode()})
     return written
