@@ -211,6 +211,24 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- generators
 
+def _traps(root: Path, s: Any) -> list[str]:
+    """A scenario's traps: framework notes, what a framework cannot express, GPU-only variants, hazards."""
+    traps = [f"**{NAMES.get(fw, fw)}**: {s.framework_notes[fw]}" for fw in FRAMEWORKS if fw in s.framework_notes]
+    for fw in FRAMEWORKS:
+        for variant, why in not_expressible(root, s.name, fw).items():
+            traps.append(f"**{NAMES[fw]}** has no equivalent of `{variant}`: {why}")
+    gpu_only = [v.name + ("" if v.gpu_only is True else f" (in {', '.join(NAMES[f] for f in v.gpu_only)})")
+                for v in s.variants if v.gpu_only]
+    if gpu_only:
+        traps.append(f"{', '.join(f'`{v}`' for v in gpu_only)} need a CUDA device (streams, events or pinned "
+                     "memory): on a CPU device they are skipped with that reason")
+    for v in s.variants:
+        if v.hazard:
+            traps.append(f"`{v.name}` is a hazard: it is wrong by design some of the time ({v.doc}); every timed "
+                         "run is checked and the report counts the wrong ones")
+    return traps
+
+
 def porting_guide(root: Path = ROOT) -> str:
     from scenarios import all_scenarios
 
@@ -253,19 +271,7 @@ def porting_guide(root: Path = ROOT) -> str:
         parts.append(f"Spec: [`scenarios/{s.name}.py`](../scenarios/{s.name}.py). Variants, baseline first:\n\n"
                      + "\n".join(f"- `{v.name}`" + (" *(hazard)*" if v.hazard else "")
                                  + _gpu_mark(v) + f" — {v.doc}" for v in s.variants))
-        traps = [f"**{NAMES.get(fw, fw)}**: {s.framework_notes[fw]}" for fw in FRAMEWORKS if fw in s.framework_notes]
-        for fw in FRAMEWORKS:
-            for variant, why in not_expressible(root, s.name, fw).items():
-                traps.append(f"**{NAMES[fw]}** has no equivalent of `{variant}`: {why}")
-        gpu_only = [v.name + ("" if v.gpu_only is True else f" (in {', '.join(NAMES[f] for f in v.gpu_only)})")
-                    for v in s.variants if v.gpu_only]
-        if gpu_only:
-            traps.append(f"{', '.join(f'`{v}`' for v in gpu_only)} need a CUDA device (streams, events or pinned "
-                         "memory): on a CPU device they are skipped with that reason")
-        for v in s.variants:
-            if v.hazard:
-                traps.append(f"`{v.name}` is a hazard: it is wrong by design some of the time ({v.doc}); every timed "
-                             "run is checked and the report counts the wrong ones")
+        traps = _traps(root, s)
         if traps:
             parts.append("**Traps**\n\n" + "\n".join(f"- {_cell(t)}" for t in traps))
         if s.metrics_doc:

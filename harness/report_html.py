@@ -251,6 +251,45 @@ def _metrics_doc(name: str) -> dict[str, str]:
         return {}
 
 
+def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, out: Path | None,
+             images: dict[str, bytes]) -> list[Block]:
+    """The chart, the timings table and the timeline of one scenario; their pictures go into images."""
+    blocks: list[Block] = []
+    png = chart_png(scn, fws)
+    if png is not None:
+        images[f"{name}.png"] = png
+        how = ("bars: device-done median, whiskers its IQR; ◇ host-return median (IQR); hatched: hazard"
+               if len(points_of(scn)) <= 1 else
+               ("lines: device-done median over the sweep, band its IQR; ◇ dotted: host-return median"
+                if ordered_sweep(points_of(scn)) else
+                "dots: device-done median at each point, whiskers its IQR; ◇ host-return median"))
+        blocks.append(("img", f"{name}.png", f"{name}: variants × frameworks",
+                       how + ("; dashes: the physical floor" if any(r.get("floor_s") for r in scn["rows"]) else "")
+                       + ". Log scale."))
+    if scn["rows"]:
+        blocks += [("h", 3, "Timings: host-return vs device-done", None), _timing_table(scn, fws)]
+        mdoc = {k: v for k, v in _metrics_doc(name).items()
+                if any(k in (r.get("timing") or {}).get("metrics", {}) for r in scn["rows"] if timed(r))}
+        if mdoc:
+            blocks.append(("ul", [f"`{k}`: {v}" for k, v in mdoc.items()]))
+    else:
+        blocks.append(("p", "Not timed in this run."))
+    tl_png, tl_note = _timeline(scn, result_path.parent)
+    if tl_png is not None:
+        tl_path = result_path.parent / scn["timelines"]["png"]
+        tl_name = tl_path.name if out is not None and tl_path.parent.resolve() == out.resolve() \
+            else f"{name}.timeline.png"
+        images[tl_name] = tl_png
+        trace = (scn.get("timelines") or {}).get("trace")
+        blocks += [("h", 3, "Timeline", None),
+                   ("img", tl_name, f"{name}: timeline",
+                    "what host and device did over time, every framework" +
+                    (f"; the trace it was drawn from: `{trace}` (next to the result file)" if trace else ""))]
+    elif tl_note:
+        blocks += [("h", 3, "Timeline", None), ("p", tl_note)]
+    return blocks
+
+
 def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> dict[str, bytes]:
     """Every file of the report, rendered in memory: {name: bytes}. A timeline picture already in
     `out` is embedded and referenced, not written again."""
@@ -282,38 +321,7 @@ def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> di
             blocks.append(("table", (["point"] if len(points) > 1 else []) + keys,
                            [([point_label(scn, i)] if len(points) > 1 else []) + [str(p.get(k, "")) for k in keys]
                             for i, p in enumerate(points)]))
-        png = chart_png(scn, fws)
-        if png is not None:
-            images[f"{name}.png"] = png
-            how = ("bars: device-done median, whiskers its IQR; ◇ host-return median (IQR); hatched: hazard"
-                   if len(points_of(scn)) <= 1 else
-                   ("lines: device-done median over the sweep, band its IQR; ◇ dotted: host-return median"
-                    if ordered_sweep(points_of(scn)) else
-                    "dots: device-done median at each point, whiskers its IQR; ◇ host-return median"))
-            blocks.append(("img", f"{name}.png", f"{name}: variants × frameworks",
-                           how + ("; dashes: the physical floor" if any(r.get("floor_s") for r in scn["rows"]) else "")
-                           + ". Log scale."))
-        if scn["rows"]:
-            blocks += [("h", 3, "Timings: host-return vs device-done", None), _timing_table(scn, fws)]
-            mdoc = {k: v for k, v in _metrics_doc(name).items()
-                    if any(k in (r.get("timing") or {}).get("metrics", {}) for r in scn["rows"] if timed(r))}
-            if mdoc:
-                blocks.append(("ul", [f"`{k}`: {v}" for k, v in mdoc.items()]))
-        else:
-            blocks.append(("p", "Not timed in this run."))
-        tl_png, tl_note = _timeline(scn, result_path.parent)
-        if tl_png is not None:
-            tl_path = result_path.parent / scn["timelines"]["png"]
-            tl_name = tl_path.name if out is not None and tl_path.parent.resolve() == out.resolve() \
-                else f"{name}.timeline.png"
-            images[tl_name] = tl_png
-            trace = (scn.get("timelines") or {}).get("trace")
-            blocks += [("h", 3, "Timeline", None),
-                       ("img", tl_name, f"{name}: timeline",
-                        "what host and device did over time, every framework" +
-                        (f"; the trace it was drawn from: `{trace}` (next to the result file)" if trace else ""))]
-        elif tl_note:
-            blocks += [("h", 3, "Timeline", None), ("p", tl_note)]
+        blocks += _figures(name, scn, fws, result_path, out, images)
         claims = _claims_table(scn, fws)
         if claims is not None:
             blocks += [("h", 3, f"Claims, judged on {gpu}", None), claims]
