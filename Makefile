@@ -50,7 +50,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,22p' Makefile
+	@sed -n '1,19p' Makefile
 
 setup: $(STAMP)
 
