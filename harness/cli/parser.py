@@ -62,30 +62,27 @@ def _bounded_int(lo: int, hi: int, what: str):
     return parse
 
 
-def _seconds(what: str):
+def _number(what: str, ok: Any, bounds: str, kind: str = "a number"):
+    """A float option: `{what} must be {kind}` when it is not one, `{what} must be {bounds}` when not ok(v)."""
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number of seconds, not {text!r}") from None
-        if not 0 < v <= 86_400:
-            raise argparse.ArgumentTypeError(f"{what} must be > 0 and at most a day, not {text}")
+            raise argparse.ArgumentTypeError(f"{what} must be {kind}, not {text!r}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"{what} must be {bounds}, not {text}")
         return v
 
     return parse
 
 
+def _seconds(what: str):
+    return _number(what, lambda v: 0 < v <= 86_400, "> 0 and at most a day", "a number of seconds")
+
+
 _positive_float = _seconds("timeout")
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--gpu-memory-fraction must be a number, not {text!r}") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"--gpu-memory-fraction must be in (0, 1], not {text}")
-    return v
+_fraction = _number("--gpu-memory-fraction", lambda v: 0 < v <= 1, "in (0, 1]")
+_confidence = _number("--confidence", lambda v: 0.5 <= v <= 0.999, "between 0.5 and 0.999")
 
 
 def _threshold(text: str) -> float:
@@ -98,16 +95,6 @@ def _threshold(text: str) -> float:
             f"--threshold must be a fraction (0.1) or a percentage (10%), not {text!r}") from None
     if not 0.001 <= v <= 5:
         raise argparse.ArgumentTypeError(f"--threshold must be between 0.1% and 500%, not {text}")
-    return v
-
-
-def _confidence(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--confidence must be a number, not {text!r}") from None
-    if not 0.5 <= v <= 0.999:
-        raise argparse.ArgumentTypeError(f"--confidence must be between 0.5 and 0.999, not {text}")
     return v
 
 
