@@ -89,7 +89,7 @@ def _flat(v: Any) -> str:
         return ", ".join(f"{k}: {_flat(x)}" for k, x in v.items()) or "—"
     if isinstance(v, (list, tuple)):
         return ", ".join(map(_flat, v)) or "—"
-    return str(v)
+    return "—" if v is None else str(v)
 
 
 def _summary_blocks(doc: dict[str, Any]) -> list[Block]:

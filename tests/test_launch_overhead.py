@@ -71,4 +71,4 @@ def test_list_marks_which_frameworks_need_a_gpu_for_graph():
 
     r = run("list")
     assert r.returncode == 0
-    assert "graph [gpu: torch, cupy]" in r.stdout and "prefetched [gpu]" in r.stdout
+    assert "graph (GPU only in PyTorch, CuPy)" in r.stdout and "prefetched (GPU only)" in r.stdout
