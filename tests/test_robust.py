@@ -177,3 +177,15 @@ def test_compare_and_its_report_need_no_jsonschema(tmp_path, monkeypatch, capsys
     (result,) = (tmp_path / "out").glob("*.json")
     assert (tmp_path / "out" / result.stem / "report.html").is_file()
     assert "report:" in capsys.readouterr().out
+
+
+def test_a_report_that_cannot_be_written_fails_the_run_but_keeps_the_result(tmp_path, monkeypatch, capsys):
+    from harness import report_html
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report_html, "write_files", full)
+    assert _compare(tmp_path, monkeypatch, doc([row("torch", "async")])) == 1
+    assert "FAILED report not written: OSError: [Errno 28] No space left on device" in capsys.readouterr().err
+    assert len(list((tmp_path / "out").glob("*.json"))) == 1

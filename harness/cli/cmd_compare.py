@@ -82,6 +82,7 @@ def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) ->
             print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
             ok = False
         _draw(doc, path, stem, drawn, problems, report)
+        ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
     except (KeyboardInterrupt, Stopped) as e:
         name = str(e) if isinstance(e, Stopped) else "SIGINT"
         print(f"harness: stopped ({name}) after the result was written: {path} is complete", file=sys.stderr)
