@@ -1,17 +1,19 @@
 # triptych — the two commands a user needs are `make compare` and `make test`.
 #
-#   make compare                 set up .venv if needed, then equivalence + timing of every scenario, a result
-#                                JSON under results/ and its report (report.md, report.html) beside it
+#   make compare                 set up .venv if needed, then equivalence + timing of every scenario (the smoke
+#                                size without a GPU), a result JSON under runs/ (ignored by git; ARGS="--out
+#                                results" for a run to commit) and its report (report.md, report.html) beside it
 #   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
 #   make test-gpu                only the GPU suite (`-m gpu`)
-#   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in results/)
+#   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in runs/,
+#                                else in results/)
 #   make docs                    regenerate docs/porting.md and the README's scenario index from the specs
 #   make compare PYTHON=python3  use an existing interpreter as it is: no venv, no installs
 #                                (the GPU machine we measure on has no network)
 #   make regress BASELINE=a.json [CANDIDATE=b.json]
 #                                timing and numerical changes of b against a; without CANDIDATE, a fresh
 #                                run of a's scenarios/frameworks/size/seed is the candidate (written to
-#                                results/). Exit 1 on any regression.
+#                                runs/). Exit 1 on any regression.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
@@ -21,8 +23,8 @@ VENV ?= .venv
 PYTHON ?=
 ARGS ?=
 PYTEST_ARGS ?=
-# The newest result file: names start with their UTC time.
-RESULT ?= $(lastword $(sort $(wildcard results/*.json)))
+# The newest result file (names start with their UTC time): a user's run in runs/, else a committed one.
+RESULT ?= $(or $(lastword $(sort $(wildcard runs/*.json))),$(lastword $(sort $(wildcard results/*.json))))
 
 # The CUDA major version the driver supports ("CUDA Version: 13.0" in nvidia-smi's header); empty without a GPU.
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
@@ -48,7 +50,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,21p' Makefile
+	@sed -n '1,19p' Makefile
 
 setup: $(STAMP)
 
@@ -64,7 +66,7 @@ compare: $(STAMP)
 	$(PY) -m harness compare $(ARGS)
 
 report: $(STAMP)
-	@test -n "$(RESULT)" || { echo "no result file in results/: run make compare first, or pass RESULT=path" >&2; exit 2; }
+	@test -n "$(RESULT)" || { echo "no result file in runs/ or results/: run make compare first, or pass RESULT=path" >&2; exit 2; }
 	$(PY) -m harness report $(RESULT)
 
 docs: $(STAMP)

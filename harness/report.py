@@ -10,6 +10,7 @@ mark whose reason is printed under the table. The Markdown/HTML report is harnes
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from rich.markup import escape
@@ -251,20 +252,48 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
         console.print(f"\n[yellow]not run[/yellow] {nr['scenario']}: {escape(nr['why'])}", highlight=False)
 
 
-def summary_status(doc: dict[str, Any]) -> tuple[bool, list[str]]:
-    """(all good, problems): equivalence failures, wrong non-hazard rows, errors, disagreements."""
-    problems = []
+FAILED_STATUSES = ("wrong", "error", "timeout", "crashed", "oom")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the summary names. kind "failed": a check failed (equivalence, a wrong output, a row or a
+    framework that failed, a full-size disagreement, nothing measured); "incomplete": a scenario the
+    budget or a stop left out; "refuted": a claim the numbers refuted (a finding, not a failed check)."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def problems_of(doc: dict[str, Any]) -> list[Problem]:
+    out = [Problem("failed", f"{fw}: {info.get('status')} at start-up ({info.get('why', '')})")
+           for fw, info in doc["environment"].get("frameworks", {}).items()
+           if not info.get("available") and info.get("status", "skipped") != "skipped"]
+    if not any(i.get("available") for i in doc["environment"].get("frameworks", {}).values()):
+        out.append(Problem("failed", "no framework started: nothing was measured"))
     for name, scn in doc["scenarios"].items():
-        eq = scn.get("equivalence", {})
-        if eq.get("status") == "failed":
-            problems.append(f"{name}: equivalence failed")
+        if (scn.get("equivalence") or {}).get("status") == "failed":
+            out.append(Problem("failed", f"{name}: equivalence failed"))
         for r in scn["rows"]:
-            if r["status"] in ("wrong", "error", "timeout", "crashed", "oom"):
+            if r["status"] in FAILED_STATUSES:
                 at = f" [{r['label']}]" if r.get("label") else ""
-                problems.append(f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}")
+                out.append(Problem("failed", f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}"))
         for xc in scn.get("cross_framework", []):
             if xc["status"] == "disagree":
-                problems.append(f"{name}: frameworks disagree at full size {xc.get('label', '')}".rstrip())
-    for nr in doc.get("not_run", []):
-        problems.append(f"{nr['scenario']}: not run ({nr['why']})")
-    return (not problems, problems)
+                out.append(Problem("failed", f"{name}: frameworks disagree at full size {xc.get('label', '')}".rstrip()))
+        for c in scn.get("claims", []):
+            if c["verdict"] == "refuted":
+                at = f" [{c['label']}]" if c.get("label") else ""
+                out.append(Problem("refuted", f"{name}/{c['framework']}{at}: {c.get('claim') or c.get('text', '')}"))
+    out += [Problem("incomplete", f"{nr['scenario']}: not run ({nr['why']})") for nr in doc.get("not_run", [])]
+    return out
+
+
+def summary_status(doc: dict[str, Any]) -> tuple[bool, list[Problem]]:
+    """(no check failed and nothing left out, the problems): refuted claims are listed, yet a run whose
+    every check passed is still ok."""
+    problems = problems_of(doc)
+    return (not any(p.kind != "refuted" for p in problems), problems)

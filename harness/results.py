@@ -1,25 +1,25 @@
 """The result file: one JSON per `compare` run, carrying its environment, written atomically.
 
-Files are never overwritten: a run writes results/<utc time>_<gpu or cpu>_<size>.json next to a
-temporary file and renames it into place only when complete, so an interrupted run leaves nothing.
+Files are never overwritten: a run writes <out>/<utc time>_<gpu or cpu>_<size>.json through the
+one atomic writer (harness/files.py), so an interrupted write leaves nothing. A file is read back
+through `load` only, which validates it as a whole against harness/schema/result.schema.json.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from harness import files
+
 SCHEMA = "triptych.result/1"
 # A row's status: it ran ("ok"; "wrong" when a timed output missed its check), or why it did not.
 STATUSES = ("ok", "wrong", "skipped", "error", "oom", "timeout", "crashed")
-CLOCKS = ("host_return", "device_done", "device_events")
 
 
 class ResultError(ValueError):
@@ -38,16 +38,6 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
-
-
-def check_writable(folder: Path) -> None:
-    """Fail early (before any work) if results cannot be written into folder."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-", delete=True):
-            pass
-    except OSError as e:
-        raise ResultError(f"cannot write to {folder}: {e.strerror or e}") from None
 
 
 def result_name(doc: dict[str, Any]) -> str:
@@ -69,97 +59,99 @@ def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
     return path.name
 
 
+def as_written(doc: dict[str, Any]) -> dict[str, Any]:
+    """doc as a reader of its file gets it back (numpy scalars, tuples and infinities as JSON has them),
+    without the schema check: what `compare` renders its report from."""
+    return json.loads(json.dumps(_jsonable(doc), allow_nan=False))
+
+
 def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> Path:
     """Write doc as JSON into folder under a new name; never replaces an existing file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / unused_name(folder, name or result_name(doc))
-    text = json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    data = (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    while True:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            return files.write_files(folder, {unused_name(folder, name or result_name(doc)): data}, exclusive=True)[0]
+        except FileExistsError:  # the name was taken meanwhile: the next one
+            continue
+
+
+def write_or_rescue(doc: dict[str, Any], folder: Path, name: str) -> tuple[Path, str | None]:
+    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
+    (the rescue copy, the one-line reason): measurements that were made are never thrown away."""
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)  # fails if path appeared meanwhile: no overwrite, ever
-    except FileExistsError:
-        return write_atomic(doc, folder, name)
-    finally:
-        os.unlink(tmp)
-    return path
+        return write_atomic(doc, folder, name), None
+    except OSError as e:
+        why = f"could not write the result into {folder}: {e.strerror or e}"
+    for rescue in files.rescue_folders():
+        try:
+            return write_atomic(doc, rescue, name), why
+        except OSError:
+            continue
+    raise OSError(f"{why}; no rescue folder ({', '.join(map(str, files.rescue_folders()))}) could take it either")
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Load and validate a result file; ResultError with one line when it is not usable."""
+    """Load and validate a result file as a whole; ResultError with one line naming what is wrong."""
     p = Path(path)
-    if not p.exists():
-        raise ResultError(f"{p}: no such file")
     if p.is_dir():
         raise ResultError(f"{p}: is a folder, not a result file")
+    if p.suffix != ".json":
+        raise ResultError(f"{p}: not a result file (their names end in .json)")
+    if not p.exists():
+        raise ResultError(f"{p}: no such file")
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as e:
         raise ResultError(f"{p}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ResultError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason}); not a result file") from None
     if not text.strip():
         raise ResultError(f"{p}: empty file")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ResultError(f"{p}: not JSON (line {e.lineno}: {e.msg}); truncated?") from None
+    except ValueError as e:
+        raise ResultError(f"{p}: {e}") from None
     validate(doc, str(p))
     return doc
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"not a result file: JSON has no {name} (a result writes NaN as null)")
+
+
+def _where(path: Any) -> str:
+    """scenarios.sync_points.rows[3].timing: a jsonschema error's place, as a reader writes it."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the top level"
+
+
 def validate(doc: Any, where: str = "result") -> None:
-    if not isinstance(doc, dict):
-        raise ResultError(f"{where}: not a triptych result (top level is not an object)")
-    schema = doc.get("schema")
-    if schema != SCHEMA:
-        raise ResultError(f"{where}: schema {schema!r} is not {SCHEMA!r}")
-    for key, kind in (("created", str), ("size", str), ("environment", dict), ("scenarios", dict)):
-        if not isinstance(doc.get(key), kind):
-            raise ResultError(f"{where}: missing or malformed {key!r}")
-    if not isinstance(doc["environment"].get("frameworks", {}), dict):
-        raise ResultError(f"{where}: malformed environment.frameworks")
-    if not isinstance(doc.get("complete", True), bool):
-        raise ResultError(f"{where}: malformed 'complete'")
-    not_run = doc.get("not_run", [])
-    if not isinstance(not_run, list) or not all(isinstance(n, dict) and {"scenario", "why"} <= n.keys()
-                                                for n in not_run):
-        raise ResultError(f"{where}: malformed 'not_run'")
+    """The whole document against harness/schema/result.schema.json (jsonschema, imported here only:
+    `compare` renders from the document it built and never needs it), then what a schema cannot say."""
+    try:
+        import jsonschema
+    except ImportError:
+        raise ResultError("reading a result file needs the Python package 'jsonschema', which is not installed "
+                          "(pip install jsonschema)") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ResultError(f"{where}: not a triptych result (schema {got!r} is not {SCHEMA!r})")
+    schema = json.loads((Path(__file__).parent / "schema" / "result.schema.json").read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    if error is not None:
+        raise ResultError(f"{where}: {_where(error.absolute_path)}: {error.message}"[:400])
     for name, scn in doc["scenarios"].items():
-        if not isinstance(scn, dict) or not isinstance(scn.get("rows"), list):
-            raise ResultError(f"{where}: scenario {name!r} has no rows")
-        points = scn.get("points", [])
-        if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
-            raise ResultError(f"{where}: scenario {name!r} has malformed points")
-        for row in scn["rows"]:
-            if not isinstance(row, dict) or not {"framework", "variant", "status"} <= row.keys():
-                raise ResultError(f"{where}: scenario {name!r} has a malformed row")
-            at = f"{where}: {name}/{row['framework']}/{row['variant']}"
-            if row["status"] not in STATUSES:
-                raise ResultError(f"{at} has an unknown status {row['status']!r}")
-            point = row.get("point", 0)
-            if points and not (isinstance(point, int) and 0 <= point < len(points)):
-                raise ResultError(f"{at} names point {point!r} of {len(points)}")
-            if row["status"] in ("ok", "wrong"):
-                _validate_timing(row.get("timing"), at)
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _validate_timing(t: Any, at: str) -> None:
-    if not isinstance(t, dict):
-        raise ResultError(f"{at} has no timing")
-    for clock in ("host_return", "device_done"):
-        st = t.get(clock)
-        if not isinstance(st, dict) or not all(_number(st.get(k)) for k in ("median", "q1", "q3", "n")) or st["n"] < 1:
-            raise ResultError(f"{at} has malformed {clock} timing")
-    samples = t.get("samples", {})
-    if not isinstance(samples, dict) or any(
-            k not in CLOCKS or not isinstance(v, list) or not all(_number(x) for x in v) for k, v in samples.items()):
-        raise ResultError(f"{at} has malformed timing samples")
-    for clock, v in samples.items():
-        if clock != "device_events" and len(v) != t[clock]["n"]:
-            raise ResultError(f"{at} has {len(v)} {clock} samples where n is {t[clock]['n']}")
+        points = len(scn.get("points") or [])
+        for i, row in enumerate(scn["rows"]):
+            at = f"{where}: scenarios.{name}.rows[{i}]"
+            if points and row.get("point", 0) >= points:
+                raise ResultError(f"{at}.point: {row['point']} names a point of {points}")
+            t = row.get("timing") or {}
+            for clock, v in (t.get("samples") or {}).items():
+                if clock != "device_events" and clock in t and len(v) != t[clock]["n"]:
+                    raise ResultError(f"{at}.timing.samples.{clock}: {len(v)} samples where n is {t[clock]['n']}")

@@ -54,7 +54,7 @@ class CompareOptions:
     examples: int
     seed: int
     isolation: str = "process"
-    timeout_s: float = 600.0
+    timeout_s: float = 900.0
     equivalence: bool = True
     timing: bool = True
     argv: list[str] = field(default_factory=list)
@@ -202,11 +202,11 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                     out_scenarios[scn.name] = done
                     out_scenarios[scn.name]["wall_s"] = time.perf_counter() - t_scn
                 except (Stopped, KeyboardInterrupt) as e:
-                    stopped = f"the run was stopped ({e or 'SIGINT'}) during {scn.name}"
+                    stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
                     not_run.append({"scenario": scn.name, "why": stopped})
                     ui.note(f"{stopped}: the scenarios finished before it are kept")
     except (Stopped, KeyboardInterrupt) as e:  # while the frameworks started
-        stopped = f"the run was stopped ({e or 'SIGINT'}) while the frameworks started"
+        stopped = f"the run was stopped ({str(e) or 'SIGINT'}) while the frameworks started"
         not_run = [{"scenario": x.name, "why": stopped} for x in scenarios]
     finally:
         for w in workers.values():
@@ -224,7 +224,7 @@ def _start_phase(workers: dict[str, Any], opts: CompareOptions, ui: UI, fw_env: 
         if info["available"]:
             available.append(fw)
         else:
-            ui.note(f"{fw}: skipped — {info['why']}")
+            ui.note(f"{fw}: {info.get('status', 'skipped')} — {info['why']}")
         ui.advance()
 
     if "cupy" in available and opts.timing and opts.size == "full":
@@ -351,23 +351,32 @@ def _start_all(workers: dict[str, Any], opts: CompareOptions) -> dict[str, dict[
     def hello(w: Any) -> dict[str, Any]:
         try:
             return w.request("hello", timeout=opts.timeout_s)
-        except (W.WorkerError, W.WorkerLost) as e:
-            return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False}
+        except (W.WorkerError, W.WorkerLost) as e:  # broken (crashed, hung, raised): failed, not skipped
+            return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False,
+                    "status": e.status}
 
     if opts.isolation != "process":
         return {fw: hello(w) for fw, w in workers.items()}
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(len(workers)) as pool:
+    pool = ThreadPoolExecutor(len(workers))
+    try:
         futures = {fw: pool.submit(hello, w) for fw, w in workers.items()}
         return {fw: f.result() for fw, f in futures.items()}
+    except BaseException:  # a stop while a framework hangs at start-up: kill, do not wait out its timeout
+        for w in workers.values():
+            w.kill()
+        raise
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _time_one(w: Any, fw: str, scn: Scenario, params: dict[str, Any], cfg: Any, info: dict[str, Any],
               timeout: float, ui: UI) -> list[dict[str, Any]]:
     base = {"scenario": scn.name, "framework": fw}
-    if not info["available"]:
-        return [base | {"variant": v.name, "hazard": v.hazard, "status": "skipped", "reason": info["why"]}
+    if not info["available"]:  # "skipped" (not installed, no GPU) or how its start failed
+        return [base | {"variant": v.name, "hazard": v.hazard, "status": info.get("status", "skipped"),
+                        "reason": info["why"]}
                 for v in scn.variants]
     try:
         rows = w.request("time", scn.name, params, cfg, timeout=timeout,

@@ -19,10 +19,13 @@ ui.perfetto.dev): results/<result stem>/timeline_<scenario>.{png,trace.json}.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 from pathlib import Path
 from typing import Any, Callable
+
+from harness.files import write_files
 
 MAX_SPANS = 4000  # per traced run; a longer trace is cut (and says so)
 
@@ -165,7 +168,7 @@ def chrome_trace(scenario: str, panels: list[tuple[str, dict[str, Any]]]) -> dic
             "otherData": {"scenario": scenario, "clocks": clocks, "notes": whys}}
 
 
-def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path) -> None:
+def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path | io.BytesIO) -> None:
     """A panel per framework x variant, a lane per stream, one shared time axis (ms)."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure  # no pyplot: no global backend state
@@ -207,26 +210,41 @@ def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Pa
         fig.legend(handles=[Patch(facecolor=c, label=k) for k, c in shown], loc="outside lower center",
                    ncols=min(8, len(shown)), fontsize=7)
     fig.suptitle(f"{scenario}: what ran when, on which stream (one untimed traced run per variant)", fontsize=10)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
+
+
+def plan_timelines(doc: dict[str, Any], stem: str) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """Reference each scenario's timeline files (paths relative to the result's folder, in stem/) as
+    entry["timelines"], before the result is written; returns (scenario, panels) to draw after it."""
+    todo = []
+    for name, entry in doc.get("scenarios", {}).items():
+        panels = _panels(entry)
+        if panels:
+            entry["timelines"] = {"png": f"{stem}/timeline_{name}.png", "trace": f"{stem}/timeline_{name}.trace.json"}
+            todo.append((name, panels))
+    return todo
 
 
 def write_timelines(doc: dict[str, Any], folder: Path, stem: str) -> list[Path]:
-    """Draw and write each scenario's timelines into folder/stem/ and reference them (paths relative to
-    folder, where the result file goes) as entry["timelines"]; a failure is recorded, never raised."""
-    written: list[Path] = []
-    for name, entry in doc.get("scenarios", {}).items():
-        panels = _panels(entry)
-        if not panels:
-            continue
-        sub = folder / stem
-        png, trace = sub / f"timeline_{name}.png", sub / f"timeline_{name}.trace.json"
+    """Draw each scenario's timelines and write them, each PNG once, into folder/stem/ through the one
+    atomic writer (a stop leaves no half-written folder); a failure is recorded in the scenario's
+    entry["timelines"]["why"], never raised: the numbers matter more than the picture."""
+    files: dict[str, bytes] = {}
+    for name, panels in plan_timelines(doc, stem):
+        entry, buf = doc["scenarios"][name], io.BytesIO()
         try:
-            sub.mkdir(parents=True, exist_ok=True)
-            trace.write_text(json.dumps(chrome_trace(name, panels)) + "\n")
-            render_png(name, panels, png)
-        except Exception as e:  # noqa: BLE001 - the numbers matter more than the picture
-            entry["timelines"] = {"why": f"could not write the timeline: {type(e).__name__}: {e}"[:300]}
+            render_png(name, panels, buf)
+        except Exception as e:  # noqa: BLE001
+            entry["timelines"] = {"why": f"could not draw the timeline: {type(e).__name__}: {e}"[:300]}
             continue
-        entry["timelines"] = {"png": f"{stem}/{png.name}", "trace": f"{stem}/{trace.name}"}
-        written += [png, trace]
-    return written
+        files[Path(entry["timelines"]["png"]).name] = buf.getvalue()
+        files[Path(entry["timelines"]["trace"]).name] = (json.dumps(chrome_trace(name, panels)) + "\n").encode()
+    if not files:
+        return []
+    try:
+        return write_files(folder / stem, files)
+    except OSError as e:
+        for entry in doc["scenarios"].values():
+            if "png" in entry.get("timelines", {}):
+                entry["timelines"] = {"why": f"could not write the timeline: {e.strerror or e}"[:300]}
+        return []

@@ -174,6 +174,9 @@ HANDLERS: dict[str, Callable[..., Any]] = {"hello": hello, "equiv": equiv, "time
 def _serve(conn: Any, fw: str | None = None) -> None:
     """Child process main loop: answer ("ok", result) / ("error", summary, traceback, status) per
     request; ("progress", text) messages may come before the answer."""
+    # Ctrl-C reaches the whole process group: the parent decides what stops (it closes or kills us),
+    # so an idle worker prints no KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if fw is not None:
         faults.arm_worker(fw)
     while True:
@@ -217,6 +220,8 @@ class LocalWorker:
 
     def close(self) -> None:
         pass
+
+    kill = close
 
 
 class ProcessWorker:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
+from harness import files as writer, results
 from harness.results import ResultError, load, write_atomic
 from tests.synthetic import doc, row, samples, write
 
@@ -67,12 +67,12 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "baseline truncated": (["--baseline", "{truncated}", "--candidate", "{good}"], "truncated?", {}),
     "baseline other schema": (["--baseline", "{schema0}", "--candidate", "{good}"],
                               "schema 'triptych.result/0' is not 'triptych.result/1'", {}),
-    "baseline not an object": (["--baseline", "{list}", "--candidate", "{good}"], "top level is not an object", {}),
+    "baseline not an object": (["--baseline", "{list}", "--candidate", "{good}"], "not a triptych result (schema 'list'", {}),
     "baseline unknown status": (["--baseline", "{bad_status}", "--candidate", "{good}"],
-                                "has an unknown status 'exploded'", {}),
+                                "scenarios.async_dispatch.rows[0].status: 'exploded' is not one of", {}),
     "baseline samples lost": (["--baseline", "{bad_samples}", "--candidate", "{good}"],
-                              "has 39 device_done samples where n is 40", {}),
-    "baseline row without timing": (["--baseline", "{no_timing}", "--candidate", "{good}"], "has no timing", {}),
+                              "timing.samples.device_done: 39 samples where n is 40", {}),
+    "baseline row without timing": (["--baseline", "{no_timing}", "--candidate", "{good}"], "rows[0]: 'timing' is a required property", {}),
     "no baseline": (["--candidate", "{good}"], "the following arguments are required: --baseline", {}),
     # regress: the candidate
     "candidate missing": (["--baseline", "{good}", "--candidate", "{missing}"], "--candidate {missing}: no such file", {}),
@@ -177,7 +177,7 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     def no_link(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(results.os, "link", no_link)
+    monkeypatch.setattr(writer.os, "link", no_link)
     with pytest.raises(OSError, match="No space left"):
         write_atomic(doc([row("torch", "async")]), tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -218,5 +218,5 @@ def test_validation_names_what_is_missing(key):
 def test_validation_rejects_a_row_at_a_point_that_does_not_exist():
     d = doc([row("torch", "async")])
     d["scenarios"]["async_dispatch"]["rows"][0]["point"] = 3
-    with pytest.raises(ResultError, match="names point 3 of 1"):
+    with pytest.raises(ResultError, match=r"rows\[0\].point: 3 names a point of 1"):
         results.validate(d, "x.json")

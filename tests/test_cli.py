@@ -62,13 +62,49 @@ def test_unwritable_out_folder(tmp_path):
     assert r.stderr.startswith("harness: error: cannot write to")
 
 
-def test_list_names_every_scenario():
-    from scenarios import ORDER
+def test_list_names_every_scenario_in_short_lines_when_piped():
+    from scenarios import ORDER, get
 
-    r = run("list")
+    r = run("list")  # stdout is a pipe here: plain lines, not a 170-column table
     assert r.returncode == 0
     for name in ORDER:
-        assert name in r.stdout
+        assert f"{name}: {get(name).title}" in r.stdout
+    assert max(map(len, r.stdout.splitlines())) <= 100
+    assert "  overlapped (GPU only in PyTorch, CuPy)" in r.stdout  # JAX runs it on the CPU
+
+
+def test_every_option_has_help():
+    import argparse
+
+    from harness.cli.parser import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [f"{cmd} {opt.option_strings[0]}" for cmd, p in sub.choices.items() for opt in p._actions
+               if opt.option_strings and opt.help in (None, "") and opt.dest != "help"]
+    assert not missing
+
+
+def test_defaults_come_from_compare_options():
+    from harness.cli.parser import build_parser
+    from harness.runner import CompareOptions
+
+    a = build_parser().parse_args(["compare"])
+    assert (a.timeout, a.isolation) == (CompareOptions.timeout_s, CompareOptions.isolation)
+    assert a.out.name == "runs"
+
+
+def test_reading_a_result_without_jsonschema_is_one_line(tmp_path, monkeypatch, capsys):
+    from harness import cli
+    from tests.report_fixture import write_fake_result
+
+    path = write_fake_result(tmp_path)
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema now raises ImportError
+    assert cli.main(["report", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["harness: error: reading a result file needs the Python package 'jsonschema', which is not "
+                   "installed (pip install jsonschema)"]
+    assert not path.with_suffix("").exists()
 
 
 def test_check_reproduces_one_example():

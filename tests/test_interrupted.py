@@ -30,7 +30,7 @@ def test_a_spent_budget_starts_no_scenario_and_says_so(tmp_path):
     assert all("--budget of 1e-09 s was spent" in n["why"] for n in doc["not_run"])
     validate(doc)
     ok, problems = summary_status(doc)
-    assert not ok and "async_dispatch: not run" in problems[0]
+    assert not ok and "async_dispatch: not run" in problems[0].text and problems[0].kind == "incomplete"
     load(write_atomic(doc, tmp_path))  # such a file is a valid result
 
 

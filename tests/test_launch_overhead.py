@@ -71,5 +71,5 @@ def test_list_marks_which_frameworks_need_a_gpu_for_graph():
 
     r = run("list")
     assert r.returncode == 0
-    assert "graph [gpu: torch, cupy]" in r.stdout and "prefetched [gpu: torch, cupy]" in r.stdout
-    assert "h2d_pin_then_copy [gpu]" in r.stdout  # GPU-only in all three
+    assert "graph (GPU only in PyTorch, CuPy)" in r.stdout and "prefetched (GPU only in PyTorch, CuPy)" in r.stdout
+    assert "h2d_pin_then_copy (GPU only)" in r.stdout  # GPU-only in all three

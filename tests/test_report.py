@@ -248,3 +248,55 @@ def test_report_html_in_headless_chromium(fake, tmp_path):
     # The probe can fail: a broken picture is seen as not loaded.
     loaded, total, _ = probe(page, tmp_path, '<img alt="broken" src="data:image/png;base64,AAAA">')
     assert (loaded, total) == (4, 5)
+
+
+WIDTH_PROBE = """<script>window.addEventListener("load", function () {
+  var p = document.createElement("pre"); p.id = "width";
+  p.textContent = "scroll " + document.documentElement.scrollWidth + " view " + window.innerWidth;
+  document.body.appendChild(p);
+});</script>"""
+COMMITTED = sorted((Path(__file__).resolve().parent.parent / "results").glob("*_full.json"))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs Debian's `chromium` in .ci/run)")
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_reports_do_not_scroll_sideways(tmp_path, width):
+    """The committed reports, and a page whose navigation names every scenario (its links must wrap)."""
+    from harness.report_render import render_html
+    from scenarios import ORDER
+
+    every = tmp_path / "every" / "report.html"
+    every.parent.mkdir()
+    every.write_text(render_html([("h", 1, "t", "top"), ("h", 2, "Summary", "summary"),
+                                  *[("h", 2, n, n) for n in ORDER], ("h", 2, "Environment", "environment")], {}, "t"))
+    for result in [*COMMITTED, every.parent.with_suffix(".json")]:
+        copy = tmp_path / f"{result.stem}.html"
+        copy.write_text((result.with_suffix("") / "report.html").read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+        profile = tmp_path / f"profile-{result.stem}"
+        profile.mkdir()
+        r = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},2000",
+                            "--virtual-time-budget=10000", "--dump-dom", copy.as_uri()],
+                           capture_output=True, text=True, timeout=120)
+        m = re.search(r'<pre id="width">scroll (\d+) view (\d+)</pre>', r.stdout)
+        assert m, r.stderr[-2000:]
+        assert int(m.group(1)) <= int(m.group(2)), (result.name, m.group(0))
+
+
+def _without_pictures(page: str) -> str:
+    """report.html with its embedded PNGs blanked: matplotlib's bytes differ between versions/machines."""
+    return re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,…", page)
+
+
+@pytest.mark.parametrize("result", COMMITTED, ids=[p.stem for p in COMMITTED])
+def test_committed_reports_equal_what_the_renderer_makes(result):
+    """Re-rendering a committed result changes nothing a reader sees: report.md and the HTML text are
+    equal, and the pictures are the same files (by name; their bytes depend on matplotlib's version).
+    When this fails, run `python -m harness report results/<file>.json` and commit the folder."""
+    folder = report_html.default_out(result)
+    files = report_html.build(load(result), result, folder)
+    assert files["report.md"].decode() == (folder / "report.md").read_text()
+    assert _without_pictures(files["report.html"].decode()) == _without_pictures((folder / "report.html").read_text())
+    drawn = {n for n in files if n.endswith(".png")}
+    timelines = {Path(s["timelines"]["png"]).name for s in load(result)["scenarios"].values() if s.get("timelines")}
+    assert {p.name for p in folder.glob("*.png")} == drawn | timelines
+    assert all(files[n][:8] == report_html.PNG_MAGIC for n in drawn)

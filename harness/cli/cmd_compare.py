@@ -1,0 +1,110 @@
+"""`compare`: equivalence, then timing; the result JSON first, then what is drawn from it.
+
+Order of writing, so that no measurement is lost: the result file (or, when its folder cannot take
+it, a rescue copy whose place the error names), then the terminal table, then the timelines, then
+the report. A stop (Ctrl-C, SIGTERM) after the result is written keeps it and exits 130 / 143.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli.parser import UsageError, gpu_present
+
+
+def start_checks(out: Path, fraction: float | None, n_frameworks: int) -> None:
+    """What every run checks before any work: memory caps that fit, planted faults, a writable --out."""
+    from harness import faults
+    from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
+    from harness.files import OutputError, check_writable
+
+    if fraction is None:
+        try:
+            fraction = memory_fraction()
+        except Unavailable as e:
+            raise UsageError(str(e)) from None
+        where = f"{MEMORY_FRACTION_ENV}={fraction:g}"
+    else:
+        where = f"--gpu-memory-fraction {fraction:g}"
+    if fraction * n_frameworks > 1.0 + 1e-9:
+        raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
+                         "they would not fit in it together")
+    try:
+        faults.planted()
+        check_writable(out)
+    except (ValueError, OutputError) as e:
+        raise UsageError(str(e)) from None
+
+
+def run(a: argparse.Namespace, argv: list[str]) -> int:
+    from harness.runner import CompareOptions
+
+    if a.no_equivalence and a.no_timing:
+        raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
+    start_checks(a.out, a.gpu_memory_fraction, len(a.frameworks))
+    size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
+    examples = a.examples if a.examples is not None else (25 if size == "full" else 6)
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
+    opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
+                          isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
+                          timing=not a.no_timing, argv=["python -m harness", *argv],
+                          gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget)
+    return measure_and_write(opts, a.out, a.quiet, report=not a.no_report)[0]
+
+
+def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) -> tuple[int, Path | None]:
+    """Run, write the result before anything that can fail after it, then draw; (exit status, result)."""
+    from harness.progress import make_ui
+    from harness.report import make_console, render_terminal, summary_status
+    from harness.results import result_name, unused_name, write_or_rescue
+    from harness.runner import Stopped, run_compare
+    from harness.timeline import plan_timelines
+
+    doc = run_compare(opts, make_ui(quiet))
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # a stop now waits until the result is on disk
+    try:
+        name = unused_name(out, result_name(doc), with_folder=True)
+        stem = Path(name).stem
+        drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
+        path, rescued = write_or_rescue(doc, out, name)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    try:  # SIGTERM raises runner.Stopped here as everywhere in a command (harness.cli.main)
+        render_terminal(doc, make_console())
+        ok, problems = summary_status(doc)
+        print(f"result: {path}", flush=True)
+        if rescued:
+            print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
+            ok = False
+        _draw(doc, path, stem, drawn, problems, report)
+        ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
+    except (KeyboardInterrupt, Stopped) as e:
+        name = str(e) if isinstance(e, Stopped) else "SIGINT"
+        print(f"harness: stopped ({name}) after the result was written: {path} is complete", file=sys.stderr)
+        return 128 + signal.Signals[name].value, path
+    for p in problems:  # a scenario left out is missing, not failed; a refuted claim is a finding
+        print(f"{p.kind.upper()} {p}", file=sys.stderr)
+    return (0 if ok else 1), path
+
+
+def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems: list[Any], report: bool) -> None:
+    from harness.report import Problem
+    from harness.timeline import write_timelines
+
+    if drawn:
+        written = write_timelines(doc, path.parent, stem)
+        print(f"timelines: {path.parent / stem}/ ({len(written) // 2} of {len(drawn)} scenarios, PNG + Chrome trace)",
+              flush=True)
+    if report:
+        from harness.report_html import make_report
+        from harness.results import as_written
+
+        try:
+            print(f"report: {make_report(path, doc=as_written(doc))}", flush=True)
+        except Exception as e:  # noqa: BLE001 - the result is written; a report that fails must not hide it
+            problems.append(Problem("failed", f"report not written: {type(e).__name__}: {e}"))

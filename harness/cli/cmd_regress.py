@@ -1,0 +1,98 @@
+"""`regress --baseline A.json [--candidate B.json]`: timing and numerical changes of B against A; without
+--candidate, a fresh run of A's scenarios, frameworks, size and seed is the candidate."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.backends import FRAMEWORKS
+from harness.cli.parser import DEFAULT_OUT, UsageError, default, gpu_present
+
+
+def _load(path: Any, option: str) -> dict[str, Any]:
+    from harness.results import ResultError, load
+
+    try:
+        return load(path)
+    except ResultError as e:
+        raise UsageError(f"{option} {e}") from None
+
+
+def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
+    from scenarios import ORDER, get
+
+    for name in a.scenarios or []:
+        if name not in base["scenarios"]:
+            raise UsageError(f"scenario {name!r} is not in the baseline (it has: {', '.join(base['scenarios'])})")
+    if a.variants is None:
+        return None
+    variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+    if not variants:
+        raise UsageError("no variant given")
+    names = [s for s in (a.scenarios or base["scenarios"]) if s in ORDER]
+    known = {v.name for s in names for v in get(s).variants}
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        raise UsageError(f"unknown variant {', '.join(map(repr, unknown))} (variants of {', '.join(names)}: "
+                         f"{', '.join(sorted(known))})")
+    return variants
+
+
+def run(a: argparse.Namespace, argv: list[str]) -> int:
+    from harness.regress import RegressError, regress, render
+    from harness.report import make_console
+
+    fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),
+                                 ("--gpu-memory-fraction", a.gpu_memory_fraction)) if v is not None]
+    if a.candidate is not None and fresh_only:
+        raise UsageError(f"{', '.join(fresh_only)} only apply to a fresh candidate run: drop them or --candidate")
+    base = _load(a.baseline, "--baseline")
+    cand = _load(a.candidate, "--candidate") if a.candidate is not None else None
+    variants = _variants(a, base)
+    if cand is None:
+        cand, cand_name = _fresh_candidate(a, base, argv)
+    else:
+        cand_name = str(a.candidate)
+    try:
+        res = regress(base, cand, base_name=str(a.baseline), cand_name=cand_name, clock=a.clock,
+                      threshold=a.threshold, confidence=a.confidence, scenarios=a.scenarios,
+                      frameworks=a.frameworks, variants=variants, across_versions=a.allow_version_change)
+    except RegressError as e:
+        raise UsageError(str(e)) from None
+    render(res, base, cand, make_console(), show_all=a.all)
+    return 1 if res.regressions else 0
+
+
+def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], str]:
+    """Time the baseline's scenarios and frameworks at its size and seed, now; write the result."""
+    from harness.cli.cmd_compare import start_checks
+    from harness.progress import make_ui
+    from harness.results import result_name, write_or_rescue
+    from harness.runner import CompareOptions, run_compare
+    from scenarios import ORDER
+
+    scenarios = [s for s in base["scenarios"] if s in ORDER and (a.scenarios is None or s in a.scenarios)]
+    frameworks = [f for f in FRAMEWORKS if f in base["environment"].get("frameworks", {})
+                  and (a.frameworks is None or f in a.frameworks)]
+    if not scenarios or not frameworks:
+        raise UsageError("the baseline names no scenario or framework that this harness can run")
+    if base["size"] not in ("smoke", "full") or not isinstance(base.get("seed"), int):
+        raise UsageError(f"--baseline has size {base['size']!r} and seed {base.get('seed')!r}: cannot rerun it")
+    if not any(r.get("timing") for s in base["scenarios"].values() for r in s["rows"]):
+        raise UsageError("--baseline has no timed rows to compare with")
+    if base["environment"].get("gpu") and not gpu_present():
+        raise UsageError(f"the baseline ran on {base['environment']['gpu']}; this machine has no GPU to rerun it on")
+    fraction = a.gpu_memory_fraction
+    if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
+        fraction = base["environment"]["gpu_memory_fraction"]  # like with like
+    out = a.out if a.out is not None else DEFAULT_OUT
+    start_checks(out, fraction, len(frameworks))
+    opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
+                          examples=int(base.get("examples") or 1), seed=base["seed"],
+                          isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
+                          equivalence=False, timing=True, argv=["python -m harness", *argv],
+                          gpu_memory_fraction=fraction)
+    doc = run_compare(opts, make_ui(a.quiet))
+    path, rescued = write_or_rescue(doc, out, result_name(doc))
+    print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)
+    return _load(path, "--candidate"), str(path)

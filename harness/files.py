@@ -1,0 +1,87 @@
+"""The one way the harness writes files: results, reports, docs and timelines.
+
+A file appears complete or not at all: its bytes go to a temporary file in the same folder, are
+fsynced, and are then renamed (or, for a name that must never be replaced, hard-linked) into place.
+A folder of files that does not exist yet is written as a temporary sibling and renamed into place
+whole, so an interrupted report or timeline leaves no half-written folder. Files are 0644, folders
+0755, whatever the umask or mkstemp's 0600.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+class OutputError(ValueError):
+    """An output folder that cannot be written; str(self) is the one-line reason."""
+
+
+def check_writable(folder: Path) -> None:
+    """Bad output folder: OutputError with one line, before any work and without creating anything."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{folder}: exists and is not a folder")
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(f"cannot write to {folder}: {probe} is not a folder")
+    try:  # os.access is not enough: root passes it on a read-only file system
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OutputError(f"cannot write to {folder}: {e.strerror or e}") from None
+
+
+def _put(folder: Path, name: str, data: bytes, exclusive: bool) -> Path:
+    """One file, atomically; exclusive: never replace an existing name (FileExistsError)."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if exclusive:
+            os.link(tmp, folder / name)
+        else:
+            os.replace(tmp, folder / name)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return folder / name
+
+
+def write_files(folder: Path, files: dict[str, bytes], exclusive: bool = False, last: str | None = None) -> list[Path]:
+    """Write {name: bytes} into folder: a new folder appears whole (renamed from a temporary sibling);
+    into an existing one each file is replaced atomically, `last` after the others (a reader who opens
+    it sees the old version or the complete new one). exclusive: FileExistsError rather than replace."""
+    folder = Path(folder)
+    order = sorted(files, key=lambda n: n == last)
+    if folder.is_dir():
+        return [_put(folder, n, files[n], exclusive) for n in order]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
+    try:
+        for n in order:
+            _put(tmp, n, files[n], False)
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, folder)
+        except OSError as e:  # it appeared meanwhile: write into it instead
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            return [_put(folder, n, files[n], exclusive) for n in order]
+        return [folder / n for n in order]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def rescue_folders() -> list[Path]:
+    """Where a result goes when its own folder cannot take it (full disk, read-only): the system's
+    temporary folder, then the current folder."""
+    return [Path(tempfile.gettempdir()) / "triptych-rescue", Path.cwd()]
