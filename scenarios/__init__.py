@@ -16,6 +16,8 @@ ORDER: tuple[str, ...] = (
     "input_pipeline",
     "launch_overhead",
     "dlpack_handoff",
+    "ranks",
+    "collectives",
 )
 
 _cache: dict[str, Scenario] = {}

@@ -1,0 +1,46 @@
+"""What every rank scenario shares: the world size its params carry, and per-rank inputs.
+
+A rank scenario's params carry "world_size" (the harness's --world-size, through
+$TRIPTYCH_WORLD_SIZE; the number of GPUs, or 2 on the CPU) and, inside a rank, "rank". Its
+make_inputs gives one rank's inputs when params name the rank, else every rank's, stacked along a
+new first axis; its reference gives the rank's share of the global result the same way. So the
+harness checks the stacked outputs of a group against the stacked reference, and a rank started by
+torchrun checks its own share.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+from hypothesis import strategies as st
+
+from scenarios.spec import Arrays, Params
+
+WORLD_SIZE_ENV = "TRIPTYCH_WORLD_SIZE"
+
+
+def world_size() -> int:
+    return int(os.environ.get(WORLD_SIZE_ENV, "2"))
+
+
+def world_sizes() -> st.SearchStrategy[int]:
+    """The run's world size: every example goes to the same group of ranks."""
+    return st.just(world_size())
+
+
+def ranks_of(p: Params) -> list[int]:
+    return [int(p["rank"])] if "rank" in p else list(range(int(p["world_size"])))
+
+
+def per_rank(p: Params, one: Callable[[Params, int], Arrays]) -> Arrays:
+    """one(p, rank) for the rank in p, or for every rank stacked along axis 0 (the global view)."""
+    parts = [one(p, r) for r in ranks_of(p)]
+    if "rank" in p:
+        return parts[0]
+    return {k: np.stack([part[k] for part in parts]) for k in parts[0]}
+
+
+def small_ints(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, bound: int = 4) -> np.ndarray:
+    """Integer-valued floats in [-bound, bound]: every summation order gives the same bits (as in nccl-tests)."""
+    return rng.integers(-bound, bound + 1, size=shape).astype(dtype)
