@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress output")
     c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
                    help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3)")
+    c.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
+                   help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
 
@@ -239,7 +241,8 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
     opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
-                          gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget)
+                          gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
+                          world_size=a.world_size)
     doc = run_compare(opts, make_ui(a.quiet))
     name = unused_name(a.out, result_name(doc), with_folder=True)
     pictures = write_timelines(doc, a.out, Path(name).stem)  # referenced from the result, relative to it

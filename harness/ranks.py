@@ -51,7 +51,9 @@ def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
     return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
             "TRIPTYCH_JAX_PORT": str(ports[1]), "CUPYX_DISTRIBUTED_HOST": "127.0.0.1",
-            "CUPYX_DISTRIBUTED_PORT": str(ports[2]), "NCCL_NVLS_ENABLE": "0"}
+            "CUPYX_DISTRIBUTED_PORT": str(ports[2]), "NCCL_NVLS_ENABLE": "0",
+            # as torchrun does for several ranks on one machine: no thread oversubscription
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 def fixed_count(cfg: TimingConfig) -> TimingConfig:

@@ -56,7 +56,10 @@ def join(fw: str, backend: Backend, env: RankEnv) -> str:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off (the GPU machines' rule)
     if fw == "jax":
         return _join_jax(backend, env)
-    backend.load()
+    try:
+        backend.load()
+    except Unavailable as e:
+        raise Unavailable(f"{NO_NCCL_HERE}: {e}" if fw == "cupy" else str(e)) from None
     if fw == "torch":
         return _join_torch(backend, env)
     if fw == "cupy":
