@@ -219,8 +219,8 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
             timing["samples"][clock] = got[1]
     timing["first_call_s"] = max(r["timing"]["first_call_s"] for r in rows)
     metrics = dict(timing["metrics"])
-    if "link_bytes" in metrics and "bus_factor" in metrics:  # nccl-tests' algbw and busbw
-        algbw = metrics["link_bytes"] / timing["device_done"]["median"] / 1e9
+    if "bytes" in metrics and "bus_factor" in metrics:  # nccl-tests' algbw and busbw, decimal GB/s
+        algbw = metrics["bytes"] / timing["device_done"]["median"] / 1e9
         metrics |= {"algbw_GBps": algbw, "busbw_GBps": algbw * metrics.pop("bus_factor")}
     timing["metrics"] = metrics
     checks = [r["check"] for r in rows]
