@@ -29,8 +29,13 @@ def world_sizes() -> st.SearchStrategy[int]:
     return st.just(world_size())
 
 
+def size_of(p: Params) -> int:
+    """The params' world size; the run's where they name none (a size preset's point)."""
+    return int(p.get("world_size", world_size()))
+
+
 def ranks_of(p: Params) -> list[int]:
-    return [int(p["rank"])] if "rank" in p else list(range(int(p["world_size"])))
+    return [int(p["rank"])] if "rank" in p else list(range(size_of(p)))
 
 
 def per_rank(p: Params, one: Callable[[Params, int], Arrays]) -> Arrays:
@@ -42,5 +47,6 @@ def per_rank(p: Params, one: Callable[[Params, int], Arrays]) -> Arrays:
 
 
 def small_ints(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, bound: int = 4) -> np.ndarray:
-    """Integer-valued floats in [-bound, bound]: every summation order gives the same bits (as in nccl-tests)."""
-    return rng.integers(-bound, bound + 1, size=shape).astype(dtype)
+    """Integer-valued floats in [-bound, bound] without 0: every summation order gives the same bits
+    (as in nccl-tests), and no element equals a zeroed buffer."""
+    return (rng.integers(1, bound + 1, size=shape) * rng.choice([-1, 1], size=shape)).astype(dtype)

@@ -34,14 +34,14 @@ CPU_SIZES = ((4 << 10, "4 KiB"), (256 << 10, "256 KiB"))
 
 def count(p: Params) -> int:
     """Elements per rank: the size's bytes, rounded down to a multiple of the world size."""
-    n = int(p["world_size"])
+    n = R.size_of(p)
     return max(n, int(p["bytes"]) // np.dtype(p["dtype"]).itemsize // n * n)
 
 
 def nbytes(p: Params) -> int:
     """nccl-tests' size: the larger of one rank's send and receive buffers."""
     size = count(p) * np.dtype(p["dtype"]).itemsize
-    return size * int(p["world_size"]) if p["op"] == "all_gather" else size
+    return size * R.size_of(p) if p["op"] == "all_gather" else size
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -61,7 +61,7 @@ def make_inputs(p: Params) -> dict[str, np.ndarray]:
 
 
 def reference(inputs: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
-    n, op = int(p["world_size"]), p["op"]
+    n, op = R.size_of(p), p["op"]
     xs = np.stack([_x(p, r)["x"] for r in range(n)]).astype(np.float64)  # every rank's input
     total, c = xs.sum(axis=0), count(p) // n
 
@@ -93,7 +93,7 @@ SCENARIO = Scenario(
     sizes={"smoke": _sweep(CPU_SIZES), "full": _sweep(GPU_SIZES)},
     make_inputs=make_inputs,
     reference=reference,
-    cheap_reference=lambda p: count(p) * int(p["world_size"]) <= 1 << 26,
+    cheap_reference=lambda p: count(p) * R.size_of(p) <= 1 << 26,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),  # integer-valued: every summation order is exact
     key_apis={
         "torch": ("dist.broadcast", "dist.reduce", "dist.all_reduce", "dist.all_gather_into_tensor",

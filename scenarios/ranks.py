@@ -21,7 +21,7 @@ from scenarios.spec import Params, Scenario, Tolerance, Variant
 def make_inputs(p: Params) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(p["seed"])  # the data set: the same on every rank
     data = R.small_ints(rng, (int(p["rows"]), int(p["cols"])), p["dtype"], bound=8)
-    return R.per_rank(p, lambda _p, r: {"data": data, "rank": np.asarray(r, dtype=np.int64)})
+    return R.per_rank(p, lambda _p, r: {"data": data})
 
 
 def reference(inputs: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:

@@ -35,18 +35,21 @@ def _mark():
     return cp.asarray(_OWN["rank"], dtype=cp.int64)
 
 
+def _all_reduce(state, partial):
+    partial = cp.ascontiguousarray(partial)
+    state["comm"].all_reduce(partial, partial, op="sum")  # in place, on the current stream
+    return partial
+
+
 def run_one_process(state):
     return {"total": _squares(state["data"]), "mark": _mark()}
 
 
 def run_by_rank(state):
     mine = state["data"][state["rank"]::state["world"]]  # the rank id selects the share
-    partial = cp.ascontiguousarray(_squares(mine))
-    state["comm"].all_reduce(partial, partial, op="sum")  # in place, on the current stream
-    return {"total": partial, "mark": _mark()}
+    return {"total": _all_reduce(state, _squares(mine)), "mark": _mark()}
 
 
 def run_same_data_every_rank(state):
-    partial = cp.ascontiguousarray(_squares(state["data"]))  # bug: every rank sums everything
-    state["comm"].all_reduce(partial, partial, op="sum")
-    return {"total": partial, "mark": _mark()}
+    partial = _squares(state["data"])  # bug: no share selected, every rank sums everything
+    return {"total": _all_reduce(state, partial), "mark": _mark()}

@@ -17,16 +17,12 @@ from jax.sharding import PartitionSpec as P
 _OWN: dict[str, int] = {}  # module state: each process has its own copy, nothing is shared
 
 
-def _all_reduce(mesh):
-    f = jax.shard_map(lambda a: jax.lax.psum(a, "r"), mesh=mesh, in_specs=P("r"), out_specs=P())
-    return jax.jit(f)
-
-
 def prepare(inputs, params, device):
     _OWN["rank"] = jax.process_index()
     mesh = Mesh(np.array(jax.devices()), ("r",))  # one device per process, in process order
     return {"data": jax.device_put(inputs["data"], device), "rank": jax.process_index(),
-            "world": jax.process_count(), "mesh": mesh, "all_reduce": _all_reduce(mesh)}
+            "world": jax.process_count(), "mesh": mesh,
+            "psum": jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "r"), mesh=mesh, in_specs=P("r"), out_specs=P()))}
 
 
 def barrier(state):
@@ -46,9 +42,9 @@ def _mark():
     return jnp.asarray(_OWN["rank"])
 
 
-def _sum_over_ranks(state, partial):
+def _all_reduce(state, partial):
     blocks = jax.make_array_from_process_local_data(NamedSharding(state["mesh"], P("r")), partial[None])
-    return state["all_reduce"](blocks).addressable_data(0)[0]  # replicated: this process's copy
+    return state["psum"](blocks).addressable_data(0)[0]  # replicated: this process's copy
 
 
 def run_one_process(state):
@@ -57,9 +53,9 @@ def run_one_process(state):
 
 def run_by_rank(state):
     mine = state["data"][state["rank"]::state["world"]]  # the rank id selects the share
-    return {"total": _sum_over_ranks(state, _squares(mine)), "mark": _mark()}
+    return {"total": _all_reduce(state, _squares(mine)), "mark": _mark()}
 
 
 def run_same_data_every_rank(state):
     partial = _squares(state["data"])  # bug: no share selected, every process sums everything
-    return {"total": _sum_over_ranks(state, partial), "mark": _mark()}
+    return {"total": _all_reduce(state, partial), "mark": _mark()}

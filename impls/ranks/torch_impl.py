@@ -33,18 +33,20 @@ def _mark():
     return torch.tensor(_OWN["rank"], dtype=torch.int64)
 
 
+def _all_reduce(state, partial):
+    dist.all_reduce(partial, op=dist.ReduceOp.SUM)  # in place; every rank ends with the sum
+    return partial
+
+
 def run_one_process(state):
     return {"total": _squares(state["data"]), "mark": _mark()}
 
 
 def run_by_rank(state):
     mine = state["data"][state["rank"]::state["world"]]  # the rank id selects the share
-    partial = _squares(mine)
-    dist.all_reduce(partial, op=dist.ReduceOp.SUM)  # in place; every rank ends with the sum
-    return {"total": partial, "mark": _mark()}
+    return {"total": _all_reduce(state, _squares(mine)), "mark": _mark()}
 
 
 def run_same_data_every_rank(state):
     partial = _squares(state["data"])  # bug: no share selected, every rank sums everything
-    dist.all_reduce(partial, op=dist.ReduceOp.SUM)
-    return {"total": partial, "mark": _mark()}
+    return {"total": _all_reduce(state, partial), "mark": _mark()}
