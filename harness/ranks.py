@@ -226,7 +226,7 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
     checks = [r["check"] for r in rows]
     worst = next((f"rank {i}: {c['worst']}" for i, c in enumerate(checks) if c["worst"]), "")
     row |= {"timing": timing, "ranks": world_size,
-            "rank_device_done_median": [r["timing"]["device_done"]["median"] for r in rows],
+            "rank_device_done_median": [float(np.median(r["timing"]["samples"]["device_done"])) for r in rows],
             "check": checks[0] | {"checked": sum(c["checked"] for c in checks),
                                   "wrong": sum(c["wrong"] for c in checks), "worst": worst}}
     if all(r.get("host_syncs") is not None for r in rows):
