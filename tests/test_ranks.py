@@ -146,3 +146,12 @@ def test_params_for_another_world_size_are_refused():
     with pytest.raises(WorkerError, match="world size 3"):
         g.request("equiv", "ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0, "world_size": 3})
     g._procs = []
+
+
+def test_world_size_must_be_a_positive_count():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "harness", "compare", "--world-size", "0"], capture_output=True,
+                       text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert p.returncode == 2 and "--world-size" in p.stderr and p.stderr.strip().count("\n") == 0
