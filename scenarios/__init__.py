@@ -17,6 +17,7 @@ ORDER: tuple[str, ...] = (
     "launch_overhead",
     "dlpack_handoff",
     "ranks",
+    "point_to_point",
     "collectives",
 )
 

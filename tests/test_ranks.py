@@ -50,7 +50,7 @@ def group(request):
     assert not pids & set(rank_children()), "a rank outlived close()"
 
 
-@pytest.mark.parametrize("scenario", ["ranks", "collectives"])
+@pytest.mark.parametrize("scenario", ["ranks", "point_to_point", "collectives"])
 def test_equivalence_at_world_size_2_is_exact(group, scenario):
     scn = get(scenario)
     eq = run_equivalence(scn, lambda fw, p: group.request("equiv", scenario, p, timeout=120), [group.fw],
@@ -155,3 +155,18 @@ def test_world_size_must_be_a_positive_count():
     p = subprocess.run([sys.executable, "-m", "harness", "compare", "--world-size", "0"], capture_output=True,
                        text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
     assert p.returncode == 2 and "--world-size" in p.stderr and p.stderr.strip().count("\n") == 0
+
+
+def test_reading_the_receive_buffer_before_the_wait_is_caught():
+    """gloo on the CPU: the message is rarely there before the wait; the hazard's runs count as wrong."""
+    backend_or_skip("torch")
+    os.environ[R.WORLD_SIZE_ENV] = "2"
+    g = RankGroup("torch", 2)
+    try:
+        rows = {r["variant"]: r for r in g.request("time", "point_to_point", {"count": 1 << 16, "dtype": "float32",
+                                                                              "seed": 4}, PRESETS["smoke"], timeout=120)}
+    finally:
+        g.close()
+    assert rows["blocking"]["check"]["wrong"] == rows["nonblocking"]["check"]["wrong"] == 0
+    hazard = rows["read_before_wait"]["check"]
+    assert hazard["checked"] == 20 and hazard["wrong"] > 0, hazard
