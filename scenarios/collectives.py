@@ -120,7 +120,13 @@ SCENARIO = Scenario(
         "cupy": "NCCL only: skipped without a GPU per rank. cupyx.distributed writes all_to_all as grouped "
                 "send/recv (NCCL has no alltoall call).",
         "jax": "No broadcast or reduce primitive: both are a psum of the root's block (zeros elsewhere). "
-               "barrier is a host-side rendezvous through the coordinator, not a device collective.",
+               "barrier is a host-side rendezvous through the coordinator, not a device collective. "
+               "Two idioms, one body: here one process per device (as torch), each handing in its own block "
+               "with make_array_from_process_local_data and reading back its own shard; JAX's usual model is "
+               "one process driving all its local devices, which device_puts the whole global array with a "
+               "NamedSharding and reads all of it back. The shard_map bodies are the same "
+               "(tests/test_ranks_single_controller.py runs them on 4 forced CPU devices in one process); what "
+               "changes is who holds the data and who may read it.",
     },
     metrics_doc={"bytes": "nccl-tests' size: the larger of a rank's send and receive buffers",
                  "algbw_GBps": "bytes / time of the slowest rank (decimal GB/s)",
