@@ -105,8 +105,9 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
     report = files[0].with_suffix("")
     assert f"report: {report / 'report.html'}" in r.stdout
     assert {"report.md", "report.html"} <= {p.name for p in report.iterdir()}
-    for name in doc["scenarios"]:
-        assert (report / f"{name}.png").exists() and f'id="{name}"' in (report / "report.html").read_text()
+    for name, scn in doc["scenarios"].items():
+        timed = any(row["status"] == "ok" for row in scn["rows"])  # nothing timed (gpu_links here): no chart
+        assert (report / f"{name}.png").exists() == timed and f'id="{name}"' in (report / "report.html").read_text()
     # A second run never overwrites the first.
     r2 = run("compare", "--size", "smoke", "--examples", "1", "--seed", "7", "--out", str(out),
              "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing", "--no-report")
