@@ -32,6 +32,7 @@ import numpy as np
 from harness import worker as W
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equivalence import compare_key, run_equivalence
+from harness.ranks import Groups
 from harness.results import SCHEMA
 from scenarios import get as get_scenario
 from scenarios.spec import Scenario
@@ -60,6 +61,7 @@ class CompareOptions:
     argv: list[str] = field(default_factory=list)
     gpu_memory_fraction: float | None = None  # None: $TRIPTYCH_GPU_MEMORY_FRACTION or the default
     budget_s: float | None = None  # wall-clock budget: no new scenario starts once it is spent
+    world_size: int | None = None  # ranks per framework for rank scenarios (None: GPUs, or 2)
 
 
 class Stopped(BaseException):  # like KeyboardInterrupt: no `except Exception` may swallow it
@@ -184,6 +186,7 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     not_run: list[dict[str, str]] = []
     out_scenarios: dict[str, Any] = {}
     machine: dict[str, float] = {}
+    rank_groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
     try:
         with _stop_on_sigterm():
             _start_phase(workers, opts, ui, fw_env, available, machine)
@@ -196,7 +199,8 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                     continue
                 try:
                     t_scn = time.perf_counter()
-                    done = _run_scenario(scn, workers, available, fw_env, machine, opts, ui)
+                    done = _run_scenario(scn, *rank_groups.for_scenario(scn, workers, available, fw_env),
+                                         machine, opts, ui)
                     if _STOP_SIGNAL[0] is not None:  # swallowed on the way: this scenario's rows are not whole
                         raise Stopped(_STOP_SIGNAL[0])
                     out_scenarios[scn.name] = done
@@ -211,6 +215,7 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     finally:
         for w in workers.values():
             w.close()
+        rank_groups.close()
         ui.end()
     return _document(opts, started, fw_env, machine, out_scenarios, not_run)
 

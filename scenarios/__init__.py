@@ -16,6 +16,10 @@ ORDER: tuple[str, ...] = (
     "input_pipeline",
     "launch_overhead",
     "dlpack_handoff",
+    "ranks",
+    "point_to_point",
+    "collectives",
+    "gpu_links",
 )
 
 _cache: dict[str, Scenario] = {}

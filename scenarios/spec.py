@@ -126,6 +126,9 @@ class Scenario:
     timeline: bool = False
     # Output keys compared by distribution (random draws) instead of elementwise; see Distribution.
     distributions: Mapping[str, Distribution] = field(default_factory=dict)
+    # Run by a group of WORLD_SIZE rank processes (harness/ranks.py): params carry "world_size" (and
+    # "rank" inside a rank), make_inputs gives the rank's inputs, reference its share of the global result.
+    ranks: bool = False
 
     @property
     def baseline(self) -> Variant:

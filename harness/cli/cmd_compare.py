@@ -52,7 +52,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
-                          gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget)
+                          gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
+                          world_size=a.world_size)
     return measure_and_write(opts, a.out, a.quiet, report=not a.no_report)[0]
 
 

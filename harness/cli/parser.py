@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress output")
     c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
                    help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3)")
+    c.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
+                   help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
 

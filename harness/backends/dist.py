@@ -1,0 +1,143 @@
+"""Joining a group of ranks with each framework's own distributed machinery.
+
+Every rank reads torchrun's environment contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT), whoever started it: the harness (harness/ranks.py), torchrun or srun. The three
+frameworks rendezvous on three different ports, so that the three groups of one run never meet:
+torch on MASTER_PORT, JAX's coordinator on TRIPTYCH_JAX_PORT (default MASTER_PORT + 1), CuPy's TCP
+store for the NCCL id on CUPYX_DISTRIBUTED_PORT (default MASTER_PORT + 2). Nothing here runs at import.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from harness.backends.base import Backend, Unavailable
+
+NO_NCCL_HERE = "NCCL needs a CUDA GPU per rank"
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    addr: str
+    port: int
+
+    @classmethod
+    def from_environ(cls) -> "RankEnv":
+        """torchrun's variables; under srun, Slurm's task ids stand in for RANK, WORLD_SIZE and LOCAL_RANK."""
+        env = os.environ
+        slurm = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
+        get = {k: env.get(k, env.get(v)) for k, v in slurm.items()}
+        try:
+            for k in ("RANK", "WORLD_SIZE", "MASTER_PORT"):
+                if (get.get(k) if k in get else env.get(k)) is None:
+                    raise KeyError(k)
+            return cls(int(get["RANK"]), int(get["WORLD_SIZE"]), int(get["LOCAL_RANK"] or get["RANK"]),
+                       env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]))
+        except KeyError as e:
+            raise Unavailable(f"not started as a rank: ${e.args[0]} is not set (torchrun's contract)") from None
+
+    def port_for(self, fw: str) -> int:
+        if fw == "jax":
+            return int(os.environ.get("TRIPTYCH_JAX_PORT", self.port + 1))
+        if fw == "cupy":
+            return int(os.environ.get("CUPYX_DISTRIBUTED_PORT", self.port + 2))
+        return self.port
+
+
+_COMM: dict[str, Any] = {}
+
+
+def cupy_comm() -> Any:
+    """The CuPy rank's communicator (cupyx.distributed's NCCLBackend): CuPy keeps no global group."""
+    return _COMM["cupy"]
+
+
+def join(fw: str, backend: Backend, env: RankEnv) -> str:
+    """Join the group before the framework touches a device; point the backend at this rank's device.
+    Returns the group's description."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off (the GPU machines' rule)
+    if fw == "jax":
+        return _join_jax(backend, env)
+    try:
+        backend.load()
+    except Unavailable as e:
+        raise Unavailable(f"{NO_NCCL_HERE}: {e}" if fw == "cupy" else str(e)) from None
+    if fw == "torch":
+        return _join_torch(backend, env)
+    if fw == "cupy":
+        return _join_cupy(backend, env)
+    raise ValueError(f"unknown framework {fw!r}")
+
+
+def _join_torch(b: Backend, env: RankEnv) -> str:
+    import torch
+    import torch.distributed as dist
+
+    if b.on_gpu:
+        torch.cuda.set_device(env.local_rank)
+        b.device = torch.device("cuda", env.local_rank)
+    kind = "nccl" if b.on_gpu else "gloo"
+    os.environ.setdefault("MASTER_ADDR", env.addr)  # env:// reads the address and port from here
+    # env:// reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; device_id binds NCCL's communicator eagerly.
+    dist.init_process_group(kind, rank=env.rank, world_size=env.world_size,
+                            device_id=b.device if b.on_gpu else None)
+    return f"torch.distributed {kind}, rank {env.rank} of {env.world_size}"
+
+
+def _join_jax(b: Backend, env: RankEnv) -> str:
+    import jax
+
+    gpu = _has_cuda()
+    # One process per device: on a GPU this rank sees only its LOCAL_RANK device; on the CPU one device.
+    jax.distributed.initialize(coordinator_address=f"{env.addr}:{env.port_for('jax')}",
+                               num_processes=env.world_size, process_id=env.rank,
+                               local_device_ids=[env.local_rank] if gpu else None)
+    b.load()
+    b.device = jax.local_devices()[0]
+    return f"jax.distributed ({b.device.platform}), process {jax.process_index()} of {jax.process_count()}"
+
+
+def _join_cupy(b: Backend, env: RankEnv) -> str:
+    import cupy
+    from cupyx import distributed
+
+    if not b.on_gpu:
+        raise Unavailable(NO_NCCL_HERE)
+    b.device = cupy.cuda.Device(env.local_rank)
+    b.device.use()
+    # Rank 0 serves the TCP store that hands the NCCL unique id to the others.
+    _COMM["cupy"] = distributed.init_process_group(env.world_size, env.rank, backend="nccl",
+                                                   host=env.addr, port=env.port_for("cupy"))
+    return f"cupyx.distributed NCCL, rank {env.rank} of {env.world_size}"
+
+
+def _has_cuda() -> bool:
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def leave(fw: str) -> None:
+    """Tear the group down (best effort: the process ends next)."""
+    try:
+        if fw == "torch":
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        elif fw == "jax":
+            import jax
+
+            jax.distributed.shutdown()
+    except Exception:  # noqa: BLE001 - a peer already gone; exiting anyway
+        pass

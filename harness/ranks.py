@@ -1,0 +1,282 @@
+"""A framework's worker as a group of WORLD_SIZE rank processes (the parent's side).
+
+The parent picks free ports, starts `python -m harness.rank_main` once per rank with torchrun's
+environment contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; JAX's coordinator
+and CuPy's NCCL-id store on ports of their own; NCCL_NVLS_ENABLE=0), and talks to every rank over
+an authenticated local socket whose address and key travel in the environment. Each request goes
+to every rank; the answers are gathered: outputs stacked along a new first axis (rank), and a
+timing row's time per repeat is the slowest rank's (every rank runs a barrier before each repeat,
+untimed, so the repeats start together). The interface is worker.py's: request() / close().
+
+A rank that dies, hangs or raises ends its whole group (the others may be waiting for it inside a
+collective): every rank process is killed by its id, the error names the rank and why, and the
+next request starts a fresh group. $TRIPTYCH_FAULT_RANK limits a planted $TRIPTYCH_FAULT to one rank.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Listener, wait
+from typing import Any
+
+import numpy as np
+
+from harness.rank_main import KEY_ENV, PARENT_ENV
+from harness.timing import Stats, TimingConfig
+from harness.worker import Progress, WorkerError, WorkerLost, _died
+
+FAULT_RANK_ENV = "TRIPTYCH_FAULT_RANK"
+WORLD_SIZE_ENV = "TRIPTYCH_WORLD_SIZE"  # read by scenarios/_ranks.py
+START_TIMEOUT_S = 300.0  # importing a framework and joining its group
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
+    """torchrun's contract for one rank on this machine, plus the other frameworks' rendezvous."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
+            "TRIPTYCH_JAX_PORT": str(ports[1]), "CUPYX_DISTRIBUTED_HOST": "127.0.0.1",
+            "CUPYX_DISTRIBUTED_PORT": str(ports[2]), "NCCL_NVLS_ENABLE": "0",
+            # as torchrun does for several ranks on one machine: no thread oversubscription
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def fixed_count(cfg: TimingConfig) -> TimingConfig:
+    """Every rank must run the same number of calls (a collective needs all of them): no stopping
+    rule that depends on a rank's own clock."""
+    n = max(cfg.min_repeats, 10)
+    return TimingConfig(warmup=cfg.warmup, min_repeats=n, max_repeats=n, min_time_s=0.0)
+
+
+class RankGroup:
+    def __init__(self, fw: str, world_size: int) -> None:
+        self.fw, self.world_size = fw, world_size
+        self._procs: list[subprocess.Popen] = []
+        self._conns: list[Any] = []
+        self._hello: dict[str, Any] | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def _start(self) -> None:
+        key = secrets.token_bytes(32)
+        listener = Listener(("127.0.0.1", 0), authkey=key)
+        ports = free_ports(3)
+        fault_rank = os.environ.get(FAULT_RANK_ENV)
+        for r in range(self.world_size):
+            env = os.environ | rank_env(r, self.world_size, ports) | {
+                PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}", KEY_ENV: key.hex()}
+            if fault_rank is not None and fault_rank != str(r):
+                env.pop("TRIPTYCH_FAULT", None)
+            self._procs.append(subprocess.Popen([sys.executable, "-m", "harness.rank_main", "--framework", self.fw],
+                                                env=env, start_new_session=True))
+        by_rank: dict[int, Any] = {}
+
+        def accept() -> None:
+            try:
+                while len(by_rank) < self.world_size:
+                    conn = listener.accept()
+                    by_rank[conn.recv()[1]] = conn
+            except OSError:  # closed below: a rank died before it called back
+                pass
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            while t.is_alive():
+                t.join(0.1)
+                self._raise_if_dead()
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise WorkerLost(f"{self.fw} ranks did not call back within {START_TIMEOUT_S:g} s (killed)",
+                                     "timeout")
+        finally:
+            listener.close()
+        self._conns = [by_rank[r] for r in range(self.world_size)]
+        infos = self._ask("hello", (), START_TIMEOUT_S)
+        self._hello = infos[0] | {"pids": self.pids, "world_size": self.world_size}
+        lost = next((f"rank {r}: {i['why']}" for r, i in enumerate(infos) if not i["available"]), None)
+        if lost:
+            self._hello |= {"available": False, "why": lost.split(": ", 1)[1]}
+
+    def _raise_if_dead(self) -> None:
+        for r, p in enumerate(self._procs):
+            code = p.poll()
+            if code is not None:
+                self.kill()
+                raise WorkerLost(f"rank {r}: " + _died(self.fw, code).replace("worker", "rank"), "crashed")
+
+    def _ask(self, op: str, args: tuple, timeout: float | None) -> list[Any]:
+        for c in self._conns:
+            c.send((op, args))
+        answers: dict[int, Any] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(answers) < self.world_size:
+            pending = [c for r, c in enumerate(self._conns) if r not in answers]
+            for c in wait(pending, timeout=0.1):
+                r = self._conns.index(c)
+                try:
+                    msg = c.recv()
+                except (EOFError, OSError):
+                    self._procs[r].wait(5)
+                    self._raise_if_dead()
+                    continue
+                if msg[0] == "ok":
+                    answers[r] = msg[1]
+                    continue
+                self.kill()  # the others may wait for this rank inside a collective
+                raise WorkerError(f"rank {r}: {msg[1]}", msg[3] if len(msg) > 3 else "error")
+            self._raise_if_dead()
+            if deadline is not None and time.monotonic() > deadline:
+                late = [r for r in range(self.world_size) if r not in answers]
+                self.kill()
+                raise WorkerLost(f"{self.fw} rank(s) {', '.join(map(str, late))} did not answer within "
+                                 f"{timeout:g} s (group killed)", "timeout")
+        return [answers[r] for r in range(self.world_size)]
+
+    def request(self, op: str, *args: Any, timeout: float | None = None, progress: Progress | None = None) -> Any:
+        if not self._procs:
+            self._start()
+        if op == "hello":
+            return self._hello
+        if op not in ("equiv", "time"):
+            raise WorkerError(f"a rank group serves hello, equiv and time, not {op}")
+        params = dict(args[1])
+        if params.setdefault("world_size", self.world_size) != self.world_size:
+            raise WorkerError(f"params are for world size {params['world_size']}, the group has {self.world_size}")
+        if progress is not None:
+            progress(f"{self.world_size} ranks")
+        if op == "equiv":
+            outs = self._ask(op, (args[0], params), timeout)
+            return {v: {k: np.stack([o[v][k] for o in outs]) for k in outs[0][v]} for v in outs[0]}
+        rows = self._ask(op, (args[0], params, fixed_count(args[2])), timeout)
+        return [merge_rows(list(per_variant), self.world_size) for per_variant in zip(*rows)]
+
+    def kill(self) -> None:
+        for c in self._conns:
+            c.close()
+        for p in self._procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+        self._procs, self._conns, self._hello = [], [], None
+
+    def close(self) -> None:
+        for c in self._conns:
+            try:
+                c.send(None)
+            except OSError:
+                pass
+        for p in self._procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+
+def _slowest(rows: list[dict[str, Any]], clock: str) -> tuple[Stats, list[float]] | None:
+    samples = [r["timing"]["samples"].get(clock) for r in rows]
+    if any(s is None for s in samples):
+        return None
+    slowest = np.max(np.asarray(samples, dtype=np.float64), axis=0).tolist()
+    return Stats.of(slowest), slowest
+
+
+def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
+    """One row from every rank's row of a variant: per repeat, the slowest rank's time."""
+    row = dict(rows[0])
+    bad = next((r for r in rows if r["status"] not in ("ok", "skipped")), None)
+    if bad is not None:
+        row["status"] = bad["status"]
+    if "sample" in row:
+        row["sample"] = {k: np.stack([r["sample"][k] for r in rows]) for k in row["sample"]}
+    if "timing" not in row:
+        return row
+    timing = dict(row["timing"])
+    timing["samples"] = {}
+    for clock in ("host_return", "device_done", "device_events"):
+        got = _slowest(rows, clock)
+        timing[clock] = got[0].to_dict() if got else None
+        if got:
+            timing["samples"][clock] = got[1]
+    timing["first_call_s"] = max(r["timing"]["first_call_s"] for r in rows)
+    metrics = dict(timing["metrics"])
+    if "bytes" in metrics and "bus_factor" in metrics:  # nccl-tests' algbw and busbw, decimal GB/s
+        algbw = metrics["bytes"] / timing["device_done"]["median"] / 1e9
+        metrics |= {"algbw_GBps": algbw, "busbw_GBps": algbw * metrics.pop("bus_factor")}
+    timing["metrics"] = metrics
+    checks = [r["check"] for r in rows]
+    worst = next((f"rank {i}: {c['worst']}" for i, c in enumerate(checks) if c["worst"]), "")
+    row |= {"timing": timing, "ranks": world_size,
+            "rank_device_done_median": [float(np.median(r["timing"]["samples"]["device_done"])) for r in rows],
+            "check": checks[0] | {"checked": sum(c["checked"] for c in checks),
+                                  "wrong": sum(c["wrong"] for c in checks), "worst": worst}}
+    if all(r.get("host_syncs") is not None for r in rows):
+        row["host_syncs"] = sum(r["host_syncs"] for r in rows)
+    return row
+
+
+def default_world_size() -> int:
+    """The number of GPUs (NCCL refuses two ranks on one), or 2 without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        gpus = sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+    except (OSError, subprocess.TimeoutExpired):
+        gpus = 0
+    return gpus or 2
+
+
+class Groups:
+    """The runner's rank groups, one per framework: started at the first scenario with ranks (side by
+    side), closed with the run. Scenarios without ranks keep the single workers."""
+
+    def __init__(self, frameworks: list[str], world_size: int | None, timeout_s: float) -> None:
+        self.frameworks, self.timeout_s = frameworks, timeout_s
+        self.world_size = world_size or default_world_size()
+        os.environ[WORLD_SIZE_ENV] = str(self.world_size)  # the rank scenarios' params draw it
+        self.groups: dict[str, RankGroup] = {}
+        self.fw_env: dict[str, Any] = {}
+        self.available: list[str] = []
+
+    def for_scenario(self, scn: Any, workers: dict[str, Any], available: list[str],
+                     fw_env: dict[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+        if not getattr(scn, "ranks", False):
+            return workers, available, fw_env
+        if not self.groups:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.groups = {fw: RankGroup(fw, self.world_size) for fw in self.frameworks}
+            with ThreadPoolExecutor(len(self.groups)) as pool:
+                infos = dict(zip(self.groups, pool.map(self._hello, self.groups.values())))
+            self.fw_env = infos
+            self.available = [fw for fw in self.frameworks if infos[fw]["available"]]
+        return self.groups, self.available, self.fw_env
+
+    def _hello(self, g: RankGroup) -> dict[str, Any]:
+        try:
+            return g.request("hello", timeout=self.timeout_s)
+        except (WorkerError, WorkerLost) as e:
+            return {"available": False, "why": f"failed to start {self.world_size} ranks: {e}", "env": {},
+                    "on_gpu": False}
+
+    def close(self) -> None:
+        for g in self.groups.values():
+            g.close()

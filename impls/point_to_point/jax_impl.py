@@ -1,0 +1,43 @@
+"""point_to_point in JAX: lax.ppermute inside a shard_map over the global mesh, one process per device.
+
+JAX has no per-process send or recv: ppermute is a collective that every process enters, and what it
+returns is a future jax.Array. Dispatch is asynchronous; the wait is reading the result.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax import lax
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+NOT_EXPRESSIBLE = {
+    "blocking": "no per-process send/recv: lax.ppermute is a collective every process enters",
+    "read_before_wait": "a received value is a future jax.Array: there is no buffer to read before it is ready",
+}
+
+
+def prepare(inputs, params, device):
+    mesh = Mesh(np.array(jax.devices()), ("r",))  # one device per process, in process order
+    n = jax.process_count()
+    x = jax.device_put(inputs["x"][None], device)
+    ring = [(j, (j + 1) % n) for j in range(n)]  # (source, destination): each to its right
+    shift = jax.shard_map(lambda a: lax.ppermute(a, "r", ring), mesh=mesh, in_specs=P("r"), out_specs=P("r"))
+    return {"global": jax.make_array_from_process_local_data(NamedSharding(mesh, P("r")), x), "fn": jax.jit(shift)}
+
+
+def barrier(state):
+    multihost_utils.sync_global_devices("triptych repeat")
+
+
+def poison(state):
+    barrier(state)  # untimed, before every repeat: the ranks start together
+
+
+def _ring(state):
+    return state["fn"](state["global"])
+
+
+def run_nonblocking(state):
+    return {"received": _ring(state).addressable_data(0)[0]}  # this process's shard: from its left

@@ -1,0 +1,136 @@
+"""collectives — the seven collective operations, measured as nccl-tests measures them.
+
+Every rank holds `count` integer-valued floats drawn from seed + rank, so every reduction order gives
+the same bits and equivalence is exact (as in nccl-tests). The operation is a parameter (one point
+of the sweep per operation and size); what each rank ends with (N ranks, x_j rank j's input, c =
+count / N):
+
+    broadcast       x_0 (from root 0)
+    reduce          sum_j x_j on root 0; the other ranks report zeros (their buffer is unspecified)
+    all_reduce      sum_j x_j
+    all_gather      x_0 | x_1 | ... | x_{N-1}
+    reduce_scatter  chunk r of sum_j x_j
+    all_to_all      chunk r of x_0 | chunk r of x_1 | ...
+    barrier         x_r, once every rank has arrived
+
+The rows carry nccl-tests' columns: time (the slowest rank), algbw = bytes / time with bytes the
+larger of a rank's send and receive buffers, busbw = algbw x 2(N-1)/N for all_reduce, x (N-1)/N
+for all_gather, reduce_scatter and all_to_all, x 1 for broadcast and reduce, and wrong runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from scenarios import _ranks as R
+from scenarios import _strategies as S
+from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict
+
+OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+GPU_SIZES = ((4 << 10, "4 KiB"), (64 << 10, "64 KiB"), (1 << 20, "1 MiB"), (16 << 20, "16 MiB"),
+             (256 << 20, "256 MiB"))
+CPU_SIZES = ((64 << 10, "64 KiB"),)  # one size per operation: CI's time
+
+
+def count(p: Params) -> int:
+    """Elements per rank: the size's bytes, rounded down to a multiple of the world size."""
+    n = R.size_of(p)
+    return max(n, int(p["bytes"]) // np.dtype(p["dtype"]).itemsize // n * n)
+
+
+def nbytes(p: Params) -> int:
+    """nccl-tests' size: the larger of one rank's send and receive buffers."""
+    size = count(p) * np.dtype(p["dtype"]).itemsize
+    return size * R.size_of(p) if p["op"] == "all_gather" else size
+
+
+def bus_factor(op: str, n: int) -> float:
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _x(p: Params, r: int) -> dict[str, np.ndarray]:
+    return {"x": R.small_ints(np.random.default_rng(int(p["seed"]) + r), (count(p),), p["dtype"])}
+
+
+def make_inputs(p: Params) -> dict[str, np.ndarray]:
+    return R.per_rank(p, _x)
+
+
+def reference(inputs: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
+    n, op = R.size_of(p), p["op"]
+    xs = np.stack([_x(p, r)["x"] for r in range(n)]).astype(np.float64)  # every rank's input
+    total, c = xs.sum(axis=0), count(p) // n
+
+    def one(_p: Params, r: int) -> dict[str, np.ndarray]:
+        out = {"broadcast": xs[0], "reduce": total if r == 0 else np.zeros_like(total), "all_reduce": total,
+               "all_gather": xs.reshape(-1), "reduce_scatter": total[r * c:(r + 1) * c],
+               "all_to_all": xs[:, r * c:(r + 1) * c].reshape(-1), "barrier": xs[r]}[op]
+        return {"out": out}
+
+    return R.per_rank(p, one)
+
+
+def _sweep(sizes: tuple[tuple[int, str], ...]) -> list[Params]:
+    return [{"op": op, "bytes": b, "dtype": "float32", "label": f"{op} {label}"} for op in OPS for b, label in sizes]
+
+
+def _exact(rows: dict, fw: str, p: Params) -> Verdict:
+    c = rows["collective"]["check"]
+    if not c["checked"] or c["against"] == "none":
+        return Verdict("exact", fw, "inconclusive", "no timed run was checked against the reference")
+    word = "confirmed" if c["wrong"] == 0 else "refuted"
+    return Verdict("exact", fw, word, f"#wrong runs: {c['wrong']} of {c['checked']} checked ({p['op']})",
+                   {"wrong": c["wrong"], "checked": c["checked"]})
+
+
+SCENARIO = Scenario(
+    name="collectives",
+    title="Collectives: broadcast, reduce, all-reduce, all-gather, reduce-scatter, all-to-all, barrier",
+    concept=(
+        "A collective is one call that every rank of the group makes; the library moves the data (NCCL's "
+        "rings and trees on GPUs, gloo on the CPU). Its cost is read as nccl-tests reads it: the time of the "
+        "slowest rank, the algorithm bandwidth (bytes over time) and the bus bandwidth (algbw times the "
+        "fraction of the data each link must carry, so that it compares with the link's own speed)."
+    ),
+    variants=(Variant("collective", "the framework's own collective call, out of place where it has one"),),
+    params=lambda: S.params(op=st.sampled_from(OPS), bytes=st.integers(4, 4 * 67), dtype=S.float_dtypes("float32"),
+                            world_size=R.world_sizes()),
+    sizes={"smoke": _sweep(CPU_SIZES), "full": _sweep(GPU_SIZES)},
+    make_inputs=make_inputs,
+    reference=reference,
+    cheap_reference=lambda p: count(p) * R.size_of(p) <= 1 << 26,
+    tolerance=Tolerance({"float32": (0.0, 0.0)}),  # integer-valued: every summation order is exact
+    claims=(Claim("exact", "On integer-valued inputs every rank ends with the exact result (nccl-tests' #wrong = 0).",
+                  _exact),),
+    key_apis={
+        "torch": ("dist.broadcast", "dist.reduce", "dist.all_reduce", "dist.all_gather_into_tensor",
+                  "dist.reduce_scatter_tensor", "dist.all_to_all_single", "dist.barrier"),
+        "cupy": ("NCCLBackend.broadcast", ".reduce", ".all_reduce", ".all_gather", ".reduce_scatter",
+                 ".all_to_all (grouped send/recv)", ".barrier"),
+        "jax": ("shard_map + lax.psum (broadcast, reduce, all_reduce)", "lax.all_gather(tiled=True)",
+                "lax.psum_scatter(tiled=True)", "lax.all_to_all", "multihost_utils.sync_global_devices"),
+    },
+    framework_notes={
+        "torch": "gloo's reduce_scatter_tensor is emulated (an all-reduce, then a chunk): on the CPU it moves "
+                 "about twice the data, so its busbw does not mean what NCCL's does.",
+        "cupy": "NCCL only: skipped without a GPU per rank. cupyx.distributed writes all_to_all as grouped "
+                "send/recv (NCCL has no alltoall call).",
+        "jax": "No broadcast or reduce primitive: both are a psum of the root's block (zeros elsewhere). "
+               "barrier is a host-side rendezvous through the coordinator, not a device collective. "
+               "Two idioms, one body: here one process per device (as torch), each handing in its own block "
+               "with make_array_from_process_local_data and reading back its own shard; JAX's usual model is "
+               "one process driving all its local devices, which device_puts the whole global array with a "
+               "NamedSharding and reads all of it back. The shard_map bodies are the same "
+               "(tests/test_ranks_single_controller.py runs them on 4 forced CPU devices in one process); what "
+               "changes is who holds the data and who may read it.",
+    },
+    metrics_doc={"bytes": "nccl-tests' size: the larger of a rank's send and receive buffers",
+                 "algbw_GBps": "bytes / time of the slowest rank (decimal GB/s)",
+                 "busbw_GBps": "algbw x nccl-tests' factor: 2(N-1)/N all_reduce; (N-1)/N all_gather, "
+                               "reduce_scatter, all_to_all; 1 broadcast, reduce"},
+    ranks=True,
+)

@@ -1,0 +1,172 @@
+"""Rank groups (harness/ranks.py, harness/rank_main.py): real processes at world size 2 with torch's
+gloo and JAX's CPU collectives; the global semantics against the numpy reference; the slowest rank's
+time; a dead or hung rank taking its whole group down with no process left behind."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import faults
+from harness.equivalence import run_equivalence
+from harness.ranks import FAULT_RANK_ENV, RankGroup, fixed_count, merge_rows
+from harness.timing import PRESETS, TimingConfig
+from harness.worker import WorkerError, WorkerLost
+from scenarios import _ranks as R
+from scenarios import collectives, get
+from tests.conftest import backend_or_skip
+
+FRAMEWORKS = ("torch", "jax")
+
+
+def rank_children() -> list[int]:
+    """Rank processes this test process started that are still alive (zombies included)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"harness.rank_main" in cmd and ppid == os.getpid():
+            found.append(int(d.name))
+    return found
+
+
+@pytest.fixture(scope="module", params=FRAMEWORKS)
+def group(request):
+    backend_or_skip(request.param)
+    os.environ[R.WORLD_SIZE_ENV] = "2"
+    g = RankGroup(request.param, 2)
+    info = g.request("hello", timeout=120)
+    assert info["available"], info["why"]
+    yield g
+    pids = set(g.pids)
+    g.close()
+    assert not pids & set(rank_children()), "a rank outlived close()"
+
+
+@pytest.mark.parametrize("scenario", ["ranks", "point_to_point", "collectives"])
+def test_equivalence_at_world_size_2_is_exact(group, scenario):
+    scn = get(scenario)
+    eq = run_equivalence(scn, lambda fw, p: group.request("equiv", scenario, p, timeout=120), [group.fw],
+                         max_examples=5, seed=3)
+    assert eq.status == "passed", eq.message
+
+
+def test_every_collective_at_a_fixed_size(group):
+    """Each operation at least once, whatever hypothesis drew."""
+    scn = get("collectives")
+    for op in collectives.OPS:
+        p = {"op": op, "bytes": 64, "dtype": "float32", "seed": 5, "world_size": 2}
+        got = group.request("equiv", "collectives", p, timeout=120)["collective"]["out"]
+        want = scn.reference(scn.make_inputs(p), p)["out"]
+        np.testing.assert_array_equal(got, want, err_msg=op)
+
+
+def test_ranks_share_no_state(group):
+    info = group.request("hello", timeout=120)
+    assert len(set(info["pids"])) == 2 and os.getpid() not in info["pids"]
+    p = {"rows": 5, "cols": 3, "dtype": "float32", "seed": 1, "world_size": 2}
+    out = group.request("equiv", "ranks", p, timeout=120)
+    for v in ("one_process", "by_rank"):  # a module-level value each rank set for itself reads back its own id
+        np.testing.assert_array_equal(out[v]["mark"], [0, 1])
+
+
+def test_timing_rows_take_the_slowest_rank_and_count_the_forgotten_sharding(group):
+    p = {"rows": 64, "cols": 8, "dtype": "float32", "seed": 2}
+    rows = {r["variant"]: r for r in group.request("time", "ranks", p, PRESETS["smoke"], timeout=120)}
+    for r in rows.values():
+        assert r["ranks"] == 2
+        assert r["timing"]["device_done"]["median"] >= max(r["rank_device_done_median"]) * (1 - 1e-9)
+    assert rows["by_rank"]["status"] == "ok" and rows["by_rank"]["check"]["wrong"] == 0
+    bad = rows["same_data_every_rank"]
+    assert bad["check"]["wrong"] == bad["check"]["checked"] > 0, "the hazard counts the data twice on every run"
+    assert bad["check"]["worst"].startswith("rank ")
+
+
+def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
+    def row(done, wrong):
+        t = {"first_call_s": 1.0, "metrics": {"bytes": 8e9, "bus_factor": 0.5}, "device_events": None,
+             "samples": {"host_return": done, "device_done": done}}
+        return {"variant": "collective", "status": "wrong" if wrong else "ok", "timing": t,
+                "check": {"checked": 2, "wrong": wrong, "worst": "bad" if wrong else ""}}
+
+    m = merge_rows([row([1.0, 4.0, 2.0], 0), row([3.0, 1.0, 2.0], 1)], 2)
+    assert m["timing"]["samples"]["device_done"] == [3.0, 4.0, 2.0]
+    assert m["timing"]["device_done"]["median"] == 3.0
+    assert m["status"] == "wrong" and m["check"] == {"checked": 4, "wrong": 1, "worst": "rank 1: bad"}
+    assert m["timing"]["metrics"] == {"bytes": 8e9, "algbw_GBps": 8 / 3, "busbw_GBps": 4 / 3}
+
+
+def test_bus_factors_are_nccl_tests():
+    assert collectives.bus_factor("all_reduce", 4) == 1.5
+    assert [collectives.bus_factor(op, 4) for op in ("all_gather", "reduce_scatter", "all_to_all")] == [0.75] * 3
+    assert collectives.bus_factor("broadcast", 4) == collectives.bus_factor("reduce", 4) == 1.0
+    p = {"op": "all_gather", "bytes": 4096, "dtype": "float32", "world_size": 4}
+    assert collectives.nbytes(p) == 4 * 4096
+
+
+def test_timing_runs_the_same_count_on_every_rank():
+    cfg = fixed_count(TimingConfig(min_repeats=3, max_repeats=200, min_time_s=5.0, warmup_s=1.0))
+    assert cfg.min_repeats == cfg.max_repeats and cfg.min_time_s == 0 and cfg.warmup_s == 0
+
+
+@pytest.mark.parametrize("kind,status,words", [("crash", "crashed", "rank 1: torch rank died of SIGABRT"),
+                                               ("hang", "timeout", "did not answer within 8 s (group killed)"),
+                                               ("raise", "error", "rank 1: InjectedFault")])
+def test_a_failing_rank_ends_its_whole_group(monkeypatch, kind, status, words):
+    backend_or_skip("torch")
+    monkeypatch.setenv(faults.ENV, f"ranks:torch:{kind}:equiv")
+    monkeypatch.setenv(FAULT_RANK_ENV, "1")
+    others = set(rank_children())  # a module-scoped group of the tests above may be alive
+    g = RankGroup("torch", 2)
+    assert g.request("hello", timeout=120)["available"]
+    pids = g.pids
+    with pytest.raises((WorkerLost, WorkerError)) as e:
+        g.request("equiv", "ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0}, timeout=8)
+    assert e.value.status == status and words in str(e.value)
+    assert all(not Path(f"/proc/{pid}").exists() for pid in pids), "a rank outlived its group"
+    assert set(rank_children()) == others
+    monkeypatch.delenv(faults.ENV)
+    out = g.request("equiv", "ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0}, timeout=60)
+    assert set(g.pids).isdisjoint(pids), "the next request gets a fresh group"
+    np.testing.assert_array_equal(out["by_rank"]["mark"], [0, 1])
+    g.close()
+    assert set(rank_children()) == others
+
+
+def test_params_for_another_world_size_are_refused():
+    g = RankGroup("torch", 2)
+    g._procs = [object()]  # started, as far as request() can tell: nothing is spawned
+    with pytest.raises(WorkerError, match="world size 3"):
+        g.request("equiv", "ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0, "world_size": 3})
+    g._procs = []
+
+
+def test_world_size_must_be_a_positive_count():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "harness", "compare", "--world-size", "0"], capture_output=True,
+                       text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert p.returncode == 2 and "--world-size" in p.stderr and p.stderr.strip().count("\n") == 0
+
+
+def test_reading_the_receive_buffer_before_the_wait_is_caught():
+    """gloo on the CPU: the message is rarely there before the wait; the hazard's runs count as wrong."""
+    backend_or_skip("torch")
+    os.environ[R.WORLD_SIZE_ENV] = "2"
+    g = RankGroup("torch", 2)
+    try:
+        rows = {r["variant"]: r for r in g.request("time", "point_to_point", {"count": 1 << 16, "dtype": "float32",
+                                                                              "seed": 4}, PRESETS["smoke"], timeout=120)}
+    finally:
+        g.close()
+    assert rows["blocking"]["check"]["wrong"] == rows["nonblocking"]["check"]["wrong"] == 0
+    hazard = rows["read_before_wait"]["check"]
+    assert hazard["checked"] == 20 and hazard["wrong"] > 0, hazard
