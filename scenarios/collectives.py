@@ -89,7 +89,7 @@ def _exact(rows: dict, fw: str, p: Params) -> Verdict:
 
 SCENARIO = Scenario(
     name="collectives",
-    title="Collectives: broadcast, reduce, all-reduce, all-gather, reduce-scatter, all-to-all, barrier",
+    title="Seven collectives, measured as nccl-tests measures them",
     concept=(
         "A collective is one call that every rank of the group makes; the library moves the data (NCCL's "
         "rings and trees on GPUs, gloo on the CPU). Its cost is read as nccl-tests reads it: the time of the "
