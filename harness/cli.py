@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from harness.backends import FRAMEWORKS
+from harness.options import TIMEOUT_S
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "results"
 MAX_EXAMPLES = 10_000
@@ -136,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=_bounded_int(0, 2**32 - 1, "--seed"), default=None)
     c.add_argument("--isolation", choices=["process", "none"], default="process",
                    help="a child process per framework (default) or everything in this process")
-    c.add_argument("--timeout", type=_positive_float, default=900.0, help="seconds per framework per scenario")
+    c.add_argument("--timeout", type=_positive_float, default=TIMEOUT_S, help="seconds per framework per request")
     c.add_argument("--budget", type=_seconds("--budget"), default=None,
                    help="wall-clock seconds for the whole run: no scenario starts once they are spent; the result "
                         "keeps what finished and names what did not run (also on SIGTERM)")
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-timing", action="store_true")
     c.add_argument("--quiet", action="store_true", help="no progress output")
     c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
-                   help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3)")
+                   help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.15)")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
 
@@ -448,7 +449,7 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
         raise UsageError(str(e)) from None
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
                           examples=int(base.get("examples") or 1), seed=base["seed"],
-                          isolation=a.isolation or "process", timeout_s=a.timeout or 900.0, equivalence=False,
+                          isolation=a.isolation or "process", timeout_s=a.timeout or TIMEOUT_S, equivalence=False,
                           timing=True, argv=["python -m harness", *argv], gpu_memory_fraction=fraction)
     doc = run_compare(opts, make_ui(a.quiet))
     path = write_atomic(doc, out)

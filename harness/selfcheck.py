@@ -12,7 +12,6 @@ caller who synchronizes after each call pays, not a fault of either clock.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
     from rich.table import Table
 
     from harness.report import fmt_s, make_console
-    from harness.runner import host_env
+    from harness.machine import host_env
     from harness.results import write_atomic
 
     console = make_console()
@@ -88,27 +87,3 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
         path = write_atomic(doc, out, name=f"selfcheck_{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
         console.print(f"selfcheck: {path}")
     return 0 if ok else 1
-
-
-def selfcheck_rows(fw: str) -> list[dict[str, Any]]:
-    """Inside the framework's worker: both clocks on each kernel."""
-    from harness import backends
-    from harness.timing import SELFCHECK, measure
-
-    b = backends.get(fw).load()
-    out = []
-    for name, call in b.clock_kernels().items():
-        m = measure(call, b, SELFCHECK)
-        tool = b.own_benchmark(call)
-        # harness_events_s: device events around the same calls, i.e. the device time without the host's
-        # share of the wall clock (the dispatch before the kernel starts, the wake-up after it ends).
-        out.append({"kernel": name, "on_gpu": b.on_gpu, "harness_s": m.device_done.median,
-                    "harness_rel_iqr": m.device_done.rel_iqr,
-                    "harness_events_s": m.device_events.median if m.device_events else None,
-                    "tool": tool["tool"] if tool else None, "tool_s": tool["tool_s"] if tool else None,
-                    "tool_back_to_back_s": tool["back_to_back_s"] if tool else None})
-    b.free_memory()
-    return out
-
-
-__all__ = ["run_selfcheck", "selfcheck_rows", "json"]

@@ -147,7 +147,7 @@ def test_the_code_versions_are_named_when_they_differ():
 
 
 def test_host_env_names_the_commit_it_ran():
-    from harness.runner import code_version
+    from harness.machine import code_version
 
     if not (ROOT / ".git").exists():
         assert code_version() is None
@@ -269,7 +269,7 @@ def test_relative_error():
 
 
 def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
-    from harness import worker
+    from harness import handlers, timing
     from scenarios import get
     from tests.test_planted_bugs import _break_one_element
 
@@ -277,7 +277,7 @@ def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
     params = get("sync_points").params_for_size("smoke") | {"seed": 3}
 
     def time_it():
-        rows = worker.time_scenario("torch", "sync_points", params, worker.timing_config("smoke"), lambda _t: None)
+        rows = handlers.time_scenario("torch", "sync_points", params, timing.preset("smoke"), lambda _t: None)
         return {r["variant"]: r["check"]["max_rel_err"] for r in rows}
 
     before = time_it()
