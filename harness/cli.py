@@ -381,7 +381,8 @@ def _load_result(path: Path, option: str) -> dict[str, Any]:
 
 
 def cmd_regress(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.regress import RegressError, regress, render
+    from harness.regress import RegressError, regress
+    from harness.regress_view import render
     from harness.report import make_console
     from scenarios import ORDER, get
 
