@@ -77,7 +77,7 @@ class TimingConfig:
     min_time_s: float = 1.0  # total device_done time to accumulate before stopping on noise
     max_wall_s: float = float("inf")  # the whole repeat loop, untimed work included
     warmup_s: float = 0.0
-    max_noise: float = 0.0  # relative half-width of the median's interval; 0: never stop on noise
+    max_noise: float = math.inf  # relative half-width of the median's interval; inf: min_time_s alone decides
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
@@ -92,7 +92,7 @@ class TimingConfig:
             return None
         if loop_s >= self.max_wall_s:
             return "time_cap"
-        if done_total >= self.min_time_s and noise() <= self.max_noise:
+        if done_total >= self.min_time_s and (math.isinf(self.max_noise) or noise() <= self.max_noise):
             return "noise"
         return None
 
