@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from harness.backends import FRAMEWORKS
-from harness.options import TIMEOUT_S
+from harness.options import EXAMPLES, TIMEOUT_S
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "results"
 MAX_EXAMPLES = 10_000
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", choices=["auto", "smoke", "full"], default="auto",
                    help="full on a GPU machine, smoke (small, fast) elsewhere; default: auto")
     c.add_argument("--examples", type=_bounded_int(1, MAX_EXAMPLES, "--examples"), default=None,
-                   help="hypothesis examples per scenario (default 25 full, 6 smoke)")
+                   help=f"hypothesis examples per scenario (default {EXAMPLES['full']} full, {EXAMPLES['smoke']} smoke)")
     c.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the result JSON (default results/)")
     c.add_argument("--seed", type=_bounded_int(0, 2**32 - 1, "--seed"), default=None)
     c.add_argument("--isolation", choices=["process", "none"], default="process",
@@ -231,7 +231,7 @@ def cmd_compare(a: argparse.Namespace, argv: list[str]) -> int:
     _check_memory_fraction(a.gpu_memory_fraction, len(a.frameworks))
     _check_faults()
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
-    examples = a.examples if a.examples is not None else (25 if size == "full" else 6)
+    examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     try:
         check_writable(a.out)
     except ResultError as e:

@@ -9,6 +9,11 @@ ISOLATION = "process"
 # Worker processes per framework that time every row (harness/rounds.py); between-process noise needs
 # at least two. --isolation none runs one, in this process.
 PROCESSES = 2
+# Hypothesis examples per scenario's equivalence check. On the GPU (full) each example costs JAX a
+# compile per shape and every framework a round trip: 8 draws check the device paths, while the CPU
+# suite (tests/test_equivalence.py) draws more. On the 2026-12-02 H200 runs, at 8 examples, the ten
+# scenarios spent ~100 s outside their timed rows; at 25 that part is about three times as long.
+EXAMPLES = {"full": 8, "smoke": 6}
 
 
 class UI(Protocol):
