@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one point's timing)
 ISOLATION = "process"
@@ -40,6 +40,7 @@ class CompareOptions:
     gpu_memory_fraction: float | None = None  # None: $TRIPTYCH_GPU_MEMORY_FRACTION or the default
     budget_s: float | None = None  # wall-clock budget: no new scenario starts once it is spent
     processes: int = PROCESSES
+    timing_config: Any = None  # a harness.timing.TimingConfig; None: the size preset's
 
     def __post_init__(self) -> None:
         if self.processes < 1:

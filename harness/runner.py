@@ -209,7 +209,7 @@ def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dic
     label = params.get("label", "")
     where = f"{scn.name}{' · ' + label if label else ''}"
     running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
-    got = rounds.time_point(pools, running, scn, params, preset(opts.size), opts.timeout_s,
+    got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
                             lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
                             lambda fw, text: ui.detail(f"{where} · {fw} · {text}"))
     rows: list[dict[str, Any]] = []
