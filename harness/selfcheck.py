@@ -23,7 +23,7 @@ AGREE = 0.03
 def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
     from rich.table import Table
 
-    from harness.report import fmt_s, make_console
+    from harness.report import make_console
     from harness.machine import host_env
     from harness.results import write_atomic
 
@@ -57,24 +57,7 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
             continue
         finally:
             w.close()
-        for r in result:
-            r["framework"] = fw
-            rows.append(r)
-            if r["tool_s"] is None:
-                verdict = "no own tool" if r["on_gpu"] else "cpu (not judged)"
-                diff = "—"
-            else:
-                d = r["harness_s"] / r["tool_s"] - 1
-                diff = f"{100 * d:+.1f}%"
-                if r["on_gpu"]:
-                    good = abs(d) <= AGREE
-                    ok &= good
-                    verdict = "[green]agree[/green]" if good else "[red]DISAGREE[/red]"
-                else:
-                    verdict = "cpu (not judged)"
-            table.add_row(fw, r["kernel"], fmt_s(r["harness_s"]), f"±{100 * r['harness_rel_iqr']:.1f}%",
-                          fmt_s(r.get("harness_events_s")), r["tool"] or "—", fmt_s(r["tool_s"]), diff, verdict,
-                          fmt_s(r.get("tool_back_to_back_s")))
+        ok &= _add_rows(fw, result, table, rows)
     console.print(table)
     if out is not None:
         import datetime as dt
@@ -87,3 +70,29 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
         path = write_atomic(doc, out, name=f"selfcheck_{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json")
         console.print(f"selfcheck: {path}")
     return 0 if ok else 1
+
+
+def _add_rows(fw: str, result: list[dict[str, Any]], table: Any, rows: list[dict[str, Any]]) -> bool:
+    """One table row per kernel; False where a GPU kernel's two clocks disagree."""
+    from harness.report import fmt_s
+
+    ok = True
+    for r in result:
+        r["framework"] = fw
+        rows.append(r)
+        if r["tool_s"] is None:
+            verdict = "no own tool" if r["on_gpu"] else "cpu (not judged)"
+            diff = "—"
+        else:
+            d = r["harness_s"] / r["tool_s"] - 1
+            diff = f"{100 * d:+.1f}%"
+            if r["on_gpu"]:
+                good = abs(d) <= AGREE
+                ok &= good
+                verdict = "[green]agree[/green]" if good else "[red]DISAGREE[/red]"
+            else:
+                verdict = "cpu (not judged)"
+        table.add_row(fw, r["kernel"], fmt_s(r["harness_s"]), f"±{100 * r['harness_rel_iqr']:.1f}%",
+                      fmt_s(r.get("harness_events_s")), r["tool"] or "—", fmt_s(r["tool_s"]), diff, verdict,
+                      fmt_s(r.get("tool_back_to_back_s")))
+    return ok
