@@ -41,9 +41,10 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
     return time_point(fw, scenario, params, cfg, progress=progress)["rows"]
 
 
-def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, timeline: bool = True, *,
+def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress) -> dict[str, Any]:
-    """Time every variant at the given params; check the timed outputs; count host syncs.
+    """Time every variant at the given params; check the timed outputs; in a row's first process
+    (first=True) also count host syncs and trace the timeline, which a second process would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}."""
     scn = get_scenario(scenario)
@@ -64,13 +65,13 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, timeli
             rows.append(row | {"status": "skipped", "reason": why})
             continue
         progress(v.name)
-        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg)
+        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first)
         timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
         if expected is None and v is scn.baseline:
             expected = got  # later variants are checked against this framework's baseline
             sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
         rows.append(row | timed)
-    if scn.timeline and timeline:  # after every timed run, so that no trace (or profiler) disturbs a timing
+    if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
         for row in rows:
             if row["status"] in ("ok", "wrong"):
                 progress(f"{row['variant']} · timeline")
@@ -80,7 +81,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, timeli
 
 
 def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
-                  want: Arrays | None, cfg: TimingConfig) -> tuple[dict[str, Any], Arrays]:
+                  want: Arrays | None, cfg: TimingConfig, census: bool = True) -> tuple[dict[str, Any], Arrays]:
     """(the row's timing, check and sync fields; the first checked repeat's numpy outputs)."""
     t_variant = time.perf_counter()
     fn = variant_call(impl, v)
@@ -102,22 +103,28 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
 
     with faults.slowed(b.name, scn.name, v.name):
         m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard)
-    if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
-        poison()
-        b.synchronize()
-    with b.sync_counter() as syncs:
-        out = fn(state)
-    b.synchronize(out)
-    out = state = None  # release device memory before the next variant
+    syncs = _count_syncs(b, fn, state, poison) if census else None
+    state = None  # release device memory before the next variant
     b.free_memory()
     return {
         "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
         "timing": m.to_dict(),
         "check": {"checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst,
                   "max_rel_err": max(rel_errs) if rel_errs else None},
-        "host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why,
+        **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         "wall_s": time.perf_counter() - t_variant,  # everything for this variant, untimed work included
     }, captured[0]
+
+
+def _count_syncs(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None) -> Any:
+    """One more run, untimed, under the framework's sync detector."""
+    if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
+        poison()
+        b.synchronize()
+    with b.sync_counter() as syncs:
+        out = fn(state)
+    b.synchronize(out)
+    return syncs
 
 
 def ceilings(fw: str) -> dict[str, float]:
