@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-GPU_QUERY = ("name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
-             "clocks_throttle_reasons.active,power.draw,temperature.gpu")
+GPU_QUERY = "name,driver_version"
+# Asked apart, so that a field an older or newer driver does not know costs only these.
+GPU_STATE = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu,pstate"
 
 
 def host_env() -> dict[str, Any]:
@@ -62,20 +63,29 @@ def thp_mode() -> str | None:
 
 
 def gpu_query() -> dict[str, Any]:
-    """nvidia-smi's view of the first GPU now: name, driver, clocks (MHz), throttle reasons."""
+    """nvidia-smi's view of the first GPU now: name, driver, and its state (clocks in MHz, power in W,
+    temperature in C, performance state); {} without nvidia-smi."""
+    base = _smi(GPU_QUERY)
+    if base is None:
+        return {}
+    out: dict[str, Any] = {"nvidia_smi_gpu": base["name"], "driver": base["driver_version"]}
+    state = _smi(GPU_STATE)
+    if state is not None:
+        out["gpu_state"] = state
+    return out
+
+
+def _smi(fields: str) -> dict[str, str] | None:
     try:
-        q = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
+        q = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        return {}
+        return None
     if q.returncode != 0 or not q.stdout.strip():
-        return {}
-    values = [s.strip() for s in q.stdout.strip().splitlines()[0].split(",")]
-    keys = GPU_QUERY.split(",")
-    if len(values) != len(keys):
-        return {}
-    got = dict(zip(keys, values))
-    return {"nvidia_smi_gpu": got.pop("name"), "driver": got.pop("driver_version"), "gpu_state": got}
+        return None
+    values = [v.strip() for v in q.stdout.strip().splitlines()[0].split(",")]
+    keys = fields.split(",")
+    return dict(zip(keys, values)) if len(values) == len(keys) else None
 
 
 def code_version() -> str | None:

@@ -110,6 +110,10 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
     for key, what in (("driver", "driver"), ("python", "Python"), ("numpy", "numpy")):
         if hb.get(key) != hc.get(key):
             notes.append(f"{what} {hb.get(key, '?')} → {hc.get(key, '?')} (compared anyway)")
+    for key, what in (("cpu_model", "CPU"), ("cpus", "CPU count"), ("kernel", "kernel"),
+                      ("transparent_hugepages", "transparent huge pages")):  # recorded since 2026-12-03
+        if key in hb and key in hc and hb[key] != hc[key]:
+            notes.append(f"{what} {hb[key]} → {hc[key]} (compared anyway)")
     if base["size"] != cand["size"]:
         notes.append(f"size preset {base['size']} → {cand['size']} (only points with the same params compare)")
     if base.get("seed") != cand.get("seed"):

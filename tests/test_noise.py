@@ -121,3 +121,21 @@ def test_files_written_before_processes_still_compare_with_a_note():
     assert res.rows[0].method == "repeats" and res.rows[0].verdict == "unchanged"
     assert any("the baseline keeps one process's repeats" in n for n in res.notes)
     assert not any("candidate keeps" in n for n in res.notes)
+
+
+def test_a_different_cpu_or_huge_pages_mode_is_named_in_the_header():
+    base = doc([row("torch", "async", samples(1e-3, seed=1))])
+    cand = doc([row("torch", "async", samples(1e-3, seed=2))])
+    base["environment"]["host"] |= {"cpu_model": "Xeon A", "transparent_hugepages": "madvise"}
+    cand["environment"]["host"] |= {"cpu_model": "Xeon B", "transparent_hugepages": "madvise"}
+    notes = regress(base, cand).notes
+    assert "CPU Xeon A → Xeon B (compared anyway)" in notes
+    assert not any("huge pages" in n for n in notes)
+
+
+def test_the_machine_is_described():
+    from harness.machine import host_env
+
+    env = host_env()
+    assert env["cpus"] >= 1 and env["kernel"] and env["cpu_model"]
+    assert env["transparent_hugepages"] in (None, "always", "madvise", "never")
