@@ -5,6 +5,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one point's timing)
+# Starting a framework (its import, picking the device) gets at least this long, however short the
+# request timeout: six workers start side by side, and on a loaded host an import alone can take 20 s.
+STARTUP_TIMEOUT_S = 120.0
 ISOLATION = "process"
 # Worker processes per framework that time every row (harness/rounds.py); between-process noise needs
 # at least two. --isolation none runs one, in this process.

@@ -27,7 +27,7 @@ from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fract
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
 from harness.machine import host_env
-from harness.options import CompareOptions, UI
+from harness.options import STARTUP_TIMEOUT_S, CompareOptions, UI
 from harness.results import SCHEMA
 from harness.timing import preset
 from harness.worker import WorkerError, WorkerLost, make_worker
@@ -246,7 +246,7 @@ def _start_all(pools: Pools, opts: CompareOptions) -> dict[str, dict[str, Any]]:
 
     def hello(w: Any) -> dict[str, Any]:
         try:
-            return w.request("hello", timeout=opts.timeout_s)
+            return w.request("hello", timeout=max(opts.timeout_s, STARTUP_TIMEOUT_S))
         except (WorkerError, WorkerLost) as e:
             return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False}
 
