@@ -19,18 +19,24 @@ reaches a process that monkeypatching cannot.
             for 1 PiB at once, refused without touching memory.
     hang    the request never answers (the parent's timeout kills the worker) -> rows "timeout"
     crash   the worker aborts (SIGABRT), as a crashing extension would        -> rows "crashed"
+    slow<P> (e.g. slow15; the fourth part is then a variant, required) that one variant's timed calls
+            take P% longer: each repeat spins inside its timed region for P% of the call's own
+            measured device_done time (host_return and device events are not touched)  -> a
+            regression of that row alone, for tests of `regress`
 """
 from __future__ import annotations
 
 import importlib.abc
 import os
 import sys
+import contextlib
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ENV = "TRIPTYCH_FAULT"
-KINDS = ("import", "raise", "oom", "hang", "crash")
+KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>")
 OPS = ("equiv", "time", "*")
 # What a framework's import pulls in first: refusing it makes `import <framework>` fail.
 MODULES = {"torch": "torch", "cupy": "cupy", "jax": "jax"}
@@ -45,12 +51,16 @@ class Fault:
     scenario: str
     framework: str
     kind: str
-    op: str = "*"
+    op: str = "*"  # for "slow": the variant
+
+    @property
+    def slow_pct(self) -> float | None:
+        return float(self.kind[4:]) if self.kind.startswith("slow") else None
 
     def hits(self, op: str, framework: str, scenario: str | None) -> bool:
         """Equivalence and timing requests only (never hello, ceilings or selfcheck)."""
         return (op in ("equiv", "time") and self.framework == framework and self.op in ("*", op)
-                and self.scenario in ("*", scenario) and self.kind != "import")
+                and self.scenario in ("*", scenario) and self.kind != "import" and self.slow_pct is None)
 
 
 def parse(text: str) -> list[Fault]:
@@ -68,12 +78,29 @@ def parse(text: str) -> list[Fault]:
             raise ValueError(f"{ENV}: unknown scenario {scenario!r}")
         if framework not in FRAMEWORKS:
             raise ValueError(f"{ENV}: unknown framework {framework!r}")
-        if kind not in KINDS:
+        if kind.startswith("slow"):
+            _check_slow(item, kind, scenario, op, len(parts))
+        elif kind not in KINDS:
             raise ValueError(f"{ENV}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        if op not in OPS:
+        elif op not in OPS:
             raise ValueError(f"{ENV}: unknown op {op!r} (known: {', '.join(OPS)})")
         faults.append(Fault(scenario, framework, kind, op))
     return faults
+
+
+def _check_slow(item: str, kind: str, scenario: str, variant: str, parts: int) -> None:
+    try:
+        pct = float(kind[4:])
+    except ValueError:
+        pct = -1.0
+    if not 0 < pct <= 1000 or parts != 4 or scenario == "*":
+        raise ValueError(f"{ENV}: {item!r} is not <scenario>:<framework>:slow<percent>:<variant>")
+    from scenarios import get
+
+    try:
+        get(scenario).variant(variant)
+    except KeyError as e:
+        raise ValueError(f"{ENV}: {e.args[0]}") from None
 
 
 def planted() -> list[Fault]:
@@ -103,6 +130,7 @@ def _leak(b: Any) -> None:
 
 def arm_worker(framework: str) -> None:
     """At a worker's start: plant the framework's import failure, if asked for."""
+    _SLOW[1] = 1.0  # a child: planted slowdowns may fire here
     if any(f.framework == framework and f.kind == "import" for f in planted()):
         sys.meta_path.insert(0, _RefuseImport(MODULES[framework]))
 
@@ -121,3 +149,32 @@ def trigger(op: str, framework: str, scenario: str | None, backend: Callable[[],
         if f.kind == "crash":
             sys.stderr.flush()
             os.abort()
+
+
+# The planted slowdown of the variant being timed in this process (0: none); set by slowed().
+_SLOW = [0.0, 0.0]  # [the share, 1.0 once this process is an armed worker child]
+
+
+@contextlib.contextmanager
+def slowed(framework: str, scenario: str, variant: str) -> Iterator[None]:
+    """While one variant is timed in a worker child: arm the slowdown planted for it, if any."""
+    pct = next((f.slow_pct for f in planted() if f.slow_pct is not None and f.framework == framework
+                and f.scenario == scenario and f.op == variant), None)
+    _SLOW[0] = (pct or 0.0) / 100 if _SLOW[1] else 0.0
+    try:
+        yield
+    finally:
+        _SLOW[0] = 0.0
+
+
+def spin(t0: float, t_end: float) -> float:
+    """Inside a timed region that started at t0 and would end at t_end: busy-wait the planted share of
+    the call's own time; the region's new end. That is the spin's target, not the clock after it: a
+    busy-wait descheduled on a loaded host overshoots, and the planted slowdown is to be the share
+    exactly (the call's own time varies as it always does)."""
+    if not _SLOW[0]:
+        return t_end
+    until = t_end + _SLOW[0] * (t_end - t0)
+    while time.perf_counter() < until:
+        pass
+    return until

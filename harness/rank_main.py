@@ -20,7 +20,7 @@ import traceback
 from multiprocessing.connection import Client
 from typing import Any
 
-from harness import faults, worker
+from harness import faults, handlers, worker
 from harness.backends import get as get_backend
 from harness.backends.base import Unavailable
 from harness.backends.dist import RankEnv, join, leave
@@ -63,9 +63,9 @@ def serve(fw: str, env: RankEnv) -> None:
             if op == "hello":
                 result: Any = _hello(fw, env)
             elif op == "equiv":
-                result = worker.equiv(fw, args[0], ranked(args[1], env))
+                result = handlers.equiv(fw, args[0], ranked(args[1], env))
             elif op == "time":
-                result = worker.time_scenario(fw, args[0], ranked(args[1], env), args[2], progress=lambda _t: None)
+                result = handlers.time_point(fw, args[0], ranked(args[1], env), *args[2:], progress=lambda _t: None)
             else:
                 raise ValueError(f"a rank serves hello, equiv and time, not {op!r}")
             conn.send(("ok", result))

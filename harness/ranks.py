@@ -166,8 +166,11 @@ class RankGroup:
         if op == "equiv":
             outs = self._ask(op, (args[0], params), timeout)
             return {v: {k: np.stack([o[v][k] for o in outs]) for k in outs[0][v]} for v in outs[0]}
-        rows = self._ask(op, (args[0], params, fixed_count(args[2])), timeout)
-        return [merge_rows(list(per_variant), self.world_size) for per_variant in zip(*rows)]
+        answers = self._ask(op, (args[0], params, fixed_count(args[2]), *args[3:]), timeout)
+        rows = [merge_rows(list(per_variant), self.world_size) for per_variant in zip(*(a["rows"] for a in answers))]
+        samples = [a["sample"] for a in answers]  # each rank's baseline outputs, stacked by rank
+        sample = None if any(s is None for s in samples) else {k: np.stack([s[k] for s in samples]) for k in samples[0]}
+        return {"rows": rows, "sample": sample}
 
     def kill(self) -> None:
         for c in self._conns:
@@ -206,8 +209,6 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
     bad = next((r for r in rows if r["status"] not in ("ok", "skipped")), None)
     if bad is not None:
         row["status"] = bad["status"]
-    if "sample" in row:
-        row["sample"] = {k: np.stack([r["sample"][k] for r in rows]) for k in row["sample"]}
     if "timing" not in row:
         return row
     timing = dict(row["timing"])
@@ -256,10 +257,13 @@ class Groups:
         self.fw_env: dict[str, Any] = {}
         self.available: list[str] = []
 
-    def for_scenario(self, scn: Any, workers: dict[str, Any], available: list[str],
-                     fw_env: dict[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    def for_scenario(self, scn: Any, pools: list[dict[str, Any]], available: list[str],
+                     fw_env: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+        """The runner's own worker pools, frameworks and environments for a scenario without ranks; for
+        a rank scenario one pool of rank groups (a group is WORLD_SIZE processes already: its rows are
+        timed in that one group, not in a second one)."""
         if not getattr(scn, "ranks", False):
-            return workers, available, fw_env
+            return pools, available, fw_env
         if not self.groups:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -268,7 +272,7 @@ class Groups:
                 infos = dict(zip(self.groups, pool.map(self._hello, self.groups.values())))
             self.fw_env = infos
             self.available = [fw for fw in self.frameworks if infos[fw]["available"]]
-        return self.groups, self.available, self.fw_env
+        return [self.groups], self.available, self.fw_env
 
     def _hello(self, g: RankGroup) -> dict[str, Any]:
         try:

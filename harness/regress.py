@@ -4,10 +4,15 @@ Rows are matched by scenario, point (label and params, the seed aside), framewor
 rows present in both files, run in both, and comparable are judged. Per row:
 
 timing    r = candidate median / baseline median on one clock (device_done by default), with a
-          confidence interval from the runs' own repeats: a percentile bootstrap of the ratio of
-          medians, each run's samples resampled on their own (result files keep every repeat). For
-          files without samples, a normal interval on log r from each median's standard error,
-          estimated from its IQR: SE(median) ~ 1.253 sigma / sqrt(n), sigma ~ IQR / 1.349.
+          confidence interval that counts the noise between processes: a percentile bootstrap of the
+          ratio of pooled medians, each run resampled on its own and hierarchically (its worker
+          processes with replacement, then each chosen process's repeats; harness/noise.py).
+          Files written before rows were timed in several processes keep one process's repeats:
+          their interval counts only the noise within one process (method "repeats", said in the
+          header). For files without samples, a normal interval on log r from each median's standard
+          error, estimated from its IQR: SE(median) ~ 1.253 sigma / sqrt(n), sigma ~ IQR / 1.349.
+          Where the two hosts' speeds differ beyond the calibration's noise (harness/regress_env.py),
+          host-bound rows are judged on r / host factor (why "host").
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
@@ -36,17 +41,15 @@ from typing import Any
 
 import numpy as np
 
+from harness.noise import hierarchical_medians, split
+from harness.regress_env import RegressError, HostSpeed, _environments, host_bound, host_speed
+
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
 FAILED = ("error", "oom", "timeout", "crashed")
 NUM_FACTOR = 2.0
 NUM_FLOOR = 0.01
 RESAMPLES = 4000
-
-
-class RegressError(ValueError):
-    """The two files cannot be compared at all; str(self) is the one-line reason."""
-
 
 @dataclass
 class Row:
@@ -61,7 +64,7 @@ class Row:
     ratio: float | None = None
     lo: float | None = None
     hi: float | None = None
-    method: str = ""  # bootstrap | iqr
+    method: str = ""  # processes (hierarchical bootstrap) | repeats (one process in a file) | iqr
     timing: str = ""  # the timing verdict alone
     base_err: float | None = None
     cand_err: float | None = None
@@ -83,6 +86,7 @@ class Regress:
     notes: list[str]  # differences between the runs' environments
     rows: list[Row]
     not_comparable: list[tuple[str, str]]  # (what, why)
+    host: HostSpeed | None = None
 
     @property
     def regressions(self) -> list[Row]:
@@ -98,15 +102,17 @@ class Regress:
 # -- statistics -----------------------------------------------------------------------------------
 
 
-def ratio_ci_bootstrap(base: np.ndarray, cand: np.ndarray, confidence: float,
+def ratio_ci_bootstrap(base: np.ndarray | list[np.ndarray], cand: np.ndarray | list[np.ndarray], confidence: float,
                        resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """(median ratio, lo, hi): percentile bootstrap of median(cand) / median(base)."""
-    rng = np.random.default_rng(seed)
-    mb = np.median(base[rng.integers(0, base.size, (resamples, base.size))], axis=1)
-    mc = np.median(cand[rng.integers(0, cand.size, (resamples, cand.size))], axis=1)
+    """(pooled median ratio, lo, hi): percentile bootstrap of median(cand) / median(base), each side
+    one array of repeats or a list of them, one per process (resampled hierarchically)."""
+    pb = [np.asarray(x, dtype=np.float64) for x in (base if isinstance(base, list) else [base])]
+    pc = [np.asarray(x, dtype=np.float64) for x in (cand if isinstance(cand, list) else [cand])]
+    mb = hierarchical_medians(pb, resamples, seed)
+    mc = hierarchical_medians(pc, resamples, seed + 1)
     alpha = 1.0 - confidence
     lo, hi = np.quantile(mc / mb, [alpha / 2, 1 - alpha / 2])
-    return float(np.median(cand) / np.median(base)), float(lo), float(hi)
+    return float(np.median(np.concatenate(pc)) / np.median(np.concatenate(pb))), float(lo), float(hi)
 
 
 def ratio_ci_iqr(base: dict[str, Any], cand: dict[str, Any], confidence: float) -> tuple[float, float, float]:
@@ -143,61 +149,6 @@ def judge_numbers(base_err: float, cand_err: float, rtol: float | None) -> str:
     return "same"
 
 
-# -- environments ---------------------------------------------------------------------------------
-
-
-def fw_version(info: dict[str, Any]) -> str | None:
-    """'2.11.0+cu130 · CUDA 13.0' for an available framework, None for one that did not run."""
-    if not info.get("available"):
-        return None
-    env = info.get("env", {})
-    parts = [str(env.get("version", "?"))]
-    if env.get("jaxlib") and env.get("jaxlib") != env.get("version"):
-        parts.append(f"jaxlib {env['jaxlib']}")
-    if env.get("cuda_runtime"):
-        parts.append(f"CUDA {env['cuda_runtime']}")
-    return " · ".join(parts)
-
-
-def describe(doc: dict[str, Any]) -> str:
-    gpu = doc["environment"].get("gpu") or "no GPU"
-    return f"{doc['created']} · {gpu} · {doc['size']} · seed {doc.get('seed', '?')}"
-
-
-def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: bool
-                  ) -> tuple[list[str], dict[str, str]]:
-    """(header notes, {framework: why its rows are not comparable})."""
-    eb, ec = base["environment"], cand["environment"]
-    gb, gc = eb.get("gpu"), ec.get("gpu")
-    if gb != gc:
-        raise RegressError(f"nothing comparable: the baseline ran on {gb or 'no GPU (CPU)'}, "
-                           f"the candidate on {gc or 'no GPU (CPU)'}")
-    notes, excluded = [], {}
-    hb, hc = eb.get("host", {}), ec.get("host", {})
-    if hb.get("code") != hc.get("code") and (hb.get("code") or hc.get("code")):
-        notes.append(f"triptych code {hb.get('code') or 'unknown'} → {hc.get('code') or 'unknown'}")
-    for key, what in (("driver", "driver"), ("python", "Python"), ("numpy", "numpy")):
-        if hb.get(key) != hc.get(key):
-            notes.append(f"{what} {hb.get(key, '?')} → {hc.get(key, '?')} (compared anyway)")
-    if base["size"] != cand["size"]:
-        notes.append(f"size preset {base['size']} → {cand['size']} (only points with the same params compare)")
-    if base.get("seed") != cand.get("seed"):
-        notes.append(f"seed {base.get('seed')} → {cand.get('seed')}: different inputs, numbers not judged")
-    fb, fc = eb.get("gpu_memory_fraction"), ec.get("gpu_memory_fraction")
-    if fb != fc and fb is not None and fc is not None:
-        notes.append(f"GPU memory fraction {fb} → {fc} (compared anyway)")
-    fws_b, fws_c = eb.get("frameworks", {}), ec.get("frameworks", {})
-    for fw in sorted(set(fws_b) & set(fws_c)):
-        vb, vc = fw_version(fws_b[fw]), fw_version(fws_c[fw])
-        if vb and vc and vb != vc:
-            if across_versions:
-                notes.append(f"{fw} {vb} → {vc} (compared across the change)")
-            else:
-                notes.append(f"{fw} {vb} → {vc}: its rows are not compared (--allow-version-change compares them)")
-                excluded[fw] = f"{fw} {vb} → {vc}"
-    return notes, excluded
-
-
 # -- rows -----------------------------------------------------------------------------------------
 
 
@@ -223,15 +174,19 @@ def _rtol(scenario: str, params: dict[str, Any]) -> float | None:
         return None
 
 
-def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, np.ndarray | None]:
+def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list[np.ndarray] | None]:
+    """(the clock's stats, its repeats split by process: one array for files of one process)."""
     t = row.get("timing") or {}
     st = t.get(clock)
     samples = (t.get("samples") or {}).get(clock)
-    return st, (np.asarray(samples, dtype=np.float64) if samples else None)
+    if not samples:
+        return st, None
+    counts = [p["n"] for p in t.get("processes") or []]
+    return st, split(samples, counts) if counts else [np.asarray(samples, dtype=np.float64)]
 
 
 def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
-                clock: str, threshold: float, confidence: float) -> Row | str:
+                clock: str, threshold: float, confidence: float, host: float | None = None) -> Row | str:
     """The judged row, or why this pair is not comparable."""
     sb, sc = rb["status"], rc["status"]
     label = _key(scn_b, rb)[0]
@@ -247,22 +202,47 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.why.append("status")
         return row
     # Both ran: timing, then numbers.
+    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host)
+    if problem:
+        return problem
+    _judge_numbers(row, scenario, scn_b, rb, scn_c, rc)
+    if row.timing == "regression" or row.numbers == "worse":
+        row.verdict = "regression"
+    elif row.timing == "improvement" or row.numbers == "better":
+        row.verdict = "improvement"
+    elif row.timing == "noisy":
+        row.verdict = "noisy"
+    return row
+
+
+def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
+                host: float | None) -> str | None:
+    """Set row's ratio, interval and timing verdict (against host, the host factor, where given);
+    or why the clock cannot be compared."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
     if stb["median"] <= 0 or stc["median"] <= 0:
         return f"a zero {clock} median"
-    if xb is not None and xc is not None and xb.size and xc.size:
+    if xb is not None and xc is not None:
         row.ratio, row.lo, row.hi = ratio_ci_bootstrap(xb, xc, confidence)
-        row.method = "bootstrap"
+        row.method = "processes" if len(xb) > 1 and len(xc) > 1 else "repeats"
     else:
         row.ratio, row.lo, row.hi = ratio_ci_iqr(stb, stc, confidence)
         row.method = "iqr"
     row.base_s, row.cand_s = stb["median"], stc["median"]
-    row.timing = judge_timing(row.lo, row.hi, threshold)
+    lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
+    row.timing = judge_timing(lo, hi, threshold)
+    if host:
+        row.why.append("host")
     if row.timing in ("regression", "improvement"):
         row.why.append("time")
+    return None
 
+
+def _judge_numbers(row: Row, scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any],
+                   rc: dict[str, Any]) -> None:
+    sb, sc = rb["status"], rc["status"]
     if sb != sc:  # ok <-> wrong: the timed outputs' check changed
         row.numbers = "worse" if sc == "wrong" else "better"
         row.status = f"{sb} → {sc}" + (f": {rc.get('check', {}).get('worst', '')}" if sc == "wrong" else "")
@@ -277,13 +257,17 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
             if row.numbers != "same":
                 row.why.append("numbers")
 
-    if row.timing == "regression" or row.numbers == "worse":
-        row.verdict = "regression"
-    elif row.timing == "improvement" or row.numbers == "better":
-        row.verdict = "improvement"
-    elif row.timing == "noisy":
-        row.verdict = "noisy"
-    return row
+
+@dataclass
+class _Context:
+    clock: str
+    threshold: float
+    confidence: float
+    frameworks: list[str] | None
+    variants: list[str] | None
+    excluded: dict[str, str]
+    host: HostSpeed | None
+    host_bound: set[tuple[str, str, str]]
 
 
 def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
@@ -294,6 +278,15 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
     if clock not in CLOCKS:
         raise RegressError(f"unknown clock {clock!r}")
     notes, excluded = _environments(base, cand, across_versions)
+    host = host_speed(base, cand)
+    if host is not None and host.differs:
+        notes.append(host.describe())
+    for which, d in (("baseline", base), ("candidate", cand)):
+        if _one_process(d):
+            notes.append(f"the {which} keeps one process's repeats per row (written before rows were timed in "
+                         "several processes): its intervals count only the noise within one process")
+    ctx = _Context(clock, threshold, confidence, frameworks, variants, excluded, host,
+                   host_bound(base) | host_bound(cand))
     rows: list[Row] = []
     nc: list[tuple[str, str]] = []
     for name, scn_b in base["scenarios"].items():
@@ -303,105 +296,49 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
         if scn_c is None:
             nc.append((name, "not in the candidate"))
             continue
-        keep = [r for r in scn_b["rows"] if (frameworks is None or r["framework"] in frameworks)
-                and (variants is None or r["variant"] in variants)]
-        if not keep and not scn_b["rows"]:
-            nc.append((name, "no timing rows in the baseline"))
-        by_key_c = {_key(scn_c, r): r for r in scn_c["rows"]}
-        seen = set()
-        for rb in keep:
-            k = _key(scn_b, rb)
-            seen.add(k)
-            what = "/".join(filter(None, (name, k[0], rb["framework"], rb["variant"])))
-            if rb["framework"] in excluded:
-                nc.append((what, excluded[rb["framework"]]))
-                continue
-            rc = by_key_c.get(k)
-            if rc is None:
-                nc.append((what, "not in the candidate (or at other params)"))
-                continue
-            got = compare_row(name, scn_b, rb, scn_c, rc, clock, threshold, confidence)
-            if isinstance(got, str):
-                nc.append((what, got))
-            else:
-                rows.append(got)
-        for k, rc in by_key_c.items():
-            if k not in seen and (frameworks is None or rc["framework"] in frameworks) and (
-                    variants is None or rc["variant"] in variants):
-                nc.append(("/".join(filter(None, (name, k[0], rc["framework"], rc["variant"]))), "not in the baseline"))
+        _scenario_rows(name, scn_b, scn_c, ctx, rows, nc)
     for name in cand["scenarios"]:
         if name not in base["scenarios"] and (scenarios is None or name in scenarios):
             nc.append((name, "not in the baseline"))
     if not rows:
         first = "; ".join(f"{w}: {y}" for w, y in nc[:2]) or "no timed rows"
         raise RegressError(f"nothing comparable between {base_name} and {cand_name} ({first})")
-    return Regress(base_name, cand_name, clock, threshold, confidence, notes, rows, nc)
+    return Regress(base_name, cand_name, clock, threshold, confidence, notes, rows, nc, host)
 
 
-# -- the terminal ---------------------------------------------------------------------------------
+def _one_process(doc: dict[str, Any]) -> bool:
+    return any((r.get("timing") or {}).get("samples") and not r["timing"].get("processes")
+               for scn in doc["scenarios"].values() for r in scn["rows"])
 
 
-def _n(k: int, word: str) -> str:
-    return f"{k} {word}{'' if k == 1 else 's'}"
-
-
-def _pct(r: float) -> str:
-    if not math.isfinite(r):
-        return "∞"
-    return f"{100 * (r - 1):+.1f}%"
-
-
-def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: Any, show_all: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from harness.report import fmt_s
-
-    console.print(f"[bold]regress[/bold]  baseline  {res.baseline}  ({describe(base)})", highlight=False)
-    console.print(f"         candidate {res.candidate}  ({describe(cand)})", highlight=False)
-    console.print(f"         clock {res.clock} · threshold {100 * res.threshold:g}% · "
-                  f"{100 * res.confidence:g}% interval of the ratio of medians (bootstrap of the repeats; "
-                  "from the IQR where a file has no samples)", highlight=False)
-    for n in res.notes:
-        console.print(f"  [yellow]differs:[/yellow] {n}", highlight=False)
-    colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim"}
-    shown = [r for r in res.rows if show_all or r.verdict != "unchanged"]
-    if shown:
-        t = Table(title="regressions and improvements" + (" (and every other row)" if show_all else ""),
-                  title_justify="left", show_lines=False)
-        for col in ("scenario", "framework", "variant", "baseline", "candidate", "change \\[interval]",
-                    "max rel err", "verdict"):
-            t.add_column(col, overflow="fold")
-        for r in shown:
-            change = "—"
-            if r.ratio is not None:
-                change = f"{_pct(r.ratio)} \\[{_pct(r.lo)}, {_pct(r.hi)}]" + (" iqr" if r.method == "iqr" else "")
-            err = "—"
-            if r.base_err is not None:
-                err = f"{r.base_err:.2g} → {r.cand_err:.2g}"
-            if r.status:
-                err = (err + "\n" if err != "—" else "") + escape(r.status)
-            c = colour[r.verdict]
-            what = r.verdict + (f" ({', '.join(r.why)})" if r.why and r.verdict != "noisy" else "")
-            t.add_row(r.scenario + (f" · {r.label}" if r.label else ""), r.framework,
-                      r.variant + (" (hazard)" if r.hazard else ""), fmt_s(r.base_s), fmt_s(r.cand_s), change, err,
-                      f"[{c}]{what}[/{c}]")
-        console.print(t)
-    n = res.counts()
-    console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
-                  f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
-                  f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
-    for what, why in grouped(res.not_comparable):
-        console.print(f"  not comparable: {what}: {why}", highlight=False, markup=False)
-
-
-def grouped(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Neighbours that differ only in their last part (the variant) and share a reason: one line."""
-    out: list[tuple[str, list[str], str]] = []
-    for what, why in items:
-        head, _, last = what.rpartition("/")
-        if out and head and out[-1][0] == head and out[-1][2] == why:
-            out[-1][1].append(last)
+def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx: _Context, rows: list[Row],
+                   nc: list[tuple[str, str]]) -> None:
+    """Judge one scenario's rows present in both runs; list the rest as not comparable."""
+    wanted = (lambda r: (ctx.frameworks is None or r["framework"] in ctx.frameworks)
+              and (ctx.variants is None or r["variant"] in ctx.variants))
+    keep = [r for r in scn_b["rows"] if wanted(r)]
+    if not keep and not scn_b["rows"]:
+        nc.append((name, "no timing rows in the baseline"))
+    by_key_c = {_key(scn_c, r): r for r in scn_c["rows"]}
+    seen = set()
+    for rb in keep:
+        k = _key(scn_b, rb)
+        seen.add(k)
+        what = "/".join(filter(None, (name, k[0], rb["framework"], rb["variant"])))
+        if rb["framework"] in ctx.excluded:
+            nc.append((what, ctx.excluded[rb["framework"]]))
+            continue
+        rc = by_key_c.get(k)
+        if rc is None:
+            nc.append((what, "not in the candidate (or at other params)"))
+            continue
+        bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
+        factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
+        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor)
+        if isinstance(got, str):
+            nc.append((what, got))
         else:
-            out.append((head, [last], why) if head else (what, [], why))
-    return [(f"{h}/{','.join(v)}" if v else h, why) for h, v, why in out]
+            rows.append(got)
+    for k, rc in by_key_c.items():
+        if k not in seen and wanted(rc):
+            nc.append(("/".join(filter(None, (name, k[0], rc["framework"], rc["variant"]))), "not in the baseline"))

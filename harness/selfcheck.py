@@ -12,7 +12,6 @@ caller who synchronizes after each call pays, not a fault of either clock.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,8 @@ AGREE = 0.03
 def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
     from rich.table import Table
 
-    from harness.report import fmt_s, make_console
-    from harness.runner import host_env
+    from harness.report import make_console
+    from harness.machine import host_env
     from harness.results import write_atomic
 
     console = make_console()
@@ -58,24 +57,7 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
             continue
         finally:
             w.close()
-        for r in result:
-            r["framework"] = fw
-            rows.append(r)
-            if r["tool_s"] is None:
-                verdict = "no own tool" if r["on_gpu"] else "cpu (not judged)"
-                diff = "—"
-            else:
-                d = r["harness_s"] / r["tool_s"] - 1
-                diff = f"{100 * d:+.1f}%"
-                if r["on_gpu"]:
-                    good = abs(d) <= AGREE
-                    ok &= good
-                    verdict = "[green]agree[/green]" if good else "[red]DISAGREE[/red]"
-                else:
-                    verdict = "cpu (not judged)"
-            table.add_row(fw, r["kernel"], fmt_s(r["harness_s"]), f"±{100 * r['harness_rel_iqr']:.1f}%",
-                          fmt_s(r.get("harness_events_s")), r["tool"] or "—", fmt_s(r["tool_s"]), diff, verdict,
-                          fmt_s(r.get("tool_back_to_back_s")))
+        ok &= _add_rows(fw, result, table, rows)
     console.print(table)
     if out is not None:
         import datetime as dt
@@ -90,25 +72,27 @@ def run_selfcheck(frameworks: list[str], out: Path | None) -> int:
     return 0 if ok else 1
 
 
-def selfcheck_rows(fw: str) -> list[dict[str, Any]]:
-    """Inside the framework's worker: both clocks on each kernel."""
-    from harness import backends
-    from harness.timing import SELFCHECK, measure
+def _add_rows(fw: str, result: list[dict[str, Any]], table: Any, rows: list[dict[str, Any]]) -> bool:
+    """One table row per kernel; False where a GPU kernel's two clocks disagree."""
+    from harness.report import fmt_s
 
-    b = backends.get(fw).load()
-    out = []
-    for name, call in b.clock_kernels().items():
-        m = measure(call, b, SELFCHECK)
-        tool = b.own_benchmark(call)
-        # harness_events_s: device events around the same calls, i.e. the device time without the host's
-        # share of the wall clock (the dispatch before the kernel starts, the wake-up after it ends).
-        out.append({"kernel": name, "on_gpu": b.on_gpu, "harness_s": m.device_done.median,
-                    "harness_rel_iqr": m.device_done.rel_iqr,
-                    "harness_events_s": m.device_events.median if m.device_events else None,
-                    "tool": tool["tool"] if tool else None, "tool_s": tool["tool_s"] if tool else None,
-                    "tool_back_to_back_s": tool["back_to_back_s"] if tool else None})
-    b.free_memory()
-    return out
-
-
-__all__ = ["run_selfcheck", "selfcheck_rows", "json"]
+    ok = True
+    for r in result:
+        r["framework"] = fw
+        rows.append(r)
+        if r["tool_s"] is None:
+            verdict = "no own tool" if r["on_gpu"] else "cpu (not judged)"
+            diff = "—"
+        else:
+            d = r["harness_s"] / r["tool_s"] - 1
+            diff = f"{100 * d:+.1f}%"
+            if r["on_gpu"]:
+                good = abs(d) <= AGREE
+                ok &= good
+                verdict = "[green]agree[/green]" if good else "[red]DISAGREE[/red]"
+            else:
+                verdict = "cpu (not judged)"
+        table.add_row(fw, r["kernel"], fmt_s(r["harness_s"]), f"±{100 * r['harness_rel_iqr']:.1f}%",
+                      fmt_s(r.get("harness_events_s")), r["tool"] or "—", fmt_s(r["tool_s"]), diff, verdict,
+                      fmt_s(r.get("tool_back_to_back_s")))
+    return ok

@@ -7,10 +7,11 @@ Where the framework has device events (torch, CuPy on a GPU), events recorded on
 around the call give a third, device-side time; they bracket the current stream only.
 
 The first call is timed apart (JAX compiles there; torch and CuPy initialize cuBLAS and friends),
-then warm-up calls, then repeats until both a minimum count and a minimum total time are reached.
+then warm-up calls, then repeats until the median is sure enough or a time cap is hit (TimingConfig).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -18,6 +19,8 @@ import numpy as np
 
 from harness.backends.base import Backend, wall
 from harness.metrics import collecting
+from harness.noise import median_rel_halfwidth
+from harness import faults
 
 
 @dataclass(frozen=True)
@@ -58,31 +61,59 @@ class Stats:
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """When to stop: after min_repeats, once the timed device_done sum reaches min_time_s, or at
-    max_repeats, or (whatever else) once the loop itself, untimed work included (poisoning, checks),
-    has run max_wall_s. Warm-up: `warmup` calls after the first, and more until warmup_s has passed
-    (clocks ramp up and caches fill over time, not over a count)."""
+    """When one process stops repeating (nvbench's rule: a noise target, a minimum time, a time cap):
+      "noise"        min_repeats done, the timed device_done sum has reached min_time_s, and the
+                     median's relative uncertainty (half its 95% interval) is at most max_noise;
+      "time_cap"     min_repeats done and the loop, untimed work included (poisoning, checks), has run
+                     max_wall_s;
+      "max_repeats"  max_repeats done.
+    Warm-up: `warmup` calls after the first, and more until warmup_s has passed (clocks ramp up and
+    caches fill over time, not over a count). A row is timed in several processes (harness/rounds.py),
+    each with this whole budget: the presets are per process."""
 
     warmup: int = 2  # calls after the first, untimed
     min_repeats: int = 10
     max_repeats: int = 200
-    min_time_s: float = 1.0  # total device_done time to accumulate before stopping
+    min_time_s: float = 1.0  # total device_done time to accumulate before stopping on noise
     max_wall_s: float = float("inf")  # the whole repeat loop, untimed work included
     warmup_s: float = 0.0
+    max_noise: float = math.inf  # relative half-width of the median's interval; inf: min_time_s alone decides
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
-                or self.max_wall_s <= 0 or self.warmup_s < 0):
+                or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0):
             raise ValueError(f"bad timing config {self}")
+
+    def stop(self, n: int, done_total: float, loop_s: float, noise: Callable[[], float]) -> str | None:
+        """Why the loop stops after n repeats, or None to go on (noise() is asked only when it matters)."""
+        if n >= self.max_repeats:
+            return "max_repeats"
+        if n < self.min_repeats:
+            return None
+        if loop_s >= self.max_wall_s:
+            return "time_cap"
+        if done_total >= self.min_time_s and (math.isinf(self.max_noise) or noise() <= self.max_noise):
+            return "noise"
+        return None
 
 
 PRESETS: dict[str, TimingConfig] = {
-    "smoke": TimingConfig(warmup=1, min_repeats=3, max_repeats=20, min_time_s=0.05),
-    # Sized for a shared GPU lease: ten scenarios x three frameworks in a few minutes. max_wall_s bounds
-    # variants whose untimed per-run work (poisoning 256 MiB, bit-exact checks) dwarfs the timed part.
-    "full": TimingConfig(warmup=1, min_repeats=5, max_repeats=100, min_time_s=0.25, max_wall_s=2.0, warmup_s=0.05),
+    "smoke": TimingConfig(warmup=1, min_repeats=5, max_repeats=20, min_time_s=0.02, max_wall_s=0.5, max_noise=0.05),
+    # Sized for a shared GPU lease: ten scenarios x three frameworks x two processes in ~7 minutes
+    # (docs/gpu_runs.md). max_wall_s bounds variants whose untimed per-run work (poisoning 256 MiB,
+    # bit-exact checks) dwarfs the timed part: those stop at min_repeats, 2 x 3 repeats a row where one
+    # process took 5. The noise rule needs 5 repeats; a 1% median takes ~25 of a row spread by 10%.
+    "full": TimingConfig(warmup=1, min_repeats=3, max_repeats=60, min_time_s=0.1, max_wall_s=0.75, warmup_s=0.05,
+                         max_noise=0.01),
 }
-# selfcheck compares clocks within 3%: long warm-up (GPU clocks ramp), many repeats.
+
+
+def preset(size: str) -> TimingConfig:
+    """The timing config of a size preset (full for sizes without their own)."""
+    return PRESETS.get(size, PRESETS["full"])
+
+
+# selfcheck compares clocks within 3%: long warm-up (GPU clocks ramp), many repeats, one process.
 SELFCHECK = TimingConfig(warmup=2, min_repeats=20, max_repeats=1000, min_time_s=1.0, warmup_s=0.5)
 
 
@@ -98,6 +129,8 @@ class Measurement:
     worst: str = ""  # the first wrong repeat's description
     # Every repeat's seconds per clock, in order: what a regression run's confidence interval needs.
     samples: dict[str, list[float]] = field(default_factory=dict)
+    stopped: str = ""  # TimingConfig.stop's reason
+    noise: float = float("inf")  # device_done median's relative half-width when it stopped
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,7 +143,34 @@ class Measurement:
             "wrong_repeats": self.wrong_repeats,
             "worst": self.worst,
             "samples": self.samples,
+            "stopped": self.stopped,
+            "noise": self.noise if math.isfinite(self.noise) else None,
         }
+
+
+Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
+
+
+def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], None] | None,
+                timer: Any) -> Repeat:
+    """One repeat: (host_return, device_done, device events or None, outputs, emitted metrics).
+    A planted slowdown (harness/faults.py, tests only) spins inside the timed region."""
+    if before is not None:
+        before()
+    backend.synchronize()
+    with collecting() as emitted:
+        if timer is not None:
+            timer.start()
+        t0 = wall()
+        out = call()
+        t1 = wall()
+        if timer is not None:
+            timer.stop()
+        backend.synchronize(out)
+        t2 = wall()
+        t2 = faults.spin(t0, t2)
+    ev = timer.elapsed_s() if timer is not None else None
+    return t1 - t0, t2 - t0, ev, out, dict(emitted)
 
 
 def measure(
@@ -128,41 +188,29 @@ def measure(
     ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
     first timed repeat and the last, or on every repeat with ``check_every`` (hazard variants).
     """
-
-    def one(timer: Any) -> tuple[float, float, float | None, Any, dict[str, float]]:
-        if before is not None:
-            before()
-        backend.synchronize()
-        with collecting() as emitted:
-            if timer is not None:
-                timer.start()
-            t0 = wall()
-            out = call()
-            t1 = wall()
-            if timer is not None:
-                timer.stop()
-            backend.synchronize(out)
-            t2 = wall()
-        ev = timer.elapsed_s() if timer is not None else None
-        return t1 - t0, t2 - t0, ev, out, dict(emitted)
-
-    _, first, _, out, _ = one(None)
+    _, first, _, out, _ = _timed_call(call, backend, before, None)
     del out
     t_warm = wall()
     for _ in range(cfg.warmup):
-        one(None)
+        _timed_call(call, backend, before, None)
     while wall() - t_warm < cfg.warmup_s:
-        one(None)
+        _timed_call(call, backend, before, None)
+    return _repeat(call, backend, cfg, before, check, check_every, first)
 
+
+def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
+            check: Callable[[Any], str | None] | None, check_every: bool, first: float) -> Measurement:
     timer = backend.event_timer()
-    host, done, events = [], [], []
+    host: list[float] = []
+    done: list[float] = []
+    events: list[float] = []
     metrics: dict[str, list[float]] = {}
     checked = wrong = 0
     worst = ""
     t_loop = wall()
-    done_total = 0.0  # sum(done), kept as it grows (the same left-to-right sum, not re-added every repeat)
+    done_total = 0.0  # sum(done), kept as it grows
     while True:
-        h, d, ev, out, emitted = one(timer)
+        h, d, ev, out, emitted = _timed_call(call, backend, before, timer)
         host.append(h)
         done.append(d)
         done_total += d
@@ -170,17 +218,15 @@ def measure(
             events.append(ev)
         for k, v in emitted.items():
             metrics.setdefault(k, []).append(v)
-        n = len(done)
-        last = n >= cfg.max_repeats or (n >= cfg.min_repeats and (done_total >= cfg.min_time_s
-                                                                   or wall() - t_loop >= cfg.max_wall_s))
-        if check is not None and (check_every or n == 1 or last):
+        stopped = cfg.stop(len(done), done_total, wall() - t_loop, lambda: median_rel_halfwidth(done))
+        if check is not None and (check_every or len(done) == 1 or stopped):
             checked += 1
             problem = check(out)
             if problem is not None:
                 wrong += 1
                 worst = worst or problem
         del out
-        if last:
+        if stopped:
             break
     return Measurement(
         first_call_s=first,
@@ -192,4 +238,6 @@ def measure(
         wrong_repeats=wrong,
         worst=worst,
         samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
+        stopped=stopped,
+        noise=median_rel_halfwidth(done),
     )

@@ -23,7 +23,10 @@ def samples(median: float, spread: float = 0.01, n: int = 40, seed: int = 0) -> 
 
 
 def row(fw: str, variant: str, times: list[float] | None = None, *, status: str = "ok", err: float | None = 1e-6,
-        reason: str = "", keep_samples: bool = True, scenario: str = "async_dispatch") -> dict[str, Any]:
+        reason: str = "", keep_samples: bool = True, scenario: str = "async_dispatch",
+        processes: int = 2) -> dict[str, Any]:
+    """A row timed in `processes` worker processes (the repeats split evenly among them, in order);
+    processes=0: a file written before rows were timed in several processes (no timing.processes)."""
     r: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": variant,
                          "hazard": get(scenario).variant(variant).hazard, "status": status, "point": 0, "label": ""}
     if status not in ("ok", "wrong"):
@@ -34,6 +37,10 @@ def row(fw: str, variant: str, times: list[float] | None = None, *, status: str 
          "checked_repeats": 2, "wrong_repeats": 2 if status == "wrong" else 0, "worst": ""}
     if keep_samples:
         t["samples"] = {"host_return": list(times), "device_done": list(times)}
+    if processes:
+        parts = np.array_split(np.asarray(times), processes)
+        t["processes"] = [{"n": len(p), "stopped": "noise", "noise": 0.01, "median": float(np.median(p)),
+                           "first_call_s": 0.1} for p in parts]
     return r | {"timing": t, "check": {"against": "reference", "checked": 2, "wrong": t["wrong_repeats"],
                                        "worst": "output 'x'[0]: got 1.0, want 2.0" if status == "wrong" else "",
                                        "max_rel_err": err}}

@@ -36,12 +36,26 @@ def test_missing_framework_gives_a_reason(monkeypatch):
 
 
 def test_cupy_without_gpu_says_why():
+    """Where no CUDA device is visible, CuPy is unavailable and says which of its two causes it is."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a CUDA driver is here: test_cupy_on_a_gpu_is_available checks it")
     b = backends.get("cupy")
     ok, why = b.available()
-    if ok:
-        assert b.on_gpu and "cuda:" in why
+    assert not ok and not b.on_gpu
+    if importlib.util.find_spec("cupy") is None:
+        assert "not installed" in why
     else:
-        assert why.startswith("CuPy needs a CUDA GPU") or "not installed" in why
+        assert why.startswith("CuPy needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+def test_cupy_on_a_gpu_is_available():
+    b = gpu_backend_or_skip("cupy")
+    ok, why = b.available()
+    assert ok and "cuda:" in why and b.memory_cap["bytes"]
 
 
 @pytest.mark.parametrize("fw", ["torch", "jax"])

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import backends, worker
+from harness import backends, handlers, timing
 from harness.equivalence import compare_outputs
 from scenarios import get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip, judge_claim, synthetic_row
@@ -67,7 +67,7 @@ def test_device_faster_verdict(host, verdict):
 def test_device_creation_timed_rows(fw):
     backend_or_skip(fw)
     for p in get("device_creation").points("smoke"):
-        rows = worker.time_scenario(fw, "device_creation", p | {"seed": 6}, worker.timing_config("smoke"),
+        rows = handlers.time_scenario(fw, "device_creation", p | {"seed": 6}, timing.preset("smoke"),
                                     progress=lambda _t: None)
         by = {r["variant"]: r for r in rows}
         assert by["host_then_copy"]["status"] == by["on_device"]["status"] == "ok", rows
@@ -81,8 +81,8 @@ def test_device_creation_timed_rows(fw):
 def test_gpu_device_creation_both_kinds(fw):
     b = gpu_backend_or_skip(fw)
     for kind in ("normal", "fill"):
-        rows = worker.time_scenario(fw, "device_creation", {"kind": kind, "n": 1 << 20, "seed": 8},
-                                    worker.timing_config("smoke"), progress=lambda _t: None)
+        rows = handlers.time_scenario(fw, "device_creation", {"kind": kind, "n": 1 << 20, "seed": 8},
+                                    timing.preset("smoke"), progress=lambda _t: None)
         by = {r["variant"]: r for r in rows}
         assert by["host_then_copy"]["status"] == by["on_device"]["status"] == "ok", rows
         assert by["host_then_copy"]["timing"]["metrics"]["link_bytes"] == 4 << 20

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import backends, faults
+from harness import backends, faults, timing
 from harness import worker as W
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.progress import QuietUI
@@ -72,11 +72,11 @@ def test_a_worker_is_replaced_after_oom_and_kept_after_an_exception(monkeypatch)
     try:
         pid = w.request("hello", timeout=120)["pid"]
         with pytest.raises(W.WorkerError) as e:
-            w.request("time", "async_dispatch", params, W.timing_config("smoke"), timeout=120)
+            w.request("time", "async_dispatch", params, timing.preset("smoke"), timeout=120)
         assert e.value.status == "error" and "InjectedFault" in str(e.value)
         assert w.request("hello", timeout=120)["pid"] == pid  # an exception leaves the worker usable
         with pytest.raises(W.WorkerError) as e:
-            w.request("time", "sync_points", params, W.timing_config("smoke"), timeout=120)
+            w.request("time", "sync_points", params, timing.preset("smoke"), timeout=120)
         assert e.value.status == "oom"
         assert w.request("hello", timeout=120)["pid"] != pid  # its memory went back with the process
     finally:
@@ -179,7 +179,7 @@ def test_the_cli_writes_the_result_with_rows_that_say_what_happened(tmp_path):
 
 def test_memory_fraction_from_the_environment(monkeypatch):
     monkeypatch.delenv(MEMORY_FRACTION_ENV, raising=False)
-    assert memory_fraction() == 0.3
+    assert memory_fraction() == 0.15
     monkeypatch.setenv(MEMORY_FRACTION_ENV, "0.25")
     assert memory_fraction() == 0.25
     for bad in ("half", "0", "1.5", "-0.1"):

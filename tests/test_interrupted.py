@@ -74,10 +74,10 @@ def test_a_stop_that_is_swallowed_on_the_way_still_stops_the_run(monkeypatch):
     run went on (1 run in 7 of test_sigterm_keeps_the_finished_scenarios). The handler also records
     the signal, and the runner stops on the record."""
     backend_or_skip("torch")
-    from harness import runner
+    from harness import equiv_phase
     from harness.equivalence import EquivalenceResult
 
-    real = runner.run_equivalence
+    real = equiv_phase.run_equivalence
 
     def swallowing(scn, execute, frameworks, *a, **kw):
         if scn.name != "sync_points":
@@ -88,7 +88,7 @@ def test_a_stop_that_is_swallowed_on_the_way_still_stops_the_run(monkeypatch):
             return EquivalenceResult("failed", 1, frameworks, "sync_points: AssertionError: ")
         raise AssertionError("the SIGTERM handler was not installed")
 
-    monkeypatch.setattr(runner, "run_equivalence", swallowing)
+    monkeypatch.setattr(equiv_phase, "run_equivalence", swallowing)
     opts = CompareOptions(scenarios=["async_dispatch", "sync_points", "device_creation"], frameworks=["torch"],
                           size="smoke", examples=1, seed=1, isolation="none", timing=False)
     doc = run_compare(opts, QuietUI())

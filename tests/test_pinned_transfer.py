@@ -8,7 +8,7 @@ import importlib
 import numpy as np
 import pytest
 
-from harness import backends, worker
+from harness import backends, handlers, timing
 from scenarios import get
 from scenarios import pinned_transfer as PT
 from tests.conftest import backend_or_skip, gpu_backend_or_skip, judge_claim, synthetic_row
@@ -122,8 +122,8 @@ def test_the_table_shows_gbps_from_link_bytes_and_device_done():
 def test_pinned_transfer_timed_rows(fw):
     b = backend_or_skip(fw)
     scn = get("pinned_transfer")
-    rows = worker.time_scenario(fw, "pinned_transfer", scn.points("smoke")[0] | {"seed": 5},
-                                worker.timing_config("smoke"), progress=lambda _t: None)
+    rows = handlers.time_scenario(fw, "pinned_transfer", scn.points("smoke")[0] | {"seed": 5},
+                                timing.preset("smoke"), progress=lambda _t: None)
     by = {r["variant"]: r for r in rows}
     assert [r["variant"] for r in rows] == [v.name for v in scn.variants]
     for v in scn.variants:
@@ -182,8 +182,8 @@ def test_gpu_pinned_transfer_every_variant(fw):
     b = gpu_backend_or_skip(fw)
     impl = importlib.import_module(f"impls.pinned_transfer.{fw}_impl")
     skipped = set(getattr(impl, "NOT_EXPRESSIBLE", {}))
-    rows = worker.time_scenario(fw, "pinned_transfer", {"n": 16384, "dtype": "float32", "seed": 3},
-                                worker.timing_config("smoke"), progress=lambda _t: None)
+    rows = handlers.time_scenario(fw, "pinned_transfer", {"n": 16384, "dtype": "float32", "seed": 3},
+                                timing.preset("smoke"), progress=lambda _t: None)
     for r in rows:
         if r["variant"] in skipped:
             assert r["status"] == "skipped"

@@ -74,12 +74,12 @@ def test_nan_never_passes():
 
 
 def test_timed_check_counts_wrong_repeats(monkeypatch):
-    from harness import worker
+    from harness import handlers, timing
 
     backend_or_skip("torch")
     _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
-    rows = worker.time_scenario("torch", "sync_points", get("sync_points").params_for_size("smoke") | {"seed": 3},
-                                worker.timing_config("smoke"), progress=lambda _t: None)
+    rows = handlers.time_scenario("torch", "sync_points", get("sync_points").params_for_size("smoke") | {"seed": 3},
+                                timing.preset("smoke"), progress=lambda _t: None)
     by = {r["variant"]: r for r in rows}
     assert by["item_each_step"]["status"] == "ok"
     assert by["on_device"]["status"] == "wrong"
@@ -127,7 +127,7 @@ def test_poison_makes_a_copy_that_never_happened_visible(monkeypatch, variant):
     the first call's bytes cannot pass for later copies."""
     import importlib
 
-    from harness import worker
+    from harness import handlers, timing
 
     backend_or_skip("torch")
     impl = importlib.import_module("impls.pinned_transfer.torch_impl")
@@ -140,7 +140,7 @@ def test_poison_makes_a_copy_that_never_happened_visible(monkeypatch, variant):
 
     monkeypatch.setattr(impl, f"run_{variant}", copies_once)
     params = get("pinned_transfer").points("smoke")[0] | {"seed": 3}
-    rows = worker.time_scenario("torch", "pinned_transfer", params, worker.timing_config("smoke"),
+    rows = handlers.time_scenario("torch", "pinned_transfer", params, timing.preset("smoke"),
                                 progress=lambda _t: None)
     by = {r["variant"]: r for r in rows}
     assert by[variant]["status"] == "wrong"

@@ -79,7 +79,7 @@ def test_ranks_share_no_state(group):
 
 def test_timing_rows_take_the_slowest_rank_and_count_the_forgotten_sharding(group):
     p = {"rows": 64, "cols": 8, "dtype": "float32", "seed": 2}
-    rows = {r["variant"]: r for r in group.request("time", "ranks", p, PRESETS["smoke"], timeout=120)}
+    rows = {r["variant"]: r for r in group.request("time", "ranks", p, PRESETS["smoke"], timeout=120)["rows"]}
     for r in rows.values():
         assert r["ranks"] == 2
         assert r["timing"]["device_done"]["median"] >= max(r["rank_device_done_median"]) * (1 - 1e-9)
@@ -164,7 +164,7 @@ def test_reading_the_receive_buffer_before_the_wait_is_caught():
     g = RankGroup("torch", 2)
     try:
         rows = {r["variant"]: r for r in g.request("time", "point_to_point", {"count": 1 << 16, "dtype": "float32",
-                                                                              "seed": 4}, PRESETS["smoke"], timeout=120)}
+                                                                              "seed": 4}, PRESETS["smoke"], timeout=120)["rows"]}
     finally:
         g.close()
     assert rows["blocking"]["check"]["wrong"] == rows["nonblocking"]["check"]["wrong"] == 0

@@ -36,7 +36,7 @@ def one(base_times, cand_times, **kw):
 
 def test_a_clear_slowdown_is_a_regression_and_a_speedup_an_improvement():
     r = one(samples(1e-3, seed=1), samples(1.3e-3, seed=2))
-    assert r.verdict == "regression" and r.timing == "regression" and r.method == "bootstrap"
+    assert r.verdict == "regression" and r.timing == "regression" and r.method == "processes"
     assert 1.25 < r.ratio < 1.35 and 1.1 < r.lo < r.ratio < r.hi
     r = one(samples(1e-3, seed=1), samples(0.7e-3, seed=2))
     assert r.verdict == "improvement" and r.hi < 1 / 1.1
@@ -147,7 +147,7 @@ def test_the_code_versions_are_named_when_they_differ():
 
 
 def test_host_env_names_the_commit_it_ran():
-    from harness.runner import code_version
+    from harness.machine import code_version
 
     if not (ROOT / ".git").exists():
         assert code_version() is None
@@ -269,7 +269,7 @@ def test_relative_error():
 
 
 def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
-    from harness import worker
+    from harness import handlers, timing
     from scenarios import get
     from tests.test_planted_bugs import _break_one_element
 
@@ -277,7 +277,7 @@ def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
     params = get("sync_points").params_for_size("smoke") | {"seed": 3}
 
     def time_it():
-        rows = worker.time_scenario("torch", "sync_points", params, worker.timing_config("smoke"), lambda _t: None)
+        rows = handlers.time_scenario("torch", "sync_points", params, timing.preset("smoke"), lambda _t: None)
         return {r["variant"]: r["check"]["max_rel_err"] for r in rows}
 
     before = time_it()

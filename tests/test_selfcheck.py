@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from harness import selfcheck
+from harness import handlers, selfcheck
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 
 
 def test_selfcheck_rows_time_each_kernel_with_both_clocks():
     backend_or_skip("torch")
-    rows = selfcheck.selfcheck_rows("torch")
+    rows = handlers.selfcheck("torch")
     assert {r["kernel"].split("_")[0] for r in rows} == {"gemm", "add", "sum"}
     for r in rows:
         assert r["harness_s"] > 0 and r["tool_s"] > 0 and r["tool"].startswith("torch.utils.benchmark")
@@ -36,5 +36,5 @@ def test_selfcheck_writes_its_rows_and_environment(tmp_path):
 @pytest.mark.parametrize("fw", ["torch", "cupy"])
 def test_harness_clock_agrees_with_the_frameworks_own_tool(fw):
     gpu_backend_or_skip(fw)
-    for r in selfcheck.selfcheck_rows(fw):
+    for r in handlers.selfcheck(fw):
         assert abs(r["harness_s"] / r["tool_s"] - 1) <= selfcheck.AGREE, r

@@ -49,6 +49,9 @@ class FakeAsyncBackend(Backend):
         self.pending_until = time.perf_counter() + self.latency
         return {"y": 1}
 
+    def tiny_op(self):
+        return self.enqueue
+
 
 def test_stats_match_numpy_percentiles():
     rng = np.random.default_rng(0)
@@ -158,3 +161,31 @@ def test_warm_up_runs_for_at_least_warmup_s():
     measure(lambda: calls.append(1) or b.enqueue(), b,
             TimingConfig(warmup=0, min_repeats=1, max_repeats=1, min_time_s=0, warmup_s=0.03))
     assert len(calls) > 3  # first call + a warm-up that lasted 30 ms + one repeat
+
+
+def test_stop_reasons_in_order():
+    cfg = TimingConfig(min_repeats=5, max_repeats=50, min_time_s=0.1, max_wall_s=2.0, max_noise=0.01)
+    quiet, loud = (lambda: 0.005), (lambda: 0.2)
+    assert cfg.stop(4, 1.0, 0.0, quiet) is None  # below min_repeats nothing stops it but max_repeats
+    assert cfg.stop(5, 0.05, 0.0, quiet) is None  # not enough device time yet
+    assert cfg.stop(5, 0.2, 0.0, quiet) == "noise"
+    assert cfg.stop(5, 0.2, 0.0, loud) is None  # too noisy: go on
+    assert cfg.stop(9, 0.2, 2.5, loud) == "time_cap"
+    assert cfg.stop(50, 0.2, 0.0, loud) == "max_repeats"
+
+
+def test_a_noisy_call_repeats_longer_than_a_quiet_one():
+    """The noise target, not a count, decides: a call whose time jumps around needs more repeats."""
+    rng = np.random.default_rng(0)
+    quiet, noisy = FakeAsyncBackend(0.0005), FakeAsyncBackend(0.0005)
+
+    def jumpy():
+        noisy.latency = 0.0005 * float(rng.choice([0.5, 1.0, 2.0]))
+        return noisy.enqueue()
+
+    cfg = TimingConfig(warmup=0, min_repeats=5, max_repeats=400, min_time_s=0.0, max_wall_s=5.0, max_noise=0.05)
+    mq = measure(quiet.enqueue, quiet, cfg)
+    mn = measure(jumpy, noisy, cfg)
+    assert mq.stopped == "noise" and mq.noise <= 0.05
+    assert mn.device_done.n > 2 * mq.device_done.n
+    assert mn.stopped in ("noise", "max_repeats") and mn.to_dict()["stopped"] == mn.stopped

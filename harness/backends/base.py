@@ -19,11 +19,12 @@ class Unavailable(RuntimeError):
     """The framework cannot run here; str(self) is the one-line reason."""
 
 
-# The three frameworks run in three processes that live side by side on one GPU (one is timed at a
-# time, but each keeps its allocator's pool). Each caps its own allocator at this fraction of the
-# device's memory so that together they cannot run it out: 3 x 0.3 leaves a tenth for CUDA contexts.
+# The three frameworks run in six processes (two each, harness/rounds.py) that live side by side on one
+# GPU (one is timed at a time, but each keeps its allocator's pool). Each caps its own allocator at
+# this fraction of the device's memory so that together they cannot run it out: 6 x 0.15 leaves a
+# tenth for CUDA contexts.
 MEMORY_FRACTION_ENV = "TRIPTYCH_GPU_MEMORY_FRACTION"
-DEFAULT_MEMORY_FRACTION = 0.3
+DEFAULT_MEMORY_FRACTION = 0.15
 
 # Words in the errors of the frameworks' allocators when device (or host) memory runs out.
 OOM_WORDS = ("out of memory", "resource_exhausted", "cudaerrormemoryallocation", "cublas_status_alloc_failed",
@@ -31,7 +32,7 @@ OOM_WORDS = ("out of memory", "resource_exhausted", "cudaerrormemoryallocation",
 
 
 def memory_fraction() -> float:
-    """The fraction of GPU memory each framework may hold: $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3."""
+    """The fraction of GPU memory each framework may hold: $TRIPTYCH_GPU_MEMORY_FRACTION or 0.15."""
     text = os.environ.get(MEMORY_FRACTION_ENV, "").strip()
     if not text:
         return DEFAULT_MEMORY_FRACTION
@@ -126,10 +127,10 @@ class Backend(ABC):
     def synchronize(self, outputs: Any = None) -> None:
         """Wait until the device has finished everything queued (JAX: everything in outputs)."""
 
-    def is_done(self, outputs: Any) -> bool:
-        """Poll without blocking; True once the device has finished (default: blocks)."""
-        self.synchronize(outputs)
-        return True
+    @abstractmethod
+    def tiny_op(self) -> Any:
+        """A zero-argument call that enqueues one op on one element and returns its output: the host's
+        cost of a framework call, for the run's host-speed calibration (harness/calibrate.py)."""
 
     # -- measuring --------------------------------------------------------------------------------
     def event_timer(self) -> "EventTimer | None":

@@ -49,10 +49,9 @@ class CupyBackend(Backend):
     def synchronize(self, outputs: Any = None) -> None:
         self.device.synchronize()  # cudaDeviceSynchronize: every stream
 
-    def is_done(self, outputs: Any) -> bool:
-        ev = self.fw.cuda.Event(disable_timing=True)
-        ev.record()  # on the current stream
-        return ev.done
+    def tiny_op(self) -> Any:
+        x = self.fw.zeros(1, dtype=self.fw.float32)
+        return lambda: x + 1
 
     def event_timer(self) -> EventTimer | None:
         return _CupyEvents(self.fw)

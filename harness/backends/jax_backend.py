@@ -66,9 +66,10 @@ class JaxBackend(Backend):
         if outputs is not None:
             self.fw.block_until_ready(outputs)
 
-    def is_done(self, outputs: Any) -> bool:
-        leaves = [x for x in self.fw.tree_util.tree_leaves(outputs) if isinstance(x, self.fw.Array)]
-        return all(x.is_ready() for x in leaves)
+    def tiny_op(self) -> Any:
+        x = self.fw.device_put(self.fw.numpy.zeros(1, dtype=self.fw.numpy.float32), self.device)
+        add = self.fw.jit(lambda a: a + 1)  # compiled once, at the first call (the untimed one)
+        return lambda: add(x)
 
     def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]:
         return self._count_transfers()

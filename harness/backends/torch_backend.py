@@ -51,13 +51,9 @@ class TorchBackend(Backend):
         if self.on_gpu:
             self.fw.cuda.synchronize(self.device)  # every stream of the device, not only the current one
 
-    def is_done(self, outputs: Any) -> bool:
-        # A fresh event on the current stream completes once the stream's earlier work has.
-        if not self.on_gpu:
-            return True
-        ev = self.fw.cuda.Event()
-        ev.record()
-        return ev.query()
+    def tiny_op(self) -> Any:
+        x = self.fw.zeros(1, device=self.device)
+        return lambda: x + 1
 
     def event_timer(self) -> EventTimer | None:
         return _TorchEvents(self.fw) if self.on_gpu else None

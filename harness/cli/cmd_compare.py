@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.parser import UsageError, gpu_present
+from harness.options import EXAMPLES
 
 
 def start_checks(out: Path, fraction: float | None, n_frameworks: int) -> None:
@@ -47,7 +48,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
     start_checks(a.out, a.gpu_memory_fraction, len(a.frameworks))
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
-    examples = a.examples if a.examples is not None else (25 if size == "full" else 6)
+    examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
     opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,

@@ -39,7 +39,8 @@ def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.regress import RegressError, regress, render
+    from harness.regress import RegressError, regress
+    from harness.regress_view import render
     from harness.report import make_console
 
     fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from harness.backends import FRAMEWORKS
+from harness.options import EXAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "runs"  # ignored by git; results/ holds runs committed on purpose (--out results)
@@ -20,7 +21,7 @@ MAX_EXAMPLES = 10_000
 
 def default(name: str) -> Any:
     """A run setting's default, from CompareOptions: the one place it is written."""
-    from harness.runner import CompareOptions
+    from harness.options import CompareOptions
 
     return next(f.default for f in dataclasses.fields(CompareOptions) if f.name == name)
 
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", choices=["auto", "smoke", "full"], default="auto",
                    help="full on a GPU machine, smoke (small, fast: what a CPU runs) elsewhere; default: auto")
     c.add_argument("--examples", type=_bounded_int(1, MAX_EXAMPLES, "--examples"), default=None,
-                   help="hypothesis examples per scenario (default 25 full, 6 smoke)")
+                   help=f"hypothesis examples per scenario (default {EXAMPLES['full']} full, {EXAMPLES['smoke']} smoke)")
     c.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help="folder for the result JSON (default runs/, ignored by git; --out results for a run to commit)")
     c.add_argument("--seed", type=_bounded_int(0, 2**32 - 1, "--seed"), default=None,
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-timing", action="store_true", help="skip the timing: equivalence only")
     c.add_argument("--quiet", action="store_true", help="no progress output")
     c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
-                   help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.3)")
+                   help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.15)")
     c.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
                    help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
     c.add_argument("--no-report", action="store_true",

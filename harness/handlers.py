@@ -1,0 +1,157 @@
+"""The requests a framework's worker answers (harness/worker.py carries them to a child process).
+
+Requests and answers are plain picklable data: names, params, numpy arrays and dicts.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from harness import backends, faults
+from harness.calibrate import calibrate as _calibrate
+from harness.equivalence import compare_outputs, relative_error, strided_sample
+from harness.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.timeline import trace_variant
+from harness.timing import SELFCHECK, TimingConfig, measure
+from scenarios import get as get_scenario
+from scenarios.spec import Arrays, Params, Scenario, Variant
+
+SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the reference is too costly
+
+Progress = Callable[[str], None]
+
+
+def hello(fw: str) -> dict[str, Any]:
+    b = backends.get(fw)
+    ok, why = b.available()
+    return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
+            "env": b.env() if ok else {}, "pid": os.getpid()}
+
+
+def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
+    b = backends.get(fw).load()
+    out = run_variants(get_scenario(scenario), b, params)
+    b.free_memory()
+    return out
+
+
+def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[dict[str, Any]]:
+    """time_point's rows alone (tests)."""
+    return time_point(fw, scenario, params, cfg, progress=progress)["rows"]
+
+
+def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
+               progress: Progress) -> dict[str, Any]:
+    """Time every variant at the given params; check the timed outputs; in a row's first process
+    (first=True) also count host syncs and trace the timeline, which a second process would repeat.
+    {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
+    checked against the reference (for the runner's cross-framework check), else None}."""
+    scn = get_scenario(scenario)
+    b = backends.get(fw).load()
+    impl = load_impl(scenario, fw)
+    t_setup = time.perf_counter()
+    inputs = scn.make_inputs(params)
+    expected = scn.reference(inputs, params) if scn.cheap_reference(params) else None
+    setup_s = time.perf_counter() - t_setup  # host inputs and reference: where a run's wall time goes
+    against = "reference" if expected is not None else "baseline"
+    rows: list[dict[str, Any]] = []
+    sample = None
+    for v in scn.variants:
+        row: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": v.name, "hazard": v.hazard,
+                               "setup_s": setup_s}
+        why = skip_reason(scn, v, b, impl)
+        if why:
+            rows.append(row | {"status": "skipped", "reason": why})
+            continue
+        progress(v.name)
+        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first)
+        timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
+        if expected is None and v is scn.baseline:
+            expected = got  # later variants are checked against this framework's baseline
+            sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
+        rows.append(row | timed)
+    if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
+        for row in rows:
+            if row["status"] in ("ok", "wrong"):
+                progress(f"{row['variant']} · timeline")
+                call = variant_call(impl, scn.variant(row["variant"]))
+                row["timeline"] = trace_variant(b, impl, call, inputs, params)
+    return {"rows": rows, "sample": sample}
+
+
+def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
+                  want: Arrays | None, cfg: TimingConfig, census: bool = True) -> tuple[dict[str, Any], Arrays]:
+    """(the row's timing, check and sync fields; the first checked repeat's numpy outputs)."""
+    t_variant = time.perf_counter()
+    fn = variant_call(impl, v)
+    state = impl.prepare(inputs, params, b.device)
+    poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
+    captured: list[Arrays] = []
+    rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
+
+    def check(out: Any) -> str | None:
+        got = b.to_numpy(out)
+        if not captured:
+            captured.append(got)
+        if want is None:
+            return None
+        if not v.hazard:
+            rel_errs.append(relative_error(got, want))
+        m = compare_outputs(scn, params, got, want)
+        return None if m is None else m.describe()
+
+    with faults.slowed(b.name, scn.name, v.name):
+        m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard)
+    syncs = _count_syncs(b, fn, state, poison) if census else None
+    state = None  # release device memory before the next variant
+    b.free_memory()
+    return {
+        "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
+        "timing": m.to_dict(),
+        "check": {"checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst,
+                  "max_rel_err": max(rel_errs) if rel_errs else None},
+        **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
+        "wall_s": time.perf_counter() - t_variant,  # everything for this variant, untimed work included
+    }, captured[0]
+
+
+def _count_syncs(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None) -> Any:
+    """One more run, untimed, under the framework's sync detector."""
+    if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
+        poison()
+        b.synchronize()
+    with b.sync_counter() as syncs:
+        out = fn(state)
+    b.synchronize(out)
+    return syncs
+
+
+def ceilings(fw: str) -> dict[str, float]:
+    return backends.get(fw).load().ceilings()
+
+
+def calibrate(fw: str) -> dict[str, float]:
+    return _calibrate(backends.get(fw).load())
+
+
+def selfcheck(fw: str) -> list[dict[str, Any]]:
+    """Both clocks on each of the backend's fixed kernels (harness/selfcheck.py)."""
+    b = backends.get(fw).load()
+    out = []
+    for name, call in b.clock_kernels().items():
+        m = measure(call, b, SELFCHECK)
+        tool = b.own_benchmark(call)
+        # harness_events_s: device events around the same calls, i.e. the device time without the host's
+        # share of the wall clock (the dispatch before the kernel starts, the wake-up after it ends).
+        out.append({"kernel": name, "on_gpu": b.on_gpu, "harness_s": m.device_done.median,
+                    "harness_rel_iqr": m.device_done.rel_iqr,
+                    "harness_events_s": m.device_events.median if m.device_events else None,
+                    "tool": tool["tool"] if tool else None, "tool_s": tool["tool_s"] if tool else None,
+                    "tool_back_to_back_s": tool["back_to_back_s"] if tool else None})
+    b.free_memory()
+    return out
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {"hello": hello, "equiv": equiv, "time": time_point,
+                                           "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}

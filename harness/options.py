@@ -1,0 +1,56 @@
+"""What a compare run is asked to do, and every default of it in one place (the CLI reads these)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one point's timing)
+# Starting a framework (its import, picking the device) gets at least this long, however short the
+# request timeout: six workers start side by side, and on a loaded host an import alone can take 20 s.
+STARTUP_TIMEOUT_S = 120.0
+ISOLATION = "process"
+# Worker processes per framework that time every row (harness/rounds.py); between-process noise needs
+# at least two. --isolation none runs one, in this process.
+PROCESSES = 2
+# Hypothesis examples per scenario's equivalence check. On the GPU (full) each example costs JAX a
+# compile per shape and every framework a round trip: 8 draws check the device paths, while the CPU
+# suite (tests/test_equivalence.py) draws more. On the 2026-12-02 H200 runs, at 8 examples, the ten
+# scenarios spent ~100 s outside their timed rows; at 25 that part is about three times as long.
+EXAMPLES = {"full": 8, "smoke": 6}
+
+
+class UI(Protocol):
+    def begin(self, total: int) -> None: ...
+    def step(self, text: str) -> None: ...
+    def detail(self, text: str) -> None: ...
+    def advance(self) -> None: ...
+    def note(self, text: str) -> None: ...
+    def end(self) -> None: ...
+
+
+@dataclass
+class CompareOptions:
+    scenarios: list[str]
+    frameworks: list[str]
+    size: str
+    examples: int
+    seed: int
+    isolation: str = ISOLATION
+    timeout_s: float = TIMEOUT_S
+    equivalence: bool = True
+    timing: bool = True
+    argv: list[str] = field(default_factory=list)
+    gpu_memory_fraction: float | None = None  # None: $TRIPTYCH_GPU_MEMORY_FRACTION or the default
+    budget_s: float | None = None  # wall-clock budget: no new scenario starts once it is spent
+    processes: int = PROCESSES
+    timing_config: Any = None  # a harness.timing.TimingConfig; None: the size preset's
+    world_size: int | None = None  # ranks per framework for rank scenarios (None: the GPUs, or 2)
+
+    def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ValueError(f"processes must be at least 1, not {self.processes}")
+
+    @property
+    def timing_processes(self) -> int:
+        """Processes per framework that time each row: one where nothing runs in a child."""
+        return self.processes if self.isolation == "process" else 1

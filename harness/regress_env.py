@@ -1,0 +1,133 @@
+"""What regress must know about the two runs' machines before it compares rows: whether they can be
+compared at all, what differs (the header's notes), and how much faster or slower the host was.
+
+Host speed: each worker process of a run measured a tiny op per framework and a fixed Python loop
+(harness/calibrate.py). The candidate's host factor is the geometric mean, over those measures, of
+the candidate's median over the baseline's. The calibration's own noise is its spread between the
+processes of one run (the larger of the two runs'), and never less than HOST_FLOOR. Where the factor
+is outside that noise the machines differ: the header says by how much, and host-bound rows are
+judged on their ratio divided by the factor (a host 30% slower makes a launch-bound row 30% slower
+without any change of code).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+HOST_FLOOR = 0.10  # below this the two hosts count as one (the default regress threshold)
+
+
+class RegressError(ValueError):
+    """The two files cannot be compared at all; str(self) is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    factor: float  # candidate time / baseline time for the same host work
+    noise: float  # the calibration's own relative noise
+    measures: int  # how many calibration measures both runs share
+
+    @property
+    def differs(self) -> bool:
+        return abs(math.log(self.factor)) > math.log1p(self.noise)
+
+    def describe(self) -> str:
+        return (f"the candidate's host is {100 * abs(self.factor - 1):.0f}% {'slower' if self.factor > 1 else 'faster'} "
+                f"(tiny ops and a Python loop, {self.measures} measures; their own noise ±{100 * self.noise:.0f}%): "
+                "host-bound rows are judged against that difference")
+
+
+def _calibration(doc: dict[str, Any]) -> dict[str, list[float]]:
+    """{measure: its value in every process}, e.g. {"torch tiny_op_s": [9e-6, 9.2e-6], ...}."""
+    out: dict[str, list[float]] = {}
+    for fw, procs in ((doc["environment"].get("machine") or {}).get("calibration") or {}).items():
+        for p in procs:
+            for k, v in p.items():
+                if isinstance(v, (int, float)) and v > 0:
+                    out.setdefault(f"{fw} {k}", []).append(float(v))
+    return out
+
+
+def host_speed(base: dict[str, Any], cand: dict[str, Any]) -> HostSpeed | None:
+    """None where either run has no calibration (files written before it was measured)."""
+    cb, cc = _calibration(base), _calibration(cand)
+    shared = sorted(set(cb) & set(cc))
+    if not shared:
+        return None
+    logs = [math.log(np.median(cc[k]) / np.median(cb[k])) for k in shared]
+    spread = [max(v) / min(v) - 1 for c in (cb, cc) for k in shared for v in [c[k]] if len(v) > 1]
+    return HostSpeed(math.exp(float(np.mean(logs))), max([HOST_FLOOR, *spread]), len(shared))
+
+
+def host_bound(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """(scenario, point, variant) whose time is the host's: every row of a run without a GPU; on a GPU,
+    where device events saw the device busy for less than half the call (JAX, without events, follows
+    torch's and CuPy's rows of the same variant)."""
+    out = set()
+    on_gpu = bool(doc["environment"].get("gpu"))
+    for name, scn in doc["scenarios"].items():
+        for r in scn["rows"]:
+            t = r.get("timing") or {}
+            ev, done = t.get("device_events"), t.get("device_done")
+            if not on_gpu or (ev and done and ev["median"] < 0.5 * done["median"]):
+                out.add((name, str(r.get("point", 0)), r["variant"]))
+    return out
+
+
+def fw_version(info: dict[str, Any]) -> str | None:
+    """'2.11.0+cu130 · CUDA 13.0' for an available framework, None for one that did not run."""
+    if not info.get("available"):
+        return None
+    env = info.get("env", {})
+    parts = [str(env.get("version", "?"))]
+    if env.get("jaxlib") and env.get("jaxlib") != env.get("version"):
+        parts.append(f"jaxlib {env['jaxlib']}")
+    if env.get("cuda_runtime"):
+        parts.append(f"CUDA {env['cuda_runtime']}")
+    return " · ".join(parts)
+
+
+def describe(doc: dict[str, Any]) -> str:
+    gpu = doc["environment"].get("gpu") or "no GPU"
+    return f"{doc['created']} · {gpu} · {doc['size']} · seed {doc.get('seed', '?')}"
+
+
+def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: bool
+                  ) -> tuple[list[str], dict[str, str]]:
+    """(header notes, {framework: why its rows are not comparable})."""
+    eb, ec = base["environment"], cand["environment"]
+    gb, gc = eb.get("gpu"), ec.get("gpu")
+    if gb != gc:
+        raise RegressError(f"nothing comparable: the baseline ran on {gb or 'no GPU (CPU)'}, "
+                           f"the candidate on {gc or 'no GPU (CPU)'}")
+    notes, excluded = [], {}
+    hb, hc = eb.get("host", {}), ec.get("host", {})
+    if hb.get("code") != hc.get("code") and (hb.get("code") or hc.get("code")):
+        notes.append(f"triptych code {hb.get('code') or 'unknown'} → {hc.get('code') or 'unknown'}")
+    for key, what in (("driver", "driver"), ("python", "Python"), ("numpy", "numpy")):
+        if hb.get(key) != hc.get(key):
+            notes.append(f"{what} {hb.get(key, '?')} → {hc.get(key, '?')} (compared anyway)")
+    for key, what in (("cpu_model", "CPU"), ("cpus", "CPU count"), ("kernel", "kernel"),
+                      ("transparent_hugepages", "transparent huge pages")):  # recorded since 2026-12-03
+        if key in hb and key in hc and hb[key] != hc[key]:
+            notes.append(f"{what} {hb[key]} → {hc[key]} (compared anyway)")
+    if base["size"] != cand["size"]:
+        notes.append(f"size preset {base['size']} → {cand['size']} (only points with the same params compare)")
+    if base.get("seed") != cand.get("seed"):
+        notes.append(f"seed {base.get('seed')} → {cand.get('seed')}: different inputs, numbers not judged")
+    fb, fc = eb.get("gpu_memory_fraction"), ec.get("gpu_memory_fraction")
+    if fb != fc and fb is not None and fc is not None:
+        notes.append(f"GPU memory fraction {fb} → {fc} (compared anyway)")
+    fws_b, fws_c = eb.get("frameworks", {}), ec.get("frameworks", {})
+    for fw in sorted(set(fws_b) & set(fws_c)):
+        vb, vc = fw_version(fws_b[fw]), fw_version(fws_c[fw])
+        if vb and vc and vb != vc:
+            if across_versions:
+                notes.append(f"{fw} {vb} → {vc} (compared across the change)")
+            else:
+                notes.append(f"{fw} {vb} → {vc}: its rows are not compared (--allow-version-change compares them)")
+                excluded[fw] = f"{fw} {vb} → {vc}"
+    return notes, excluded

@@ -1,0 +1,74 @@
+"""The terminal view of a regress result (harness/regress.py)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from harness.regress import Regress
+from harness.regress_env import describe
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
+def _pct(r: float) -> str:
+    if not math.isfinite(r):
+        return "∞"
+    return f"{100 * (r - 1):+.1f}%"
+
+
+def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: Any, show_all: bool = False) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.report import fmt_s
+
+    console.print(f"[bold]regress[/bold]  baseline  {res.baseline}  ({describe(base)})", highlight=False)
+    console.print(f"         candidate {res.candidate}  ({describe(cand)})", highlight=False)
+    console.print(f"         clock {res.clock} · threshold {100 * res.threshold:g}% · "
+                  f"{100 * res.confidence:g}% interval of the ratio of medians (bootstrap of the processes, then "
+                  "their repeats; from the IQR where a file has no samples)", highlight=False)
+    for n in res.notes:
+        console.print(f"  [yellow]differs:[/yellow] {n}", highlight=False)
+    colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim"}
+    shown = [r for r in res.rows if show_all or r.verdict != "unchanged"]
+    if shown:
+        t = Table(title="regressions and improvements" + (" (and every other row)" if show_all else ""),
+                  title_justify="left", show_lines=False)
+        for col in ("scenario", "framework", "variant", "baseline", "candidate", "change \\[interval]",
+                    "max rel err", "verdict"):
+            t.add_column(col, overflow="fold")
+        for r in shown:
+            change = "—"
+            if r.ratio is not None:
+                change = f"{_pct(r.ratio)} \\[{_pct(r.lo)}, {_pct(r.hi)}]" + (f" {r.method}" if r.method != "processes" else "")
+            err = "—"
+            if r.base_err is not None:
+                err = f"{r.base_err:.2g} → {r.cand_err:.2g}"
+            if r.status:
+                err = (err + "\n" if err != "—" else "") + escape(r.status)
+            c = colour[r.verdict]
+            what = r.verdict + (f" ({', '.join(r.why)})" if r.why and r.verdict != "noisy" else "")
+            t.add_row(r.scenario + (f" · {r.label}" if r.label else ""), r.framework,
+                      r.variant + (" (hazard)" if r.hazard else ""), fmt_s(r.base_s), fmt_s(r.cand_s), change, err,
+                      f"[{c}]{what}[/{c}]")
+        console.print(t)
+    n = res.counts()
+    console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
+                  f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
+                  f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
+    for what, why in grouped(res.not_comparable):
+        console.print(f"  not comparable: {what}: {why}", highlight=False, markup=False)
+
+
+def grouped(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Neighbours that differ only in their last part (the variant) and share a reason: one line."""
+    out: list[tuple[str, list[str], str]] = []
+    for what, why in items:
+        head, _, last = what.rpartition("/")
+        if out and head and out[-1][0] == head and out[-1][2] == why:
+            out[-1][1].append(last)
+        else:
+            out.append((head, [last], why) if head else (what, [], why))
+    return [(f"{h}/{','.join(v)}" if v else h, why) for h, v, why in out]

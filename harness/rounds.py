@@ -1,0 +1,96 @@
+"""One point of a scenario, timed in several worker processes per framework, interleaved.
+
+Round 1 runs the frameworks in their order in the first process of each, round 2 in reverse order
+in the second process of each, and so on: slow drift (clocks, the host's load, the GPU's temperature)
+hits every framework and variant alike. Each process's repeats stay in the row: timing.samples holds
+them all, in process order, and timing.processes says how many came from which process and why it
+stopped. The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
+the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/noise.py)
+per clock, which counts the variance between processes as well as within one.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.noise import rel_halfwidth, split
+from harness.timing import Stats
+from harness.worker import WorkerError, WorkerLost
+from scenarios.spec import Params, Scenario
+
+CLOCKS = ("host_return", "device_done", "device_events")
+Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
+
+
+def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
+               timeout: float, step: Callable[[str, str], None], detail: Callable[[str, str], None]
+               ) -> dict[str, list[Timed]]:
+    """{framework: one answer per process}; step(fw, text) per request, detail(fw, text) per variant
+    as it goes. A failed request answers
+    {"status": ..., "reason": ...}, and that framework is not asked again for this point."""
+    got: dict[str, list[Timed]] = {fw: [] for fw in frameworks}
+    for i, pool in enumerate(pools):
+        for fw in (frameworks if i % 2 == 0 else frameworks[::-1]):
+            if got[fw] and "status" in got[fw][-1]:
+                continue
+            step(fw, f"timing (process {i + 1} of {len(pools)})")
+            try:
+                got[fw].append(pool[fw].request("time", scn.name, params, cfg, i == 0, timeout=timeout,
+                                                progress=lambda text, fw=fw: detail(fw, text)))
+            except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
+                got[fw].append({"status": e.status, "reason": str(e)})
+    return got
+
+
+def merge(answers: list[Timed]) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | Timed:
+    """One framework's rows with every process's repeats pooled, and its baseline output sample;
+    or the first failure, whose status and reason become every variant's."""
+    failed = next((a for a in answers if "status" in a), None)
+    if failed is not None:
+        return failed
+    first = answers[0]["rows"]
+    rows = []
+    for i, row in enumerate(first):
+        per = [a["rows"][i] for a in answers]
+        rows.append(_merge_row(per))
+    return rows, answers[0]["sample"]
+
+
+def _merge_row(per: list[dict[str, Any]]) -> dict[str, Any]:
+    row = dict(per[0])
+    if "timing" not in row:
+        return row
+    bad = next((r for r in per if r["status"] == "wrong"), None)
+    if bad is not None:
+        row["status"], row["check"] = "wrong", bad["check"]
+    else:
+        row["check"] = dict(row["check"], checked=sum(r["check"]["checked"] for r in per),
+                            max_rel_err=max((r["check"]["max_rel_err"] for r in per
+                                             if r["check"]["max_rel_err"] is not None), default=None))
+    row["wall_s"] = sum(r["wall_s"] for r in per)
+    row["timing"] = pool_timing([r["timing"] for r in per])
+    return row
+
+
+def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-process timings (Measurement.to_dict) as one: pooled samples and statistics, the processes'
+    counts and stop reasons, and the between-process noise per clock."""
+    t = dict(timings[0])
+    samples = {c: [x for m in timings for x in m["samples"].get(c, [])] for c in CLOCKS
+               if all(m["samples"].get(c) for m in timings)}
+    counts = [len(m["samples"]["device_done"]) for m in timings]
+    for c in CLOCKS:
+        t[c] = Stats.of(samples[c]).to_dict() if c in samples else None
+    t["samples"] = samples
+    t["checked_repeats"] = sum(m["checked_repeats"] for m in timings)
+    t["wrong_repeats"] = sum(m["wrong_repeats"] for m in timings)
+    t["worst"] = next((m["worst"] for m in timings if m["worst"]), "")
+    t["metrics"] = {k: float(np.median([m["metrics"][k] for m in timings if k in m["metrics"]]))
+                    for k in timings[0]["metrics"]}
+    t["processes"] = [{"n": n, "stopped": m["stopped"], "noise": m["noise"],
+                       "median": float(np.median(m["samples"]["device_done"])), "first_call_s": m["first_call_s"]}
+                      for n, m in zip(counts, timings)]
+    t["noise"] = {c: rel_halfwidth(split(samples[c], counts)) for c in samples}
+    t.pop("stopped", None)
+    return t

@@ -1,0 +1,141 @@
+"""Noise between processes: the statistics, pooling a row's processes, claims judged against the
+noise, and regress's host-speed judgement and old files."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.judging import judge_with_noise
+from harness.noise import hierarchical_medians, median_rel_halfwidth, rel_halfwidth, split
+from harness.regress import regress
+from harness.rounds import pool_timing
+from harness.timing import Stats
+from scenarios.spec import Claim, Verdict
+from tests.synthetic import doc, row, samples
+
+
+def test_the_medians_uncertainty_shrinks_with_repeats():
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(0, 0.1, 400)
+    assert median_rel_halfwidth(x[:4]) == float("inf")
+    assert median_rel_halfwidth(x[:400]) < median_rel_halfwidth(x[:25]) < 0.1
+
+
+def test_split_needs_counts_that_add_up():
+    assert [len(p) for p in split([1, 2, 3, 4, 5], [2, 3])] == [2, 3]
+    with pytest.raises(ValueError):
+        split([1, 2, 3], [2, 2])
+
+
+def test_the_hierarchical_interval_counts_the_difference_between_processes():
+    """Three tight processes, one 20% off: resampling the repeats alone sees a sure median (the odd
+    process is a minority); resampling the processes first sees the 20%."""
+    a, b, c = (np.array(samples(m, spread=0.005, n=30, seed=i)) for i, m in enumerate((1.0, 1.0, 1.2)))
+    pooled_only = rel_halfwidth([np.concatenate([a, b, c])])
+    between = rel_halfwidth([a, b, c])
+    assert between > 0.05 > 0.02 > pooled_only
+    meds = hierarchical_medians([a, c], resamples=1000)
+    assert meds.min() == pytest.approx(np.median(a), rel=0.01) and meds.max() == pytest.approx(np.median(c), rel=0.01)
+
+
+def _timing(times: list[float], stopped: str = "noise") -> dict:
+    st = Stats.of(times).to_dict()
+    return {"first_call_s": 0.1, "host_return": st, "device_done": st, "device_events": None, "metrics": {"k": 1.0},
+            "checked_repeats": 2, "wrong_repeats": 0, "worst": "", "stopped": stopped, "noise": 0.01,
+            "samples": {"host_return": list(times), "device_done": list(times)}}
+
+
+def test_a_rows_processes_pool_into_one_timing():
+    a, b = samples(1e-3, n=10, seed=1), samples(1.1e-3, n=14, seed=2)
+    t = pool_timing([_timing(a), _timing(b, "time_cap")])
+    assert t["samples"]["device_done"] == a + b and t["device_done"]["n"] == 24
+    assert t["device_done"]["median"] == pytest.approx(float(np.median(a + b)))
+    assert [(p["n"], p["stopped"]) for p in t["processes"]] == [(10, "noise"), (14, "time_cap")]
+    assert t["noise"]["device_done"] > 0.02  # the 10% between the processes shows
+    assert t["checked_repeats"] == 4 and "stopped" not in t
+
+
+def _faster_claim(rows, fw, params) -> Verdict:
+    a, b = rows["async"]["timing"]["device_done"]["median"], rows["sync_each"]["timing"]["device_done"]["median"]
+    return Verdict("faster", fw, "confirmed" if a < b else "refuted", f"{a:.3g} vs {b:.3g}", {})
+
+
+CLAIM = Claim("faster", "async is faster", _faster_claim)
+
+
+def _rows(med_a: float, med_b: float, spread: float) -> dict:
+    return {v: row("torch", v, samples(m, spread=spread, n=20, seed=i)) for i, (v, m) in
+            enumerate((("async", med_a), ("sync_each", med_b)))}
+
+
+def test_a_claim_inside_the_noise_is_inconclusive_and_one_outside_stands():
+    clear = judge_with_noise(CLAIM, _rows(1e-3, 2e-3, 0.05), "torch", {})
+    assert clear["verdict"] == "confirmed" and clear["holds_in"] >= 0.95
+    inside = judge_with_noise(CLAIM, _rows(1e-3, 1.005e-3, 0.2), "torch", {})
+    assert inside["verdict"] == "inconclusive" and "inside the run's noise" in inside["evidence"]
+    flipped = judge_with_noise(CLAIM, _rows(1.005e-3, 1e-3, 0.2), "torch", {})
+    assert flipped["verdict"] == "inconclusive"  # "refuted" from noise is no verdict either
+
+
+def test_a_missing_variant_is_inconclusive():
+    rows = _rows(1e-3, 2e-3, 0.05)
+    del rows["sync_each"]
+    assert judge_with_noise(CLAIM, rows, "torch", {})["verdict"] == "inconclusive"
+
+
+def _calibrated(rows, tiny_op_s: float, gpu: str | None = None) -> dict:
+    d = doc(rows, gpu=gpu)
+    d["environment"]["machine"]["calibration"] = {
+        "torch": [{"tiny_op_s": tiny_op_s, "python_loop_s": 0.03 * tiny_op_s / 6e-6},
+                  {"tiny_op_s": tiny_op_s * 1.01, "python_loop_s": 0.0301 * tiny_op_s / 6e-6}]}
+    return d
+
+
+def test_a_slower_host_is_said_and_host_bound_rows_are_judged_against_it():
+    """The candidate's host is 50% slower (a tiny op 9 µs against 6 µs) and so are its rows, which on a
+    run without a GPU are all host-bound: the header says so, and nothing is a regression."""
+    base = _calibrated([row("torch", "async", samples(1e-3, seed=1))], 6e-6)
+    cand = _calibrated([row("torch", "async", samples(1.5e-3, seed=2))], 9e-6)
+    res = regress(base, cand)
+    assert res.host is not None and res.host.differs and res.host.factor == pytest.approx(1.5, rel=0.01)
+    assert any("50% slower" in n for n in res.notes)
+    assert res.rows[0].verdict == "unchanged" and "host" in res.rows[0].why
+    same = regress(base, _calibrated([row("torch", "async", samples(1.5e-3, seed=2))], 6.1e-6))
+    assert not same.host.differs and same.rows[0].verdict == "regression"  # the same host: slower code
+
+
+def test_device_bound_rows_are_not_excused_by_a_slower_host():
+    def gpu_row(done: float, seed: int) -> dict:
+        r = row("torch", "async", samples(done, seed=seed))
+        r["timing"]["device_events"] = dict(r["timing"]["device_done"])  # the device busy all along
+        return r
+
+    res = regress(_calibrated([gpu_row(1e-3, 1)], 6e-6, gpu="H200"), _calibrated([gpu_row(1.5e-3, 2)], 9e-6, gpu="H200"))
+    assert res.host.differs and res.rows[0].verdict == "regression" and "host" not in res.rows[0].why
+
+
+def test_files_written_before_processes_still_compare_with_a_note():
+    base = doc([row("torch", "async", samples(1e-3, seed=1), processes=0)])
+    cand = doc([row("torch", "async", samples(1e-3, seed=2))])
+    res = regress(base, cand)
+    assert res.rows[0].method == "repeats" and res.rows[0].verdict == "unchanged"
+    assert any("the baseline keeps one process's repeats" in n for n in res.notes)
+    assert not any("candidate keeps" in n for n in res.notes)
+
+
+def test_a_different_cpu_or_huge_pages_mode_is_named_in_the_header():
+    base = doc([row("torch", "async", samples(1e-3, seed=1))])
+    cand = doc([row("torch", "async", samples(1e-3, seed=2))])
+    base["environment"]["host"] |= {"cpu_model": "Xeon A", "transparent_hugepages": "madvise"}
+    cand["environment"]["host"] |= {"cpu_model": "Xeon B", "transparent_hugepages": "madvise"}
+    notes = regress(base, cand).notes
+    assert "CPU Xeon A → Xeon B (compared anyway)" in notes
+    assert not any("huge pages" in n for n in notes)
+
+
+def test_the_machine_is_described():
+    from harness.machine import host_env
+
+    env = host_env()
+    assert env["cpus"] >= 1 and env["kernel"] and env["cpu_model"]
+    assert env["transparent_hugepages"] in (None, "always", "madvise", "never")

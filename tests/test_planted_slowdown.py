@@ -1,0 +1,98 @@
+"""A 15% slowdown of one timed row, planted the way TRIPTYCH_FAULT plants faults, is reported by
+regress as a regression of that row and of no other: on synthetic files and on two real CPU runs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import faults
+from harness.regress import regress
+from tests.synthetic import doc, row, samples
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("async", "sync_each", "async_poll")
+
+
+def test_the_slow_fault_parses_and_names_a_variant():
+    (f,) = faults.parse("sync_points:torch:slow15:on_device")
+    assert f.slow_pct == 15 and f.op == "on_device" and not f.hits("time", "torch", "sync_points")
+    for bad in ("sync_points:torch:slow15", "sync_points:torch:slowx:on_device", "*:torch:slow15:on_device",
+                "sync_points:torch:slow15:no_such_variant"):
+        with pytest.raises(ValueError):
+            faults.parse(bad)
+
+
+def test_spin_stretches_the_timed_region_only_in_an_armed_child(monkeypatch):
+    monkeypatch.setenv(faults.ENV, "sync_points:torch:slow15:on_device")
+    with faults.slowed("torch", "sync_points", "on_device"):
+        t0 = time.perf_counter()
+        assert faults.spin(t0, t0 + 0.01) == t0 + 0.01  # the parent: never armed
+    monkeypatch.setattr(faults, "_SLOW", [0.0, 1.0])  # as arm_worker leaves a child
+    with faults.slowed("torch", "sync_points", "item_each_step"):
+        assert faults._SLOW[0] == 0.0  # another variant
+    with faults.slowed("torch", "sync_points", "on_device"):
+        t0 = time.perf_counter()
+        end = faults.spin(t0, t0 + 0.01)
+        assert end - t0 == pytest.approx(0.0115) and time.perf_counter() >= end
+    assert faults._SLOW[0] == 0.0
+
+
+def _run_rows(rng: np.random.Generator, slow: tuple[str, str] | None) -> list[dict]:
+    """Every framework x variant, two processes each whose medians wander a few percent, as between
+    processes on a real machine; the planted row's every repeat 15% longer."""
+    rows = []
+    for fw in ("torch", "cupy", "jax"):
+        for i, v in enumerate(VARIANTS):
+            times = []
+            for p in range(2):
+                times += samples(1e-3 * (1 + i) * float(np.exp(rng.normal(0, 0.02))), spread=0.03, n=20,
+                                 seed=int(rng.integers(1 << 30)))
+            if slow == (fw, v):
+                times = [t * 1.15 for t in times]
+            rows.append(row(fw, v, times))
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_on_synthetic_files_the_planted_row_and_no_other_is_a_regression(seed):
+    rng = np.random.default_rng(seed)
+    res = regress(doc(_run_rows(rng, None)), doc(_run_rows(rng, ("cupy", "sync_each"))))
+    flagged = [(r.framework, r.variant, r.verdict) for r in res.rows if r.verdict in ("regression", "improvement")]
+    assert flagged == [("cupy", "sync_each", "regression")]
+
+
+# The real slice: one framework, two scenarios of sub-millisecond host-bound rows, timing only, the
+# same seed; torch on one thread. The planted row is sync_points' `item_each_step`.
+SLICE = ["--scenarios", "sync_points,launch_overhead", "--frameworks", "torch", "--size", "smoke", "--seed", "1",
+         "--no-equivalence", "--no-report"]
+# On a host busy with other work (load average over half its cores) the same row moves by 20-100% from
+# one run to the next (measured on the 2-core CI machine at load 5-6 while other suites ran): more than
+# the 15% to be found, and regress rightly calls such rows noisy. The test needs a quiet host.
+QUIET = os.getloadavg()[0] <= 0.5 * (os.cpu_count() or 1)
+
+
+def _compare(out: Path, fault: str = "") -> Path:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{faults.ENV: fault})
+    subprocess.run([sys.executable, "-m", "harness", "compare", *SLICE, "--out", str(out)], cwd=ROOT, env=env,
+                   check=True, capture_output=True, timeout=600)
+    return next(out.glob("*.json"))
+
+
+@pytest.mark.skipif(not QUIET, reason=f"host load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: "
+                                      "between-run noise exceeds a 15% effect")
+def test_on_two_real_cpu_runs_the_planted_row_and_no_other_is_a_regression(tmp_path):
+    base = json.loads(_compare(tmp_path / "base").read_text())
+    cand = json.loads(_compare(tmp_path / "cand", "sync_points:torch:slow15:item_each_step").read_text())
+    res = regress(base, cand)
+    flagged = {(r.variant, r.verdict) for r in res.rows if r.verdict in ("regression", "improvement")}
+    assert flagged == {("item_each_step", "regression")}, [(r.variant, r.verdict, r.ratio, r.lo, r.hi)
+                                                           for r in res.rows]
+    cand_times = next(r for r in cand["scenarios"]["sync_points"]["rows"] if r["variant"] == "item_each_step")
+    assert all(p["n"] >= 5 for p in cand_times["timing"]["processes"])
