@@ -52,14 +52,21 @@ def mse(xp, y, target):
     return (d * d).mean(), d * (2.0 / d.size)
 
 
-def backward(xp, params, cache, dy):
-    """Gradients [(dW, db), ...] in layer order, from dL/dy."""
-    grads = [None] * len(params)
+def backward_layers(xp, params, cache, dy):
+    """Yield (i, (dW, db)) from the last layer to the first, as backward produces them (what data
+    parallelism overlaps its all-reduces with)."""
     for i in reversed(range(len(params))):
         h, z = cache[i]
         dz = relu_backward(xp, z, dy) if i < len(params) - 1 else dy
         dy, dw, db = linear_backward(xp, h, params[i][0], dz)
-        grads[i] = (dw, db)
+        yield i, (dw, db)
+
+
+def backward(xp, params, cache, dy):
+    """Gradients [(dW, db), ...] in layer order, from dL/dy."""
+    grads = [None] * len(params)
+    for i, g in backward_layers(xp, params, cache, dy):
+        grads[i] = g
     return grads
 
 
