@@ -3,34 +3,18 @@ bit-identical, the unsynced hazard counted, the all-reduced bytes; and the data-
 runs (impls/_shared/dp.py), run with numpy and a simulated all-reduce."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from harness.equivalence import run_equivalence
-from harness.ranks import RankGroup
 from harness.timing import PRESETS
 from impls._shared import dp
-from scenarios import _ranks as R
 from scenarios import data_parallel as D
 from scenarios import get
-from tests.conftest import backend_or_skip
+from tests.test_ranks import group  # noqa: F401 - the same fixture: a torch and a JAX group of 2 ranks
 
 SMALL = {"d_in": 5, "hidden": 7, "d_out": 3, "micro": 3, "accum": 2, "steps": 3, "lr": 0.05, "dtype": "float32",
          "seed": 4}
-
-
-@pytest.fixture(scope="module", params=("torch", "jax"))
-def group(request):
-    backend_or_skip(request.param)
-    os.environ[R.WORLD_SIZE_ENV] = "2"
-    g = RankGroup(request.param, 2)
-    info = g.request("hello", timeout=120)
-    assert info["available"], info["why"]
-    yield g
-    g.close()
 
 
 def test_every_variant_matches_the_float64_large_batch(group):
