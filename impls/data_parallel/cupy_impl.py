@@ -21,16 +21,50 @@ from impls._shared import dp
 from scenarios.data_parallel import BUCKETS, sizes
 
 
+def _model(flat, comm=None):
+    """The parameters as one flat device vector (a layer's W, b are views); with comm, rank 0's."""
+    out = cp.asarray(flat)
+    if comm is not None:
+        comm.broadcast(out, root=0)  # every rank starts from rank 0's draw
+    return out
+
+
+def _grads(state, flat, x, t, accum=1, on_layer=None):
+    """The hand-written forward and backward into state["grad"] (accum micro-batches, / accum)."""
+    return dp.local_grad(cp, flat, state["dims"], x, t, state["grad"], accum, on_layer)
+
+
+def _reducer(state):
+    """on_layer for backward: once a bucket's last-written layer is enqueued, the communication stream
+    waits for it and all-reduces the bucket in place; then wait() orders the compute stream after it."""
+    comm, side, g = state["comm"], state["comm_stream"], state["grad"]
+    first = {layer: (a, b) for a, b, layer in state["buckets"]}
+
+    def ready(layer):
+        if layer in first:
+            a, b = first[layer]
+            written = cp.cuda.Event()
+            written.record(cp.cuda.get_current_stream())
+            side.wait_event(written)  # NCCL reads the bucket only after backward wrote it
+            comm.all_reduce(g[a:b], g[a:b], op="sum", stream=side)
+
+    def wait():
+        reduced = cp.cuda.Event()
+        reduced.record(side)
+        cp.cuda.get_current_stream().wait_event(reduced)  # the step reads the gradients after every bucket
+
+    return ready, wait
+
+
 def prepare(inputs, params, device):
     comm, dims = cupy_comm(), sizes(params)
-    synced = cp.asarray(inputs["init_own"])
-    comm.broadcast(synced, root=0)  # every rank starts from rank 0's draw
     n = dp.offsets(dims)[1]
-    return {"x": cp.asarray(inputs["x"]), "t": cp.asarray(inputs["t"]), "plain": cp.asarray(inputs["init"]),
-            "synced": synced, "own": cp.asarray(inputs["init_own"]), "grad": cp.empty(n, dtype=cp.float32),
-            "dims": dims, "lr": float(params["lr"]), "accum": int(params["accum"]), "comm": comm,
-            "rank": int(params["rank"]), "world": int(params["world_size"]),
-            "buckets": dp.buckets(dims, n // BUCKETS), "comm_stream": cp.cuda.Stream(non_blocking=True)}
+    return {"x": cp.asarray(inputs["x"]), "t": cp.asarray(inputs["t"]), "plain": _model(inputs["init"]),
+            "synced": _model(inputs["init_own"], comm), "own": _model(inputs["init_own"]),
+            "grad": cp.empty(n, dtype=cp.float32), "dims": dims, "lr": float(params["lr"]),
+            "accum": int(params["accum"]), "comm": comm, "rank": int(params["rank"]),
+            "world": int(params["world_size"]), "buckets": dp.buckets(dims, n // BUCKETS),
+            "comm_stream": cp.cuda.Stream(non_blocking=True)}
 
 
 def barrier(state):
@@ -43,22 +77,22 @@ def poison(state):
 
 
 def _train(state, start, accum, mine, reduce=None):
-    """`steps` SGD steps from start; reduce(grad) turns this rank's gradient into the average."""
-    flat, g = start.copy(), state["grad"]
+    """`steps` SGD steps from start; reduce(flat, x, t) fills state["grad"] with the averaged gradient."""
+    flat = start.copy()
     for k in range(state["x"].shape[0]):
         x, t = state["x"][k], state["t"][k]
         if mine:
             x, t = dp.shard(x, state["rank"], state["world"]), dp.shard(t, state["rank"], state["world"])
         if reduce is None:
-            dp.local_grad(cp, flat, state["dims"], x, t, g, accum)
+            _grads(state, flat, x, t, accum)
         else:
-            reduce(flat, x, t, g)
-        flat -= state["lr"] * g
+            reduce(flat, x, t)
+        flat -= state["lr"] * state["grad"]
     return {"params": flat}
 
 
-def _emit(state, bytes_, calls):
-    emit("allreduce_bytes", bytes_)
+def _emit(state, calls):
+    emit("allreduce_bytes", state["grad"].nbytes)
     emit("buckets", calls)
     emit("grad_bytes", state["grad"].nbytes)
 
@@ -74,8 +108,8 @@ def run_grad_accumulation(state):
 def _naive(state, start):
     comm, spent = state["comm"], [0.0]
 
-    def reduce(flat, x, t, g):
-        dp.local_grad(cp, flat, state["dims"], x, t, g)
+    def reduce(flat, x, t):
+        g = _grads(state, flat, x, t)
         cp.cuda.get_current_stream().synchronize()  # backward done: what follows is the all-reduces alone
         t0 = time.perf_counter()
         for w, b in dp.unflatten(g, state["dims"]):  # one tensor at a time, after backward
@@ -87,7 +121,7 @@ def _naive(state, start):
 
     out = _train(state, start, 1, mine=True, reduce=reduce)
     emit("comm_s", spent[0] / state["x"].shape[0])
-    _emit(state, state["grad"].nbytes, 2 * (len(state["dims"]) - 1))
+    _emit(state, 2 * (len(state["dims"]) - 1))
     return out
 
 
@@ -96,38 +130,26 @@ def run_ddp_naive(state):
 
 
 def run_ddp_bucketed_overlap(state):
-    comm, side = state["comm"], state["comm_stream"]
-    first = {layer: (a, b) for a, b, layer in state["buckets"]}
+    ready, wait = _reducer(state)
 
-    def reduce(flat, x, t, g):
-        def ready(layer):  # backward just enqueued this layer's gradient on the compute stream
-            if layer in first:
-                a, b = first[layer]
-                done = cp.cuda.Event()
-                done.record(cp.cuda.get_current_stream())
-                side.wait_event(done)  # NCCL reads the bucket only after backward wrote it
-                comm.all_reduce(g[a:b], g[a:b], op="sum", stream=side)
-        dp.local_grad(cp, flat, state["dims"], x, t, g, on_layer=ready)
-        reduced = cp.cuda.Event()
-        reduced.record(side)
-        cp.cuda.get_current_stream().wait_event(reduced)  # the step reads the gradients after every bucket
-        g /= state["world"]
+    def reduce(flat, x, t):
+        _grads(state, flat, x, t, on_layer=ready)  # buckets leave as backward finishes them
+        wait()
+        state["grad"] /= state["world"]
 
     out = _train(state, state["synced"], 1, mine=True, reduce=reduce)
-    _emit(state, state["grad"].nbytes, len(state["buckets"]))
+    _emit(state, len(state["buckets"]))
     return out
 
 
 def run_ddp_accumulate_no_sync(state):
-    comm = state["comm"]
-
-    def reduce(flat, x, t, g):
-        dp.local_grad(cp, flat, state["dims"], x, t, g, state["accum"])  # accum micro-batches, no collective
-        comm.all_reduce(g, g, op="sum")  # one per step, on the current stream
+    def reduce(flat, x, t):
+        g = _grads(state, flat, x, t, state["accum"])  # accum micro-batches, no collective
+        state["comm"].all_reduce(g, g, op="sum")  # one per step, on the current stream
         g /= state["world"]
 
     out = _train(state, state["synced"], 1, mine=True, reduce=reduce)
-    _emit(state, state["grad"].nbytes, 1)
+    _emit(state, 1)
     return out
 
 

@@ -7,6 +7,7 @@ all-reduce is waited for on the current stream. On gloo every all-reduce blocks 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -31,18 +32,31 @@ def _model(flat, p, device):
     return torch.nn.Sequential(*layers)
 
 
-def _counting_hook(count, bucket):
-    count["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
-    count["buckets"] += 1
-    return default_hooks.allreduce_hook(None, bucket)  # DDP's own: all-reduce, divide by world size
+def _grads(model, x, t, accum, sync_each=True):
+    """Backward over accum micro-batches into .grad (summed, each scaled by 1/accum); with sync_each
+    False, DDP skips the all-reduce of all but the last micro-batch (no_sync)."""
+    m = x.shape[0] // accum
+    for a in range(accum):
+        quiet = not sync_each and a < accum - 1
+        with model.no_sync() if quiet else contextlib.nullcontext():
+            loss = torch.nn.functional.mse_loss(model(x[a * m:(a + 1) * m]), t[a * m:(a + 1) * m])
+            (loss / accum).backward()
 
 
-def _ddp(model, p, device, init_sync=True):
+def _reducer(model, p, device, init_sync=True):
+    """DDP around model (broadcasting rank 0's parameters unless init_sync is False), with a comm hook
+    that counts the bytes of every bucket it all-reduces."""
     n = sum(q.numel() for q in model.parameters())
     kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
     ddp = DDP(model, bucket_cap_mb=n * 4 / BUCKETS / 2**20, init_sync=init_sync, **kw)
     count = {"bytes": 0, "buckets": 0}
-    ddp.register_comm_hook(count, _counting_hook)
+
+    def hook(state, bucket):
+        state["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+        state["buckets"] += 1
+        return default_hooks.allreduce_hook(None, bucket)  # DDP's own: all-reduce, divide by world size
+
+    ddp.register_comm_hook(count, hook)
     return ddp, count
 
 
@@ -50,8 +64,8 @@ def prepare(inputs, params, device):
     s = {"x": torch.from_numpy(inputs["x"]).to(device), "t": torch.from_numpy(inputs["t"]).to(device),
          "lr": float(params["lr"]), "accum": int(params["accum"]), "rank": dist.get_rank(),
          "world": dist.get_world_size(), "plain": _model(inputs["init"], params, device)}
-    s["ddp"], s["count"] = _ddp(_model(inputs["init_own"], params, device), params, device)  # broadcasts rank 0's
-    s["own"], s["own_count"] = _ddp(_model(inputs["init_own"], params, device), params, device, init_sync=False)
+    s["ddp"], s["count"] = _reducer(_model(inputs["init_own"], params, device), params, device)  # rank 0's weights
+    s["own"], s["own_count"] = _reducer(_model(inputs["init_own"], params, device), params, device, init_sync=False)
     s["naive"] = _model(inputs["init_own"], params, device)
     for q in s["naive"].parameters():
         dist.broadcast(q.data, src=0)
@@ -68,45 +82,30 @@ def poison(state):
     barrier(state)  # untimed, before every repeat: the ranks start together
 
 
-def _restart(state, key):
+def _train(state, key, accum, mine, sync_each=True, reduce=None):
+    """`steps` SGD steps of state[key] from its start, on the global batch or this rank's shard;
+    reduce(model) runs between backward and the step."""
     model = state[key]
     with torch.no_grad():
         for q, q0 in zip(model.parameters(), state["starts"][key]):
             q.copy_(q0)
-    return model, torch.optim.SGD(model.parameters(), lr=state["lr"])
-
-
-def _flat(model):
-    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    return torch.cat([t for m in mods for t in (m.weight.detach().T.reshape(-1), m.bias.detach())])
-
-
-def _mine(state, k):
-    return dp.shard(state["x"][k], state["rank"], state["world"]), dp.shard(state["t"][k], state["rank"], state["world"])
-
-
-def _loss(model, x, t):
-    return torch.nn.functional.mse_loss(model(x), t)
-
-
-def _micro_steps(state, key, accum, batch, sync_each=True):
-    """`steps` SGD steps, each over `accum` micro-batches of batch(k); with sync_each False the all-
-    reduce of every micro-batch but the last is skipped (DDP's no_sync)."""
-    model, opt = _restart(state, key)
+    opt = torch.optim.SGD(model.parameters(), lr=state["lr"])
     for k in range(state["x"].shape[0]):
         opt.zero_grad(set_to_none=True)
-        x, t = batch(k)
-        m = x.shape[0] // accum
-        for a in range(accum):
-            quiet = not sync_each and a < accum - 1
-            with model.no_sync() if quiet else torch.enable_grad():
-                (_loss(model, x[a * m:(a + 1) * m], t[a * m:(a + 1) * m]) / accum).backward()
+        x, t = state["x"][k], state["t"][k]
+        if mine:
+            x, t = dp.shard(x, state["rank"], state["world"]), dp.shard(t, state["rank"], state["world"])
+        _grads(model, x, t, accum, sync_each)
+        if reduce is not None:
+            reduce(model)
         opt.step()
-    return {"params": _flat(getattr(model, "module", model))}
+    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return {"params": torch.cat([a for m in mods for a in (m.weight.detach().T.reshape(-1), m.bias.detach())])}
 
 
-def _emit_counted(state, count_key):
-    count, steps = state[count_key], state["x"].shape[0]
+def _emit(state, count):
+    """Per step: the bytes and all-reduce calls counted over the call (then reset)."""
+    steps = state["x"].shape[0]
     emit("allreduce_bytes", count["bytes"] / steps)
     emit("buckets", count["buckets"] / steps)
     emit("grad_bytes", state["grad_bytes"])
@@ -114,19 +113,17 @@ def _emit_counted(state, count_key):
 
 
 def run_single_process(state):
-    return _micro_steps(state, "plain", 1, lambda k: (state["x"][k], state["t"][k]))
+    return _train(state, "plain", 1, mine=False)
 
 
 def run_grad_accumulation(state):
-    return _micro_steps(state, "plain", state["accum"], lambda k: (state["x"][k], state["t"][k]))
+    return _train(state, "plain", state["accum"], mine=False)
 
 
-def run_ddp_naive(state):
-    model, opt = _restart(state, "naive")
-    comm = 0.0
-    for k in range(state["x"].shape[0]):
-        opt.zero_grad(set_to_none=True)
-        _loss(model, *_mine(state, k)).backward()
+def _naive(state, key):
+    spent = [0.0]
+
+    def reduce(model):
         if state["x"].is_cuda:
             torch.cuda.synchronize()  # backward done: what follows is the all-reduces alone
         t0 = time.perf_counter()
@@ -135,28 +132,32 @@ def run_ddp_naive(state):
             q.grad /= state["world"]
         if state["x"].is_cuda:
             torch.cuda.synchronize()
-        comm += time.perf_counter() - t0
-        opt.step()
-    emit("comm_s", comm / state["x"].shape[0])
-    emit("allreduce_bytes", state["grad_bytes"])
-    emit("buckets", sum(1 for _ in model.parameters()))
-    emit("grad_bytes", state["grad_bytes"])
-    return {"params": _flat(model)}
+        spent[0] += time.perf_counter() - t0
+
+    out = _train(state, key, 1, mine=True, reduce=reduce)
+    emit("comm_s", spent[0] / state["x"].shape[0])
+    steps, tensors = state["x"].shape[0], sum(1 for _ in state[key].parameters())
+    _emit(state, {"bytes": state["grad_bytes"] * steps, "buckets": tensors * steps})
+    return out
+
+
+def run_ddp_naive(state):
+    return _naive(state, "naive")
 
 
 def run_ddp_bucketed_overlap(state):
-    out = _micro_steps(state, "ddp", 1, lambda k: _mine(state, k))
-    _emit_counted(state, "count")
+    out = _train(state, "ddp", 1, mine=True)  # DDP's reducer all-reduces buckets from autograd hooks
+    _emit(state, state["count"])
     return out
 
 
 def run_ddp_accumulate_no_sync(state):
-    out = _micro_steps(state, "ddp", state["accum"], lambda k: _mine(state, k), sync_each=False)
-    _emit_counted(state, "count")
+    out = _train(state, "ddp", state["accum"], mine=True, sync_each=False)
+    _emit(state, state["count"])
     return out
 
 
 def run_unsynced_init(state):
-    out = _micro_steps(state, "own", 1, lambda k: _mine(state, k))  # bug: init_sync=False, own weights kept
-    _emit_counted(state, "own_count")
+    out = _train(state, "own", 1, mine=True)  # bug: DDP(init_sync=False), every rank keeps its own draw
+    _emit(state, state["own_count"])
     return out
