@@ -78,3 +78,77 @@ def test_shards_averaged_equal_the_global_batch(world, accum, micro, hidden, see
     covered = sorted((a, b) for a, b, _ in bks)
     assert covered[0][0] == 0 and covered[-1][1] == flat.size
     assert all(b0 == a1 for (_, b0), (a1, _) in zip(covered, covered[1:]))
+
+
+class _Stand:
+    """numpy standing in for cupy (copies on asarray, as a host-to-device copy does), with streams and
+    events that only record their calls: the CuPy impl's logic, not its stream semantics."""
+
+    def __init__(self, log):
+        self.log, self.float32 = log, np.float32
+        self.cuda = self
+        self.Stream = lambda non_blocking=False: self
+        self.Event = lambda: self
+        self.get_current_stream = lambda: self
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def asarray(self, a):
+        return np.array(a)
+
+    def record(self, stream):
+        self.log.append("record")
+
+    def wait_event(self, event):
+        self.log.append("wait")
+
+    def synchronize(self):
+        pass
+
+
+class _OneRank:
+    """NCCL at world size 1: an all-reduce copies, a broadcast leaves the buffer as it is."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def all_reduce(self, src, dst, op="sum", stream=None):
+        self.log.append(("all_reduce", src.size, stream is not None))
+        dst[...] = src
+
+    def broadcast(self, buf, root=0, stream=None):
+        self.log.append(("broadcast", buf.size))
+
+    def barrier(self):
+        pass
+
+
+def test_cupy_impl_with_numpy_standing_in(monkeypatch):
+    import importlib
+    import sys
+
+    from harness.backends import dist
+
+    log = []
+    monkeypatch.setitem(sys.modules, "cupy", _Stand(log))
+    monkeypatch.setitem(dist._COMM, "cupy", _OneRank(log))
+    monkeypatch.delitem(sys.modules, "impls.data_parallel.cupy_impl", raising=False)
+    impl = importlib.import_module("impls.data_parallel.cupy_impl")
+    p = SMALL | {"world_size": 1, "rank": 0}
+    scn = get("data_parallel")
+    inputs = scn.make_inputs(p)
+    want = scn.reference(inputs, p)["params"]
+    state = impl.prepare(inputs, p, None)
+    for v in ("single_process", "grad_accumulation", "ddp_naive", "ddp_bucketed_overlap", "ddp_accumulate_no_sync"):
+        log.clear()
+        np.testing.assert_allclose(getattr(impl, f"run_{v}")(state)["params"], want, rtol=1e-5, atol=5e-6, err_msg=v)
+        calls = [c for c in log if isinstance(c, tuple)]
+        steps = SMALL["steps"]
+        if v == "ddp_bucketed_overlap":  # every bucket once per step, on the side stream, after an event
+            assert len(calls) == steps * len(state["buckets"]) > steps and all(c[2] for c in calls)
+            assert sum(c[1] for c in calls) == steps * D.n_params(SMALL)
+            assert log.count("wait") == len(calls) + steps  # one per bucket, and the step after the last
+        elif v == "ddp_accumulate_no_sync":
+            assert calls == [("all_reduce", D.n_params(SMALL), False)] * steps
+    monkeypatch.delitem(sys.modules, "impls.data_parallel.cupy_impl")
