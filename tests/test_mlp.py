@@ -44,3 +44,23 @@ def test_sgd_moves_against_the_gradient():
     for (w, b), (nw, nb) in zip(params, new):
         np.testing.assert_array_equal(nw, w - 0.5)
         np.testing.assert_array_equal(nb, b - 0.5)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 50), steps=st.integers(1, 5), seed=st.integers(0, 2**31 - 1))
+def test_adam_matches_torch_optim_adam(n, steps, seed):
+    rng = np.random.default_rng(seed)
+    p0, grads = rng.standard_normal(n), rng.standard_normal((steps, n))
+    p, m, v = p0.copy(), np.zeros(n), np.zeros(n)
+    tp = torch.tensor(p0, requires_grad=True)
+    opt = torch.optim.Adam([tp], lr=0.01)
+    for k in range(steps):
+        mlp.adam(np, p, grads[k], m, v, k + 1, 0.01)
+        tp.grad = torch.tensor(grads[k])
+        opt.step()
+    np.testing.assert_allclose(p, tp.detach().numpy(), rtol=1e-12, atol=1e-14)
+    half = p0.copy()  # elementwise: a shard's step is the whole step's shard
+    mh, vh = np.zeros(n), np.zeros(n)
+    for k in range(steps):
+        mlp.adam(np, half[: n // 2], grads[k][: n // 2], mh[: n // 2], vh[: n // 2], k + 1, 0.01)
+    np.testing.assert_array_equal(half[: n // 2], p[: n // 2])

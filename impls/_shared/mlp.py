@@ -73,3 +73,16 @@ def backward(xp, params, cache, dy):
 def sgd(params, grads, lr):
     """One plain SGD step: new (W, b) pairs."""
     return [(w - lr * dw, b - lr * db) for (w, b), (dw, db) in zip(params, grads)]
+
+
+def adam(xp, p, g, m, v, step, lr, b1=0.9, b2=0.999, eps=1e-8):
+    """One Adam step (torch.optim.Adam's formula, no weight decay) on arrays of any shape, in place:
+    p, m and v are updated; step counts from 1. Elementwise, so it runs on a shard of a flat vector
+    as well as on a whole layer (what ZeRO relies on)."""
+    m *= b1
+    m += (1 - b1) * g
+    v *= b2
+    v += (1 - b2) * g * g
+    denom = xp.sqrt(v) / np.sqrt(1 - b2 ** step) + eps
+    p -= (lr / (1 - b1 ** step)) * m / denom
+    return p
