@@ -4,13 +4,17 @@ runs (impls/_shared/dp.py), run with numpy and a simulated all-reduce."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from harness.equivalence import run_equivalence
+from harness.ranks import RankGroup
 from harness.timing import PRESETS
 from impls._shared import dp
+from scenarios import _ranks as R
 from scenarios import data_parallel as D
 from scenarios import get
+from tests.conftest import gpu_backend_or_skip
 from tests.test_ranks import group  # noqa: F401 - the same fixture: a torch and a JAX group of 2 ranks
 
 SMALL = {"d_in": 5, "hidden": 7, "d_out": 3, "micro": 3, "accum": 2, "steps": 3, "lr": 0.05, "dtype": "float32",
@@ -152,3 +156,25 @@ def test_cupy_impl_with_numpy_standing_in(monkeypatch):
         elif v == "ddp_accumulate_no_sync":
             assert calls == [("all_reduce", D.n_params(SMALL), False)] * steps
     monkeypatch.delitem(sys.modules, "impls.data_parallel.cupy_impl")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ["torch", "cupy", "jax"])
+def test_on_one_gpu_every_variant_runs_and_matches(fw, monkeypatch):
+    """The lent machine has one GPU: a group of one rank. CuPy's hand-written backward (and every other
+    variant) against the float64 reference, at a size where float32 sums run over 256 rows."""
+    gpu_backend_or_skip(fw)
+    monkeypatch.setenv(R.WORLD_SIZE_ENV, "1")
+    g = RankGroup(fw, 1)
+    try:
+        assert g.request("hello", timeout=300)["available"]
+        eq = run_equivalence(get("data_parallel"), lambda _fw, p: g.request("equiv", "data_parallel", p, timeout=300),
+                             [fw], max_examples=5, seed=7)
+        assert eq.status == "passed", eq.message
+        p = {"d_in": 64, "hidden": 512, "d_out": 32, "micro": 128, "accum": 2, "steps": 3, "lr": 0.05,
+             "dtype": "float32", "seed": 2, "world_size": 1}
+        want = D.train64(p, *D._data(p))
+        for v, out in g.request("equiv", "data_parallel", p, timeout=300).items():
+            np.testing.assert_allclose(out["params"][0], want, rtol=1e-5, atol=5e-6, err_msg=v)
+    finally:
+        g.close()
