@@ -20,6 +20,7 @@ ORDER: tuple[str, ...] = (
     "point_to_point",
     "collectives",
     "gpu_links",
+    "data_parallel",
 )
 
 _cache: dict[str, Scenario] = {}

@@ -1,0 +1,163 @@
+"""data_parallel in PyTorch: autograd, DistributedDataParallel (gloo on the CPU, NCCL on GPUs).
+
+Rank processes joined the group before prepare (harness/backends/dist.py). DDP's constructor broadcasts
+rank 0's parameters; its reducer all-reduces a bucket from an autograd hook as soon as backward has
+written every gradient in it, on NCCL's own stream, and backward() returns only after the last bucket's
+all-reduce is waited for on the current stream. On gloo every all-reduce blocks the host.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from harness.metrics import emit
+from impls._shared import dp
+from scenarios.data_parallel import BUCKETS, sizes
+
+
+def _model(flat, p, device):
+    dims = sizes(p)
+    layers = []
+    for i, (w, b) in enumerate(dp.unflatten(flat, dims)):
+        lin = torch.nn.Linear(*w.shape, device=device)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w.T.copy()))  # torch stores W as (out, in)
+            lin.bias.copy_(torch.from_numpy(b))
+        layers += [lin, torch.nn.ReLU()] if i < len(dims) - 2 else [lin]
+    return torch.nn.Sequential(*layers)
+
+
+def _grads(model, x, t, accum, sync_each=True):
+    """Backward over accum micro-batches into .grad (summed, each scaled by 1/accum); with sync_each
+    False, DDP skips the all-reduce of all but the last micro-batch (no_sync)."""
+    m = x.shape[0] // accum
+    for a in range(accum):
+        quiet = not sync_each and a < accum - 1
+        with model.no_sync() if quiet else contextlib.nullcontext():
+            loss = torch.nn.functional.mse_loss(model(x[a * m:(a + 1) * m]), t[a * m:(a + 1) * m])
+            (loss / accum).backward()
+
+
+def _reducer(model, p, device, init_sync=True):
+    """DDP around model (broadcasting rank 0's parameters unless init_sync is False), with a comm hook
+    that counts the bytes of every bucket it all-reduces."""
+    n = sum(q.numel() for q in model.parameters())
+    kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
+    ddp = DDP(model, bucket_cap_mb=n * 4 / BUCKETS / 2**20, init_sync=init_sync, **kw)
+    count = {"bytes": 0, "buckets": 0}
+
+    def hook(state, bucket):
+        state["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+        state["buckets"] += 1
+        return default_hooks.allreduce_hook(None, bucket)  # DDP's own: all-reduce, divide by world size
+
+    ddp.register_comm_hook(count, hook)
+    return ddp, count
+
+
+def prepare(inputs, params, device):
+    s = {"x": torch.from_numpy(inputs["x"]).to(device), "t": torch.from_numpy(inputs["t"]).to(device),
+         "lr": float(params["lr"]), "accum": int(params["accum"]), "rank": dist.get_rank(),
+         "world": dist.get_world_size(), "plain": _model(inputs["init"], params, device)}
+    s["ddp"], s["count"] = _reducer(_model(inputs["init_own"], params, device), params, device)  # rank 0's weights
+    s["own"], s["own_count"] = _reducer(_model(inputs["init_own"], params, device), params, device, init_sync=False)
+    s["naive"] = _model(inputs["init_own"], params, device)
+    for q in s["naive"].parameters():
+        dist.broadcast(q.data, src=0)
+    s["starts"] = {k: [q.detach().clone() for q in s[k].parameters()] for k in ("plain", "ddp", "own", "naive")}
+    s["grad_bytes"] = sum(q.numel() * q.element_size() for q in s["plain"].parameters())
+    return s
+
+
+def barrier(state):
+    dist.barrier()
+
+
+def poison(state):
+    barrier(state)  # untimed, before every repeat: the ranks start together
+
+
+def _train(state, key, accum, mine, sync_each=True, reduce=None):
+    """`steps` SGD steps of state[key] from its start, on the global batch or this rank's shard;
+    reduce(model) runs between backward and the step."""
+    model = state[key]
+    with torch.no_grad():
+        for q, q0 in zip(model.parameters(), state["starts"][key]):
+            q.copy_(q0)
+    opt = torch.optim.SGD(model.parameters(), lr=state["lr"])
+    for k in range(state["x"].shape[0]):
+        opt.zero_grad(set_to_none=True)
+        x, t = state["x"][k], state["t"][k]
+        if mine:
+            x, t = dp.shard(x, state["rank"], state["world"]), dp.shard(t, state["rank"], state["world"])
+        _grads(model, x, t, accum, sync_each)
+        if reduce is not None:
+            reduce(model)
+        opt.step()
+    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return {"params": torch.cat([a for m in mods for a in (m.weight.detach().T.reshape(-1), m.bias.detach())])}
+
+
+def _emit(state, count):
+    """Per step: the bytes and all-reduce calls counted over the call (then reset)."""
+    steps = state["x"].shape[0]
+    emit("allreduce_bytes", count["bytes"] / steps)
+    emit("buckets", count["buckets"] / steps)
+    emit("grad_bytes", state["grad_bytes"])
+    count["bytes"] = count["buckets"] = 0
+
+
+def run_single_process(state):
+    return _train(state, "plain", 1, mine=False)
+
+
+def run_grad_accumulation(state):
+    return _train(state, "plain", state["accum"], mine=False)
+
+
+def _naive(state, key):
+    spent = [0.0]
+
+    def reduce(model):
+        if state["x"].is_cuda:
+            torch.cuda.synchronize()  # backward done: what follows is the all-reduces alone
+        t0 = time.perf_counter()
+        for q in model.parameters():  # one tensor at a time, after backward
+            dist.all_reduce(q.grad)
+            q.grad /= state["world"]
+        if state["x"].is_cuda:
+            torch.cuda.synchronize()
+        spent[0] += time.perf_counter() - t0
+
+    out = _train(state, key, 1, mine=True, reduce=reduce)
+    emit("comm_s", spent[0] / state["x"].shape[0])
+    steps, tensors = state["x"].shape[0], sum(1 for _ in state[key].parameters())
+    _emit(state, {"bytes": state["grad_bytes"] * steps, "buckets": tensors * steps})
+    return out
+
+
+def run_ddp_naive(state):
+    return _naive(state, "naive")
+
+
+def run_ddp_bucketed_overlap(state):
+    out = _train(state, "ddp", 1, mine=True)  # DDP's reducer all-reduces buckets from autograd hooks
+    _emit(state, state["count"])
+    return out
+
+
+def run_ddp_accumulate_no_sync(state):
+    out = _train(state, "ddp", state["accum"], mine=True, sync_each=False)
+    _emit(state, state["count"])
+    return out
+
+
+def run_unsynced_init(state):
+    out = _train(state, "own", 1, mine=True)  # bug: DDP(init_sync=False), every rank keeps its own draw
+    _emit(state, state["own_count"])
+    return out
