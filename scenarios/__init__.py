@@ -19,6 +19,7 @@ ORDER: tuple[str, ...] = (
     "ranks",
     "point_to_point",
     "collectives",
+    "tensor_parallel",
 )
 
 _cache: dict[str, Scenario] = {}
