@@ -52,9 +52,9 @@ def _all_reduce(a):
 
 
 def _all_gather(n, a):
-    out = torch.empty((n,) + tuple(a.shape), dtype=a.dtype, device=a.device)
-    dist.all_gather_into_tensor(out, a.contiguous())  # rank j's block lands in out[j]
-    return out
+    out = torch.empty((n * a.shape[0],) + tuple(a.shape[1:]), dtype=a.dtype, device=a.device)
+    dist.all_gather_into_tensor(out, a.contiguous())  # concatenated along dim 0: rank j's block is out[j]
+    return out.view((n,) + tuple(a.shape))
 
 
 class _Comm(torch.autograd.Function):
