@@ -123,3 +123,15 @@ def test_timing_counts_megatron_collectives_and_the_forgotten_reduce(group):
     assert verdict.verdict == "confirmed", verdict.evidence
     bad = rows["row_parallel_without_reduce"]
     assert bad["check"]["wrong"] == bad["check"]["checked"] > 0, "every run's output is a partial sum"
+
+
+def test_collectives_are_read_from_a_compiled_program():
+    hlo = """
+  %all-reduce = f32[4,8]{1,0} all-reduce(f32[4,8]{1,0} %dot), channel_id=1, replica_groups=[1,2]<=[2], to_apply=%add
+  %all-gather-start = (f32[4,3]{1,0}, f32[4,6]{1,0}) all-gather-start(f32[4,3]{1,0} %p), dimensions={1}
+  %all-gather-done = f32[4,6]{1,0} all-gather-done(%all-gather-start)
+  %add.1 = f32[4,8]{1,0} add(f32[4,8]{1,0} %a, f32[4,8]{1,0} %b)
+"""
+    calls, wire = tp.hlo_collectives(hlo, 2)
+    assert calls == 2  # the -done half of an async pair is not a second call
+    assert wire == pytest.approx(4 * 8 * 4 * 2 * 1 / 2 + 4 * 6 * 4 * 1 / 2)  # all-reduce 2(N-1)/N; all-gather (N-1)/N

@@ -7,6 +7,9 @@ w2 (k, d_model) its rows of the second (row parallel), b2 whole. x and target ar
 """
 from __future__ import annotations
 
+import math
+import re
+
 from harness.metrics import emit
 from impls._shared import mlp
 
@@ -86,3 +89,24 @@ def dense_step(xp, whole, x, target, cols):
     (dw1, db1), (dw2, db2) = mlp.backward(xp, params, cache, dy)
     dx = mlp.relu_backward(xp, cache[0][1], dy @ whole["w2"].T) @ whole["w1"].T
     return {"y": y, "dx": dx, "dw1": dw1[:, cols], "db1": db1[cols], "dw2": dw2[cols], "db2": db2}
+
+
+_HLO_COLLECTIVE = re.compile(r"=\s*(.*?)\s(all-reduce|all-gather|reduce-scatter)(-start)?\(")
+_HLO_ARRAY = re.compile(r"\b(f64|f32|bf16|f16)\[([\d,]*)\]")
+_HLO_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
+
+
+def hlo_collectives(text, n):
+    """(calls, bytes one rank sends in a ring) of the collectives in a compiled XLA program's text
+    (JAX: jit(f).lower(...).compile().as_text()). Sizes are the results': an all-gather's result is
+    N blocks, of which a rank sends N-1; a reduce-scatter's result is one block, sent N-1 times. An async
+    all-gather-start's result is (operands, results): only the results count."""
+    calls, wire = 0, 0.0
+    for result, op, start in _HLO_COLLECTIVE.findall(text):
+        arrays = _HLO_ARRAY.findall(result)
+        if start and op == "all-gather":
+            arrays = arrays[len(arrays) // 2:]
+        size = sum(_HLO_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in arrays)
+        calls += 1
+        wire += size * {"all-reduce": 2 * (n - 1) / n, "all-gather": (n - 1) / n, "reduce-scatter": n - 1}[op]
+    return calls, wire

@@ -7,8 +7,8 @@ forward with backward, since no call here names the backward collectives.
 """
 from __future__ import annotations
 
+import functools
 import importlib
-import re
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from harness.metrics import emit
+from impls._shared import tensor_parallel as tp
 from scenarios.tensor_parallel import shard_of
 
 SPECS = {"x": P(), "target": P(), "w1": P(None, "r"), "b1": P("r"), "w2": P("r", None), "b2": P()}
@@ -35,16 +36,16 @@ def prepare(inputs, params, device):
     glob = {k: jax.make_array_from_process_local_data(NamedSharding(mesh, SPECS[k]), v, inputs[k].shape)
             for k, v in local.items()}  # this process hands in its shard; the global array spans the mesh
     state = {"whole": {k: jax.device_put(v, device) for k, v in inputs.items()}, "global": glob, "cols": s,
-             "dense": jax.jit(_grads(_block)), "n": n}
-    annotated = {k: NamedSharding(mesh, v) for k, v in OUT_SPECS.items()}
-    state["tp_sharded"] = jax.jit(_grads(_block), out_shardings=annotated)
-    for name, block in (("tp_naive", _naive_block), ("tp_megatron", _block_psum), ("hazard", _block)):
-        state[name] = jax.jit(jax.shard_map(_stacked(_grads(block)), mesh=mesh, in_specs=(SPECS,),
+             "dense": jax.jit(_Blocks.grads(_Blocks.dense)), "n": n, "compiled": {}}
+    annotated = {k: NamedSharding(mesh, v) for k, v in OUT_SPECS.items()}  # XLA partitions the rest
+    state["tp_sharded"] = jax.jit(_Blocks.grads(_Blocks.dense), out_shardings=annotated)
+    state["tp_sharded_fwd"] = jax.jit(_Blocks.dense, out_shardings=annotated["y"])
+    hazard = functools.partial(_Blocks.megatron, reduce=False)
+    for name, block in (("tp_naive", _Blocks.naive), ("tp_megatron", _Blocks.megatron), ("hazard", hazard)):
+        state[name] = jax.jit(jax.shard_map(_Blocks.stacked(_Blocks.grads(block)), mesh=mesh, in_specs=(SPECS,),
                                             out_specs={k: P("r") for k in OUT_SPECS}))
-        state[name + "_fwd"] = jax.jit(jax.shard_map(_stacked(_forward(block)), mesh=mesh, in_specs=(SPECS,),
+        state[name + "_fwd"] = jax.jit(jax.shard_map(_Blocks.stacked(block), mesh=mesh, in_specs=(SPECS,),
                                                      out_specs=P("r")))
-    state["tp_sharded_fwd"] = jax.jit(_forward(_block), out_shardings=annotated["y"])
-    state["compiled"] = {}  # compiled on first use (the untimed first call): program and what it communicates
     return state
 
 
@@ -56,68 +57,60 @@ def poison(state):
     barrier(state)  # untimed, before every repeat: the ranks start together
 
 
-def _block(a):
-    return jax.nn.relu(a["x"] @ a["w1"] + a["b1"]) @ a["w2"] + a["b2"]
+def _all_reduce(a):  # inside shard_map: jax.grad turns it into Megatron's f in backward
+    return lax.psum(a, "r")
 
 
-def _block_psum(a):  # inside shard_map: a row-parallel partial sum, completed by g (psum); b2 added once
-    return lax.psum(jax.nn.relu(a["x"] @ a["w1"] + a["b1"]) @ a["w2"], "r") + a["b2"]
+def _all_gather(a, axis=0, tiled=False):
+    return _GATHER(a, "r", axis=axis, tiled=tiled)
 
 
-def _naive_block(a):  # inside shard_map: every linear's output all-gathered
-    k, r = a["w1"].shape[1], lax.axis_index("r")
-    z = _GATHER(a["x"] @ a["w1"] + a["b1"], "r", axis=1, tiled=True)  # the whole hidden layer
-    h = lax.dynamic_slice_in_dim(jax.nn.relu(z), r * k, k, axis=1)  # this rank's rows of the second linear
-    return _GATHER(h @ a["w2"], "r").sum(axis=0) + a["b2"]
+class _Blocks:
+    """The block's forward on a dict of arrays (inside shard_map: this process's shard), and the
+    program builders around it."""
+
+    @staticmethod
+    def dense(a):
+        return jax.nn.relu(a["x"] @ a["w1"] + a["b1"]) @ a["w2"] + a["b2"]
+
+    @staticmethod
+    def megatron(a, reduce=True):
+        partial = jax.nn.relu(a["x"] @ a["w1"] + a["b1"]) @ a["w2"]  # column then row parallel: a partial sum
+        return (_all_reduce(partial) if reduce else partial) + a["b2"]  # g; b2 added once
+
+    @staticmethod
+    def naive(a):
+        k, r = a["w1"].shape[1], lax.axis_index("r")
+        z = _all_gather(a["x"] @ a["w1"] + a["b1"], axis=1, tiled=True)  # the whole hidden layer
+        h = lax.dynamic_slice_in_dim(jax.nn.relu(z), r * k, k, axis=1)  # this rank's rows of the second linear
+        return _all_gather(h @ a["w2"]).sum(axis=0) + a["b2"]  # partial sums gathered, summed here
+
+    @staticmethod
+    def grads(block):
+        def loss(a):
+            y = block(a)
+            return jnp.mean((y - a["target"]) ** 2), y
+
+        def step(a):
+            d, y = jax.grad(loss, has_aux=True)(a)
+            return {"y": y, "dx": d["x"], "dw1": d["w1"], "db1": d["b1"], "dw2": d["w2"], "db2": d["b2"]}
+        return step
+
+    @staticmethod
+    def stacked(fn):  # outputs with a leading rank axis: out_specs P("r") holds varying and invariant values
+        return lambda a: jax.tree.map(lambda v: v[None], fn(a))
 
 
-def _forward(block):
-    return lambda a: block(a)
-
-
-def _grads(block):
-    def loss(a):
-        y = block(a)
-        return jnp.mean((y - a["target"]) ** 2), y
-
-    def step(a):  # jax.grad transposes psum: dx's all-reduce (Megatron's f) comes from autodiff
-        d, y = jax.grad(loss, has_aux=True)(a)
-        return {"y": y, "dx": d["x"], "dw1": d["w1"], "db1": d["b1"], "dw2": d["w2"], "db2": d["b2"]}
-    return step
-
-
-def _stacked(fn):  # every output with a leading rank axis: out_specs P("r") holds varying and invariant values
-    return lambda a: jax.tree.map(lambda v: v[None], fn(a))
-
-
-_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
-_COLLECTIVE = re.compile(r"=\s*(.*?)\s(all-reduce|all-gather|reduce-scatter)(?:-start)?\(")
-
-
-def _hlo_collectives(compiled, n):
-    """(calls, ring wire bytes per rank) of the collectives in a compiled program."""
-    calls, wire = 0, 0.0
-    for shape, op in _COLLECTIVE.findall(compiled.as_text()):
-        size = sum(_BYTES[t] * int(np.prod([int(d) for d in dims.split(",") if d]))
-                   for t, dims in re.findall(r"(\w+)\[([\d,]*)\]", shape))
-        calls += 1
-        wire += size * {"all-reduce": 2 * (n - 1) / n, "all-gather": (n - 1) / n, "reduce-scatter": n - 1}[op]
-    return calls, wire
-
-
-def _compiled(state, name):
-    """The variant's program, compiled once, and the collectives of forward alone and of forward + backward."""
+def _step(state, name, stacked=True):
+    """Run the variant's program (compiled on first use, the untimed first call) and emit the collectives
+    of its compiled forward alone and of forward + backward: no call here names the backward ones."""
     if name not in state["compiled"]:
         both = state[name].lower(state["global"]).compile()
-        (fc, fw), (tc, tw) = (_hlo_collectives(state[name + "_fwd"].lower(state["global"]).compile(), state["n"]),
-                              _hlo_collectives(both, state["n"]))
+        fc, fw = tp.hlo_collectives(state[name + "_fwd"].lower(state["global"]).compile().as_text(), state["n"])
+        tc, tw = tp.hlo_collectives(both.as_text(), state["n"])
         state["compiled"][name] = (both, {"fwd_collectives": fc, "fwd_wire_bytes": fw,
                                           "bwd_collectives": tc - fc, "bwd_wire_bytes": tw - fw})
-    return state["compiled"][name]
-
-
-def _mine(state, name, stacked=True):
-    program, counts = _compiled(state, name)
+    program, counts = state["compiled"][name]
     for k, v in counts.items():
         emit(k, v)
     out = program(state["global"])
@@ -125,21 +118,21 @@ def _mine(state, name, stacked=True):
 
 
 def run_dense(state):
-    out, s = state["dense"](state["whole"]), state["cols"]
+    out, s = state["dense"](state["whole"]), state["cols"]  # one device, the whole block
     return dict(out, dw1=out["dw1"][:, s], db1=out["db1"][s], dw2=out["dw2"][s])
 
 
 def run_tp_naive(state):
-    return _mine(state, "tp_naive")
+    return _step(state, "tp_naive")
 
 
 def run_tp_megatron(state):
-    return _mine(state, "tp_megatron")
+    return _step(state, "tp_megatron")
 
 
 def run_tp_sharded(state):
-    return _mine(state, "tp_sharded", stacked=False)  # this process's shard of each annotated output
+    return _step(state, "tp_sharded", stacked=False)  # this process's shard of each annotated output
 
 
 def run_row_parallel_without_reduce(state):
-    return _mine(state, "hazard")  # bug: _block inside shard_map, no psum: y stays a partial sum
+    return _step(state, "hazard")  # bug: g forgotten, y stays a partial sum

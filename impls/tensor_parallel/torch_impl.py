@@ -70,59 +70,58 @@ class _Comm(torch.autograd.Function):
         return ctx.bwd(g), None, None
 
 
-def _same(a):
-    return a.view_as(a)
+_SAME = lambda a: a.view_as(a)  # noqa: E731 - no collective on this side
 
 
-def _leaves(state, names):
-    src = {**state["whole"], **state["shard"]} if names == "shard" else state["whole"]
-    return {k: src[k].detach().clone().requires_grad_() for k in ("x", "target", "w1", "b1", "w2", "b2")}
+class _Forward:
+    """The block's forward on autograd leaves t, through the counted collectives c; returns y."""
+
+    @staticmethod
+    def dense(t, c):
+        return torch.relu(t["x"] @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
+
+    @staticmethod
+    def megatron(t, c, reduce=True):
+        x = _Comm.apply(t["x"], _SAME, c.all_reduce)  # f: identity forward, all-reduce of dx backward
+        partial = torch.relu(x @ t["w1"] + t["b1"]) @ t["w2"]  # column then row parallel: a partial sum
+        return (_Comm.apply(partial, c.all_reduce, _SAME) if reduce else partial) + t["b2"]  # g; b2 added once
+
+    @staticmethod
+    def naive(t, c, r):
+        k = t["w1"].shape[1]
+        x = _Comm.apply(t["x"], _SAME, lambda g: c.all_gather(g).sum(0))  # dx's partial sums gathered, summed
+        whole = lambda a: torch.cat(list(c.all_gather(a)), dim=1)  # noqa: E731 - the whole hidden layer
+        h = torch.relu(_Comm.apply(x @ t["w1"] + t["b1"], whole, lambda g: g[:, r * k:(r + 1) * k]))
+        partial = h[:, r * k:(r + 1) * k] @ t["w2"]  # this rank's rows of the row-parallel linear
+        return _Comm.apply(partial, lambda a: c.all_gather(a).sum(0), _SAME) + t["b2"]
 
 
-def _outputs(t, y, cols=slice(None)):
+def _step(state, forward, *args):
+    """forward and backward on fresh autograd leaves (the whole block for dense, else this rank's shard);
+    the outputs of this rank's shard; the collectives issued, emitted."""
+    c, dense = state["comm"], forward is _Forward.dense
+    src = state["whole"] if dense else {**state["whole"], **state["shard"]}
+    t = {k: v.detach().clone().requires_grad_() for k, v in src.items()}
+    c.start()
+    y = forward(t, c, *args)
+    c.phase = "bwd"
+    torch.nn.functional.mse_loss(y, t["target"]).backward()
+    c.emit()
+    cols = state["cols"] if dense else slice(None)
     return {"y": y.detach(), "dx": t["x"].grad, "dw1": t["w1"].grad[:, cols], "db1": t["b1"].grad[cols],
             "dw2": t["w2"].grad[cols], "db2": t["b2"].grad}
 
 
-def _backward(state, y, target):
-    state["comm"].phase = "bwd"
-    torch.nn.functional.mse_loss(y, target).backward()
-
-
 def run_dense(state):
-    t = _leaves(state, "whole")
-    y = torch.relu(t["x"] @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
-    torch.nn.functional.mse_loss(y, t["target"]).backward()
-    return _outputs(t, y, state["cols"])
-
-
-def _megatron(state, reduce):
-    c, t = state["comm"], _leaves(state, "shard")
-    c.start()
-    x = _Comm.apply(t["x"], _same, c.all_reduce)  # f: identity forward, all-reduce of dx backward
-    partial = torch.relu(x @ t["w1"] + t["b1"]) @ t["w2"]  # column then row parallel: a partial sum
-    y = (_Comm.apply(partial, c.all_reduce, _same) if reduce else partial) + t["b2"]  # g; b2 added once
-    _backward(state, y, t["target"])
-    c.emit()
-    return _outputs(t, y)
+    return _step(state, _Forward.dense)
 
 
 def run_tp_naive(state):
-    c, t, r = state["comm"], _leaves(state, "shard"), state["rank"]
-    c.start()
-    k = t["w1"].shape[1]
-    x = _Comm.apply(t["x"], _same, lambda g: c.all_gather(g).sum(0))  # dx's partial sums gathered, summed
-    gather = lambda a: torch.cat(list(c.all_gather(a)), dim=1)  # noqa: E731 - the whole hidden layer
-    h = torch.relu(_Comm.apply(x @ t["w1"] + t["b1"], gather, lambda g: g[:, r * k:(r + 1) * k]))
-    partial = h[:, r * k:(r + 1) * k] @ t["w2"]  # this rank's rows of the row-parallel linear
-    y = _Comm.apply(partial, lambda a: c.all_gather(a).sum(0), _same) + t["b2"]
-    _backward(state, y, t["target"])
-    c.emit()
-    return _outputs(t, y)
+    return _step(state, _Forward.naive, state["rank"])
 
 
 def run_tp_megatron(state):
-    return _megatron(state, reduce=True)
+    return _step(state, _Forward.megatron)
 
 
 class _Counted(TorchDispatchMode):
@@ -149,11 +148,12 @@ def run_tp_sharded(state):
     c.start()
     with _Counted(c):
         y = model(x)  # RowwiseParallel hands back a replicated local tensor
-        _backward(state, y, w["target"])
+        c.phase = "bwd"
+        torch.nn.functional.mse_loss(y, w["target"]).backward()
     c.emit()
     g = [model[i].weight.grad.to_local().T for i in (0, 2)] + [model[i].bias.grad.to_local() for i in (0, 2)]
     return {"y": y.detach(), "dx": x.grad, "dw1": g[0], "dw2": g[1], "db1": g[2], "db2": g[3]}
 
 
 def run_row_parallel_without_reduce(state):
-    return _megatron(state, reduce=False)  # bug: g forgotten, y stays a partial sum
+    return _step(state, _Forward.megatron, False)  # bug: g forgotten, y stays a partial sum
