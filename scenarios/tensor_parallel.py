@@ -142,16 +142,21 @@ SCENARIO = Scenario(
         "torch": ("parallelize_module + ColwiseParallel / RowwiseParallel", "init_device_mesh", "DTensor",
                   "torch.autograd.Function + dist.all_reduce (f, g)", "dist.all_gather_into_tensor"),
         "cupy": ("NCCLBackend.all_reduce", "NCCLBackend.all_gather", "impls/_shared/tensor_parallel.py (by hand)"),
-        "jax": ("jax.shard_map + lax.psum", "lax.all_gather", "NamedSharding(mesh, P(None, 'r')) on weights + jit",
-                "jax.grad"),
+        "jax": ("jax.shard_map + lax.psum", "all_gather_invariant", "NamedSharding(mesh, P(None, 'r')) on weights + jit",
+                "jax.grad", "jit(f).lower(...).compile().as_text() (the collectives)"),
     },
     framework_notes={
         "torch": "DTensor's layouts put Megatron's f and g in for you (parallelize_module); written out, they are "
-                 "two autograd.Functions (identity/all-reduce and all-reduce/identity).",
+                 "two autograd.Functions (identity/all-reduce and all-reduce/identity). DTensor's collectives are "
+                 "counted by a TorchDispatchMode that lets DTensor desugar first (as CommDebugMode does). gloo's "
+                 "all_gather_into_tensor wants its output concatenated along dim 0, not stacked on a new axis.",
         "cupy": "No autograd and no sharding layer: forward and backward by hand, with NCCL all-reduces where "
                 "f and g sit; tp_sharded is not expressible. NCCL only: skipped without a GPU per rank.",
         "jax": "Inside shard_map, jax.grad transposes psum for you: the backward all-reduce of f comes from "
-               "autodiff. With sharding annotations alone, XLA's partitioner chooses and inserts the collectives.",
+               "autodiff. With sharding annotations alone, XLA's partitioner chooses and inserts the collectives. "
+               "Trap: lax.all_gather's result is typed 'varying' over the mesh axis, so jax.grad differentiates N "
+               "copies of the loss and dx came out N times too large; all_gather_invariant (private in JAX 0.10) "
+               "types it as the same on every rank.",
     },
     metrics_doc={"fwd_collectives": "collective calls issued in forward", "bwd_collectives": "... in backward",
                  "fwd_wire_bytes": "bytes one rank sends in forward (ring: 2(N-1)/N x all-reduce, (N-1) x "

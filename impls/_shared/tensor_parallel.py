@@ -25,16 +25,17 @@ class Collectives:
         self.calls = {"fwd": 0, "bwd": 0}
         self.wire = {"fwd": 0.0, "bwd": 0.0}
 
-    def _count(self, wire_bytes):
+    def issued(self, kind, nbytes):
+        """Count one collective of `kind` on a block of nbytes per rank, issued here or by a library."""
         self.calls[self.phase] += 1
-        self.wire[self.phase] += wire_bytes
+        self.wire[self.phase] += (2 * (self.n - 1) / self.n if kind == "all_reduce" else self.n - 1) * nbytes
 
     def all_reduce(self, a):
-        self._count(2 * (self.n - 1) / self.n * a.nbytes)
+        self.issued("all_reduce", a.nbytes)
         return self._all_reduce(a)
 
     def all_gather(self, a):
-        self._count((self.n - 1) * a.nbytes)
+        self.issued("all_gather", a.nbytes)
         return self._all_gather(a)
 
     def start(self):

@@ -16,6 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from impls._shared import tensor_parallel as tp
 from scenarios.tensor_parallel import shard_of
 
+# torch 2.13 renamed the out-of-place all-gather (all_gather_into_tensor is deprecated); older torch has only that.
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _MESH = {}  # one 1-D device mesh per process (it wraps the default process group)
 
 
@@ -53,7 +55,7 @@ def _all_reduce(a):
 
 def _all_gather(n, a):
     out = torch.empty((n * a.shape[0],) + tuple(a.shape[1:]), dtype=a.dtype, device=a.device)
-    dist.all_gather_into_tensor(out, a.contiguous())  # concatenated along dim 0: rank j's block is out[j]
+    _ALL_GATHER(out, a.contiguous())  # concatenated along dim 0: rank j's block is out[j]
     return out.view((n,) + tuple(a.shape))
 
 
@@ -130,14 +132,12 @@ class _Counted(TorchDispatchMode):
     def __init__(self, comm):
         super().__init__()
         self.comm = comm
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented  # let DTensor desugar its op into collectives first (as CommDebugMode does)
         name = func.__name__.split(".")[0]
         if func.namespace == "_c10d_functional" and name in ("all_reduce", "all_gather_into_tensor"):
-            n = self.comm.n
-            self.comm._count((2 * (n - 1) / n if name == "all_reduce" else n - 1) * args[0].nbytes)
+            self.comm.issued("all_reduce" if name == "all_reduce" else "all_gather", args[0].nbytes)
         return func(*args, **(kwargs or {}))
 
 
