@@ -3,7 +3,6 @@ the float64 reference; torch (gloo) and JAX ranks at world size 2 against it; th
 variant issues against Megatron's model; the forgotten all-reduce caught as wrong runs."""
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -11,14 +10,12 @@ import pytest
 from hypothesis import given, settings
 
 from harness.equivalence import compare_outputs, run_equivalence
-from harness.ranks import RankGroup
 from harness.timing import PRESETS
 from impls._shared import tensor_parallel as tp
 from scenarios import _ranks as R
 from scenarios import get
 from scenarios import tensor_parallel as T
-from scenarios.spec import Verdict
-from tests.conftest import backend_or_skip
+from tests.test_ranks import group  # noqa: F401 - the torch (gloo) and JAX rank groups at world size 2
 
 SCN = get("tensor_parallel")
 
@@ -95,17 +92,6 @@ def test_the_claim_holds_counts_against_the_model():
     assert claim.judge({"tp_megatron": row((1, 1), (a, a)), "tp_sharded": row((1, 2), (a, a))},
                        "jax", p).verdict == "refuted"
     assert claim.judge({"tp_megatron": row((0, 0), (0, 0), 1)}, "jax", p).verdict == "inconclusive"
-
-
-@pytest.fixture(scope="module", params=("torch", "jax"))
-def group(request):
-    backend_or_skip(request.param)
-    os.environ[R.WORLD_SIZE_ENV] = "2"
-    g = RankGroup(request.param, 2)
-    info = g.request("hello", timeout=120)
-    assert info["available"], info["why"]
-    yield g
-    g.close()
 
 
 def test_outputs_and_gradients_match_dense_at_world_size_2(group):

@@ -50,7 +50,7 @@ class Collectives:
 def _grads(xp, shard, x, target, z1, h, y):
     """The row-parallel backward needs no communication: dy is whole on every rank. Returns the
     shard's gradients and dx's partial sum (this rank's hidden columns only)."""
-    _, dy = mlp.mse(xp, y, target)
+    dy = y - target  # L = sum((y - target)^2) / 2
     dh, dw2, _ = mlp.linear_backward(xp, h, shard["w2"], dy)
     dx_partial, dw1, db1 = mlp.linear_backward(xp, x, shard["w1"], mlp.relu_backward(xp, z1, dh))
     return dx_partial, {"dw1": dw1, "db1": db1, "dw2": dw2, "db2": dy.sum(axis=0)}
@@ -86,7 +86,7 @@ def dense_step(xp, whole, x, target, cols):
     """One device, the whole block; reports the gradients of the shard `cols` (a slice of hidden)."""
     params = [(whole["w1"], whole["b1"]), (whole["w2"], whole["b2"])]
     y, cache = mlp.forward(xp, params, x)
-    _, dy = mlp.mse(xp, y, target)
+    dy = y - target
     (dw1, db1), (dw2, db2) = mlp.backward(xp, params, cache, dy)
     dx = mlp.relu_backward(xp, cache[0][1], dy @ whole["w2"].T) @ whole["w1"].T
     return {"y": y, "dx": dx, "dw1": dw1[:, cols], "db1": db1[cols], "dw2": dw2[cols], "db2": db2}
