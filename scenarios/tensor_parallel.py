@@ -16,7 +16,8 @@ activation; S = batch x hidden/N x itemsize, one rank's hidden slice):
     tp_naive                  forward: all-gather of the hidden slices (S) and of the partial outputs
                               (A), summed locally; backward: all-gather of the partial dx (A)
                               wire bytes (N-1) x (S + A) forward, (N-1) x A backward
-The impls count what they actually issue (torch: their autograd functions, or a dispatch mode under
+The hidden layer grows with the ranks (hidden = hidden_per_rank x N): a rank's share of the work is
+the same at every N, and `dense` is the whole block on one device. The impls count what they actually issue (torch: their autograd functions, or a dispatch mode under
 DTensor; JAX: the collectives in the compiled HLO; CuPy: its NCCL calls) and emit it; the claim holds
 the counts against this model.
 """
@@ -159,7 +160,9 @@ SCENARIO = Scenario(
                "autodiff. With sharding annotations alone, XLA's partitioner chooses and inserts the collectives. "
                "Trap: lax.all_gather's result is typed 'varying' over the mesh axis, so jax.grad differentiates N "
                "copies of the loss and dx came out N times too large; all_gather_invariant (private in JAX 0.10) "
-               "types it as the same on every rank.",
+               "types it as the same on every rank. In tp_naive, autodiff also all-reduces the whole hidden "
+               "layer's gradient (slicing an invariant array by the rank index transposes to a psum): its "
+               "backward moves more than the naive torch and CuPy write out.",
     },
     metrics_doc={"fwd_collectives": "collective calls issued in forward", "bwd_collectives": "... in backward",
                  "fwd_wire_bytes": "bytes one rank sends in forward (ring: 2(N-1)/N x all-reduce, (N-1) x "

@@ -28,15 +28,14 @@ def prepare(inputs, params, device):
     shard = {"w1": whole["w1"][:, s], "b1": whole["b1"][s], "w2": whole["w2"][s], "b2": whole["b2"]}
     if device.type not in _MESH:  # a CPU mesh on the CPU: without one it would pick CUDA where present
         _MESH[device.type] = init_device_mesh(device.type, (n,))
-    model = torch.nn.Sequential(torch.nn.Linear(*whole["w1"].shape), torch.nn.ReLU(),
-                                torch.nn.Linear(*whole["w2"].shape)).to(device)
-    with torch.no_grad():  # nn.Linear keeps W as (out, in)
-        for lin, (w, b) in ((model[0], ("w1", "b1")), (model[2], ("w2", "b2"))):
-            lin.weight.copy_(whole[w].T)
-            lin.bias.copy_(whole[b])
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU(), torch.nn.Linear(1, 1))
+    for lin, w, b in ((model[0], "w1", "b1"), (model[2], "w2", "b2")):  # nn.Linear keeps W as (out, in)
+        lin.weight, lin.bias = torch.nn.Parameter(whole[w].T.contiguous()), torch.nn.Parameter(whole[b].clone())
     parallelize_module(model, _MESH[device.type], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     comm = tp.Collectives(n, _all_reduce, lambda a: _all_gather(n, a))
-    return {"whole": whole, "shard": shard, "rank": rank, "cols": s, "comm": comm, "model": model}
+    leaves = lambda d: {k: v.detach().clone().requires_grad_(k != "target") for k, v in d.items()}  # noqa: E731
+    return {"whole": whole, "rank": rank, "cols": s, "comm": comm, "model": model,
+            "dense": leaves(whole), "tp": leaves({**whole, **shard})}  # autograd leaves, made once
 
 
 def barrier(state):
@@ -99,11 +98,12 @@ class _Forward:
 
 
 def _step(state, forward, *args):
-    """forward and backward on fresh autograd leaves (the whole block for dense, else this rank's shard);
+    """forward and backward on autograd leaves (the whole block for dense, else this rank's shard);
     the outputs of this rank's shard; the collectives issued, emitted."""
     c, dense = state["comm"], forward is _Forward.dense
-    src = state["whole"] if dense else {**state["whole"], **state["shard"]}
-    t = {k: v.detach().clone().requires_grad_() for k, v in src.items()}
+    t = state["dense" if dense else "tp"]
+    for v in t.values():
+        v.grad = None  # a fresh gradient each step; the previous step's outputs stay as they were
     c.start()
     y = forward(t, c, *args)
     c.phase = "bwd"
@@ -142,9 +142,9 @@ class _Counted(TorchDispatchMode):
 
 
 def run_tp_sharded(state):
-    c, model, w = state["comm"], state["model"], state["whole"]
+    c, model, w, x = state["comm"], state["model"], state["whole"], state["tp"]["x"]
     model.zero_grad(set_to_none=True)
-    x = w["x"].detach().clone().requires_grad_()
+    x.grad = None
     c.start()
     with _Counted(c):
         y = model(x)  # RowwiseParallel hands back a replicated local tensor
