@@ -7,6 +7,7 @@ The impl contract (impls/<scenario>/<framework>_impl.py, same names in all three
     NOT_EXPRESSIBLE = {variant: why}           (optional) variants this framework cannot express
                                                without CUDA streams or events (JAX's data flow), so
                                                they run on a CPU device too
+    cannot_run(device) -> why | None (optional) what this machine lacks (gpu_links: a second GPU)
 The harness, not the impl, converts to numpy, synchronizes and times.
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ def skip_reason(scenario: Scenario, variant: Variant, backend: Backend, impl: Mo
     why = getattr(impl, "NOT_EXPRESSIBLE", {}).get(variant.name)
     if why:
         return f"not expressible in {backend.name}: {why}"
+    lacks = impl.cannot_run(backend.device) if hasattr(impl, "cannot_run") else None
+    if lacks:
+        return lacks
     if variant.needs_gpu(backend.name) and not backend.on_gpu:
         return f"needs a CUDA device ({backend.name} runs on the CPU here)"
     if not hasattr(impl, f"run_{variant.name}"):

@@ -19,6 +19,7 @@ ORDER: tuple[str, ...] = (
     "ranks",
     "point_to_point",
     "collectives",
+    "gpu_links",
     "tensor_parallel",
 )
 

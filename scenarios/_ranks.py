@@ -10,12 +10,12 @@ torchrun checks its own share.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 from hypothesis import strategies as st
 
-from scenarios.spec import Arrays, Params
+from scenarios.spec import Arrays, Params, Verdict
 
 WORLD_SIZE_ENV = "TRIPTYCH_WORLD_SIZE"
 
@@ -50,3 +50,19 @@ def small_ints(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, bou
     """Integer-valued floats in [-bound, bound] without 0: every summation order gives the same bits
     (as in nccl-tests), and no element equals a zeroed buffer."""
     return (rng.integers(1, bound + 1, size=shape) * rng.choice([-1, 1], size=shape)).astype(dtype)
+
+
+def hazard_caught(claim: str, variant: str) -> Callable[[Mapping[str, dict], str, Params], Verdict]:
+    """A judge: the hazard variant's checked runs were wrong (inconclusive with one rank, where it is not a bug)."""
+
+    def judge(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
+        c = rows[variant]["check"]
+        n = int(rows[variant].get("ranks", size_of(p)))
+        numbers = {"wrong": c["wrong"], "checked": c["checked"], "world_size": n}
+        if n < 2:
+            return Verdict(claim, fw, "inconclusive", "one rank: nothing to get wrong", numbers)
+        word = "confirmed" if c["checked"] and c["wrong"] > 0 else "refuted"
+        return Verdict(claim, fw, word, f"{variant}: {c['wrong']} of {c['checked']} checked runs wrong at "
+                                        f"world size {n}", numbers)
+
+    return judge

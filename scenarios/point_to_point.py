@@ -12,7 +12,7 @@ import numpy as np
 
 from scenarios import _ranks as R
 from scenarios import _strategies as S
-from scenarios.spec import Params, Scenario, Tolerance, Variant
+from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant
 
 
 def _x(p: Params, r: int) -> dict[str, np.ndarray]:
@@ -49,6 +49,8 @@ SCENARIO = Scenario(
     reference=reference,
     cheap_reference=lambda p: int(p["count"]) * R.size_of(p) <= 1 << 26,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),
+    claims=(Claim("read_before_wait", "The receive buffer is not yours to read until the wait.",
+                  R.hazard_caught("read_before_wait", "read_before_wait")),),
     key_apis={
         "torch": ("dist.send / dist.recv", "dist.P2POp + dist.batch_isend_irecv", "Work.wait()"),
         "cupy": ("NCCLBackend.send / .recv", "cupy.cuda.nccl.groupStart / groupEnd", "Stream.wait_event"),

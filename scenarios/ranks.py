@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from scenarios import _ranks as R
 from scenarios import _strategies as S
-from scenarios.spec import Params, Scenario, Tolerance, Variant
+from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, ratio_verdict
 
 
 def make_inputs(p: Params) -> dict[str, np.ndarray]:
@@ -30,6 +30,15 @@ def reference(inputs: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]
         return {"total": (data.astype(np.float64) ** 2).sum(axis=0), "mark": np.asarray(r, dtype=np.int64)}
 
     return R.per_rank(p, one)
+
+
+def _speedup(rows: dict, fw: str, p: Params) -> Verdict:
+    one, mine = (rows[v]["timing"]["device_done"]["median"] for v in ("one_process", "by_rank"))
+    n = int(rows["by_rank"].get("ranks", R.size_of(p)))
+    if n < 2:
+        return Verdict("shares_divide", fw, "inconclusive", "one rank: nothing to divide", {"world_size": n})
+    return ratio_verdict("shares_divide", fw, one / mine, 1.0, lower_is_confirmed=False,
+                         what=f"one process / by_rank at world size {n}", numbers={"speedup": one / mine})
 
 
 SCENARIO = Scenario(
@@ -57,6 +66,11 @@ SCENARIO = Scenario(
     make_inputs=make_inputs,
     reference=reference,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),  # integer-valued sums below 2^24: bit-exact
+    claims=(
+        Claim("shares_divide", "Each rank takes its share: the group is faster than one process alone.", _speedup),
+        Claim("forgotten_sharding", "Without sharding every rank does all the work and the sum counts it N times.",
+              R.hazard_caught("forgotten_sharding", "same_data_every_rank")),
+    ),
     key_apis={
         "torch": ("torch.distributed.init_process_group", "dist.get_rank()", "dist.all_reduce", "torchrun"),
         "cupy": ("cupyx.distributed.init_process_group", "NCCLBackend.all_reduce", "RANK / WORLD_SIZE"),

@@ -13,7 +13,8 @@ from harness.execute import load_impl, run_variants, skip_reason
 from scenarios import all_scenarios
 from tests.conftest import backend_or_skip
 
-CASES = [(s, fw, v) for s in all_scenarios() for fw in backends.FRAMEWORKS for v in s.checked_variants]
+# Rank scenarios need a group of processes: tests/test_ranks.py checks them through real rank groups.
+CASES = [(s, fw, v) for s in all_scenarios() if not s.ranks for fw in backends.FRAMEWORKS for v in s.checked_variants]
 
 
 @pytest.mark.parametrize("scenario,framework,variant", CASES,

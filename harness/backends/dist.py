@@ -27,10 +27,16 @@ class RankEnv:
 
     @classmethod
     def from_environ(cls) -> "RankEnv":
+        """torchrun's variables; under srun, Slurm's task ids stand in for RANK, WORLD_SIZE and LOCAL_RANK."""
+        env = os.environ
+        slurm = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
+        get = {k: env.get(k, env.get(v)) for k, v in slurm.items()}
         try:
-            return cls(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
-                       int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
-                       os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]))
+            for k in ("RANK", "WORLD_SIZE", "MASTER_PORT"):
+                if (get.get(k) if k in get else env.get(k)) is None:
+                    raise KeyError(k)
+            return cls(int(get["RANK"]), int(get["WORLD_SIZE"]), int(get["LOCAL_RANK"] or get["RANK"]),
+                       env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]))
         except KeyError as e:
             raise Unavailable(f"not started as a rank: ${e.args[0]} is not set (torchrun's contract)") from None
 
@@ -75,6 +81,7 @@ def _join_torch(b: Backend, env: RankEnv) -> str:
         torch.cuda.set_device(env.local_rank)
         b.device = torch.device("cuda", env.local_rank)
     kind = "nccl" if b.on_gpu else "gloo"
+    os.environ.setdefault("MASTER_ADDR", env.addr)  # env:// reads the address and port from here
     # env:// reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; device_id binds NCCL's communicator eagerly.
     dist.init_process_group(kind, rank=env.rank, world_size=env.world_size,
                             device_id=b.device if b.on_gpu else None)
