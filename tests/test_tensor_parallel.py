@@ -121,3 +121,21 @@ def test_collectives_are_read_from_a_compiled_program():
     calls, wire = tp.hlo_collectives(hlo, 2)
     assert calls == 2  # the -done half of an async pair is not a second call
     assert wire == pytest.approx(4 * 8 * 4 * 2 * 1 / 2 + 4 * 6 * 4 * 1 / 2)  # all-reduce 2(N-1)/N; all-gather (N-1)/N
+
+
+@pytest.mark.gpu
+def test_hand_written_blocks_run_with_cupy_on_one_gpu():
+    """The CuPy impl's code path on a GPU without NCCL: one rank, whose collectives are the identity."""
+    from tests.conftest import gpu_backend_or_skip
+
+    gpu_backend_or_skip("cupy")
+    import cupy as cp
+
+    p = {"batch": 33, "d_model": 48, "hidden_per_rank": 80, "dtype": "float32", "seed": 9, "world_size": 1}
+    b = {k: cp.asarray(v) for k, v in T.block(p).items()}
+    want = SCN.reference(SCN.make_inputs(p), p)
+    comm = tp.Collectives(1, lambda a: a.copy(), lambda a: a[None].copy())
+    for got in (tp.megatron_step(cp, b, b["x"], b["target"], comm), tp.naive_step(cp, b, b["x"], b["target"], comm, 0),
+                tp.dense_step(cp, b, b["x"], b["target"], slice(None))):
+        bad = compare_outputs(SCN, p, {k: cp.asnumpy(v)[None] for k, v in got.items()}, want)
+        assert not bad, bad
