@@ -36,7 +36,7 @@ def test_replicas_are_bit_identical(group):
 
 def test_hazard_drifts_and_bytes_are_counted(group):
     scn = get("data_parallel")
-    rows = {r["variant"]: r for r in group.request("time", "data_parallel", SMALL, PRESETS["smoke"], timeout=300)}
+    rows = {r["variant"]: r for r in group.request("time", "data_parallel", SMALL, PRESETS["smoke"], timeout=300)["rows"]}
     bad = rows["unsynced_init"]["check"]
     assert bad["wrong"] == bad["checked"] > 0, "each rank's own weights: every run is wrong"
     assert all(rows[v]["check"]["wrong"] == 0 for v in ("ddp_naive", "ddp_bucketed_overlap", "ddp_accumulate_no_sync"))
@@ -132,11 +132,11 @@ def test_cupy_impl_with_numpy_standing_in(monkeypatch):
     import importlib
     import sys
 
-    from harness.backends import dist
+    from impls._shared import nccl
 
     log = []
     monkeypatch.setitem(sys.modules, "cupy", _Stand(log))
-    monkeypatch.setitem(dist._COMM, "cupy", _OneRank(log))
+    monkeypatch.setitem(nccl._COMM, "cupy", _OneRank(log))
     monkeypatch.delitem(sys.modules, "impls.data_parallel.cupy_impl", raising=False)
     impl = importlib.import_module("impls.data_parallel.cupy_impl")
     p = SMALL | {"world_size": 1, "rank": 0}

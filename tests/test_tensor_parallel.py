@@ -102,7 +102,7 @@ def test_outputs_and_gradients_match_dense_at_world_size_2(group):
 
 def test_timing_counts_megatron_collectives_and_the_forgotten_reduce(group):
     p = {"batch": 8, "d_model": 16, "hidden_per_rank": 8, "dtype": "float32", "seed": 2}
-    rows = {r["variant"]: r for r in group.request("time", "tensor_parallel", p, PRESETS["smoke"], timeout=180)}
+    rows = {r["variant"]: r for r in group.request("time", "tensor_parallel", p, PRESETS["smoke"], timeout=180)["rows"]}
     for v in ("dense", "tp_naive", "tp_megatron", "tp_sharded"):
         assert rows[v]["status"] == "ok" and rows[v]["check"]["wrong"] == 0, (v, rows[v].get("check"))
     verdict = SCN.claims[0].judge(rows, group.fw, dict(p, world_size=2))

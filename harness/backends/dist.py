@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.backends.base import Backend, Unavailable
+from impls._shared import nccl
 
 NO_NCCL_HERE = "NCCL needs a CUDA GPU per rank"
 
@@ -46,14 +47,6 @@ class RankEnv:
         if fw == "cupy":
             return int(os.environ.get("CUPYX_DISTRIBUTED_PORT", self.port + 2))
         return self.port
-
-
-_COMM: dict[str, Any] = {}
-
-
-def cupy_comm() -> Any:
-    """The CuPy rank's communicator (cupyx.distributed's NCCLBackend): CuPy keeps no global group."""
-    return _COMM["cupy"]
 
 
 def join(fw: str, backend: Backend, env: RankEnv) -> str:
@@ -110,8 +103,8 @@ def _join_cupy(b: Backend, env: RankEnv) -> str:
     b.device = cupy.cuda.Device(env.local_rank)
     b.device.use()
     # Rank 0 serves the TCP store that hands the NCCL unique id to the others.
-    _COMM["cupy"] = distributed.init_process_group(env.world_size, env.rank, backend="nccl",
-                                                   host=env.addr, port=env.port_for("cupy"))
+    nccl.set_comm(distributed.init_process_group(env.world_size, env.rank, backend="nccl",
+                                                 host=env.addr, port=env.port_for("cupy")))
     return f"cupyx.distributed NCCL, rank {env.rank} of {env.world_size}"
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import cupy as cp
 
-from harness.backends.dist import cupy_comm
 from harness.metrics import emit
+from impls._shared.nccl import cupy_comm
 from scenarios.collectives import bus_factor, nbytes
 
 

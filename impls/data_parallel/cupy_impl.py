@@ -15,9 +15,9 @@ import time
 
 import cupy as cp
 
-from harness.backends.dist import cupy_comm
 from harness.metrics import emit
 from impls._shared import dp
+from impls._shared.nccl import cupy_comm
 from scenarios.data_parallel import BUCKETS, sizes
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import cupy as cp
 from cupy.cuda import nccl
 
-from harness.backends.dist import cupy_comm
+from impls._shared.nccl import cupy_comm
+
 
 
 def prepare(inputs, params, device):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import cupy as cp
 
-from harness.backends.dist import cupy_comm
+from impls._shared.nccl import cupy_comm
+
 
 _OWN: dict[str, int] = {}  # module state: each process has its own copy, nothing is shared
 
