@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -176,8 +177,10 @@ class RankGroup:
         for c in self._conns:
             c.close()
         for p in self._procs:
-            if p.poll() is None:
-                p.kill()
+            try:  # the rank's whole session: what it started (cupyx's TCP store server) dies with it
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             p.wait(10)
         self._procs, self._conns, self._hello = [], [], None
 

@@ -12,6 +12,23 @@ from tests.conftest import backend_or_skip, gpu_backend_or_skip
 SCN = get("dlpack_handoff")
 
 
+@pytest.fixture(autouse=True)
+def _caps_restored():
+    """A ring run in this process caps its guests (torch's allocator, CuPy's pool) at a third of the row's
+    share; in a test process the guests are the harness's own backends, whose caps later tests rely on."""
+    from harness import backends
+
+    saved = []
+    for fw in ("torch", "cupy"):
+        b = backends.get(fw)
+        if b.available()[0] and b.on_gpu:
+            impl = load_impl(SCN.name, fw)
+            saved.append((impl, impl.share(b.load().device)))
+    yield
+    for impl, share in saved:
+        impl.guest(True, share)  # the cap the backend had set, set again
+
+
 def _run(fw, variant, p, repeats=1):
     b = backend_or_skip(fw)
     impl = load_impl(SCN.name, fw)

@@ -250,6 +250,8 @@ def test_real_device_oom_in_every_framework_is_a_row_status(monkeypatch, fractio
     if not avail:
         pytest.skip("no framework on a GPU here")
     monkeypatch.setenv(MEMORY_FRACTION_ENV, fraction)
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"):  # JAX's backend in this test
+        monkeypatch.delenv(name, raising=False)  # process set them; the workers would take them as the user's
     doc = compare(monkeypatch, ",".join(f"async_dispatch:{fw}:oom:time" for fw in avail), frameworks=avail)
     words = {"torch": "OutOfMemoryError", "cupy": "OutOfMemoryError", "jax": "RESOURCE_EXHAUSTED"}
     for fw in avail:
