@@ -39,11 +39,15 @@ def _reducer(state):
 
     def ready(layer):
         if layer in first:
-            side.wait_event(cp.cuda.get_current_stream().record())  # NCCL reads the bucket only after backward wrote it
+            written = cp.cuda.Event()
+            written.record(cp.cuda.get_current_stream())
+            side.wait_event(written)  # NCCL reads the bucket only after backward wrote it
             comm.all_reduce(first[layer], first[layer], op="sum", stream=side)
 
     def wait():
-        cp.cuda.get_current_stream().wait_event(side.record())  # the step reads the gradients after every bucket
+        reduced = cp.cuda.Event()
+        reduced.record(side)
+        cp.cuda.get_current_stream().wait_event(reduced)  # the step reads the gradients after every bucket
 
     return ready, wait
 
@@ -70,13 +74,10 @@ def poison(state):
 
 def _train(state, start, accum, mine, reduce=None):
     """`steps` SGD steps from start; reduce(flat, x, t) fills state["grad"] with the averaged gradient."""
-    flat = start.copy()
+    flat, reduce = start.copy(), reduce or (lambda flat, x, t: _grads(state, flat, x, t, accum))
     for k in range(state["x"].shape[0]):
         x, t = (dp.shard(a[k], state["rank"], state["world"]) if mine else a[k] for a in (state["x"], state["t"]))
-        if reduce is None:
-            _grads(state, flat, x, t, accum)
-        else:
-            reduce(flat, x, t)
+        reduce(flat, x, t)
         flat -= state["lr"] * state["grad"]
     return {"params": flat}
 
