@@ -1,14 +1,11 @@
 """data_parallel in CuPy: no autograd, so backward is the hand-written one (impls/_shared/mlp.py via
-impls/_shared/dp.py), and DDP is written out: cupyx.distributed's NCCL communicator, one process per
-GPU (no CPU path).
+impls/_shared/dp.py), and DDP is written out: cupyx.distributed's NCCL communicator, one process per GPU (no CPU path).
 
-Parameters and gradients are flat device vectors; a layer's (W, b) are views. Compute runs on the
-current stream. The bucketed variant all-reduces each bucket (a contiguous slice of the gradient
-vector) on its own communication stream, after an event recorded once backward wrote the bucket's
-last layer; the compute stream waits for the communication stream's last event before the SGD step
-reads the gradients, and the next step's backward is enqueued behind it, so no bucket is overwritten
-while NCCL still reads it.
-"""
+Parameters and gradients are flat device vectors; a layer's (W, b) are views. Compute runs on the current stream.
+The bucketed variant all-reduces each bucket (a contiguous slice of the gradient vector) on its own communication
+stream, after an event recorded once backward wrote the bucket's last layer; the compute stream waits for the
+communication stream's last event before the SGD step reads the gradients, and the next step's backward is
+enqueued behind it, so no bucket is overwritten while NCCL still reads it."""
 from __future__ import annotations
 
 import time
@@ -38,15 +35,14 @@ def _reducer(state):
     """on_layer for backward: once a bucket's last-written layer is enqueued, the communication stream
     waits for it and all-reduces the bucket in place; then wait() orders the compute stream after it."""
     comm, side, g = state["comm"], state["comm_stream"], state["grad"]
-    first = {layer: (a, b) for a, b, layer in state["buckets"]}
+    first = {layer: g[a:b] for a, b, layer in state["buckets"]}  # views of the gradient vector
 
     def ready(layer):
         if layer in first:
-            a, b = first[layer]
             written = cp.cuda.Event()
             written.record(cp.cuda.get_current_stream())
             side.wait_event(written)  # NCCL reads the bucket only after backward wrote it
-            comm.all_reduce(g[a:b], g[a:b], op="sum", stream=side)
+            comm.all_reduce(first[layer], first[layer], op="sum", stream=side)
 
     def wait():
         reduced = cp.cuda.Event()
@@ -78,15 +74,10 @@ def poison(state):
 
 def _train(state, start, accum, mine, reduce=None):
     """`steps` SGD steps from start; reduce(flat, x, t) fills state["grad"] with the averaged gradient."""
-    flat = start.copy()
+    flat, reduce = start.copy(), reduce or (lambda flat, x, t: _grads(state, flat, x, t, accum))
     for k in range(state["x"].shape[0]):
-        x, t = state["x"][k], state["t"][k]
-        if mine:
-            x, t = dp.shard(x, state["rank"], state["world"]), dp.shard(t, state["rank"], state["world"])
-        if reduce is None:
-            _grads(state, flat, x, t, accum)
-        else:
-            reduce(flat, x, t)
+        x, t = (dp.shard(a[k], state["rank"], state["world"]) if mine else a[k] for a in (state["x"], state["t"]))
+        reduce(flat, x, t)
         flat -= state["lr"] * state["grad"]
     return {"params": flat}
 

@@ -1,8 +1,7 @@
-"""data_parallel in JAX: jax.grad, one process per device, like torch (jax.distributed joined before
-prepare). Two idioms: explicit (a jitted shard_map over the processes' mesh, lax.psum / lax.pmean
-inside) and automatic (the step jitted over a batch sharded across the mesh with the parameters
-replicated: XLA inserts the all-reduce and schedules it). Dispatch is asynchronous; the harness waits.
-"""
+"""data_parallel in JAX: jax.grad, one process per device, like torch (jax.distributed joined before prepare).
+Two idioms: explicit (a jitted shard_map over the processes' mesh, lax.psum / lax.pmean inside) and automatic
+(the step jitted over a batch sharded across the mesh with the parameters replicated: XLA inserts the all-reduce
+and schedules it). Dispatch is asynchronous; the harness waits."""
 from __future__ import annotations
 
 import time
@@ -65,18 +64,17 @@ def prepare(inputs, params, device):
     split, rep = NamedSharding(mesh, P("r")), NamedSharding(mesh, P())
     glob = jax.make_array_from_process_local_data  # this process's block of a global array
     xs, ts = [dp.shard(a, rank, world) for a in inputs["x"]], [dp.shard(a, rank, world) for a in inputs["t"]]
-    return {
-        "x": jax.device_put(inputs["x"], device), "t": jax.device_put(inputs["t"], device), "lr": lr, "accum": accum,
-        "world": world, "plain": _model(inputs["init"], dims, device), "naive": _model(synced, dims, device),
-        "xs": [jax.device_put(a, device) for a in xs], "ts": [jax.device_put(a, device) for a in ts],
-        "xg": [glob(split, a) for a in xs], "tg": [glob(split, a) for a in ts],
-        "stacked": jax.tree.map(lambda a: glob(split, a[None]), dp.unflatten(synced, dims)),
-        "own": jax.tree.map(lambda a: glob(split, a[None]), dp.unflatten(inputs["init_own"], dims)),
-        "replicated": jax.tree.map(lambda a: glob(rep, a), dp.unflatten(synced, dims)),
-        "explicit": _reducer(mesh, accum, lr), "explicit1": _reducer(mesh, 1, lr),
-        "psum": jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "r"), mesh=mesh, in_specs=P("r"), out_specs=P())),
-        "split": split, "grad_bytes": 4 * dp.offsets(dims)[1],
-    }
+    return {"x": jax.device_put(inputs["x"], device), "t": jax.device_put(inputs["t"], device), "lr": lr,
+            "accum": accum, "world": world, "plain": _model(inputs["init"], dims, device),
+            "naive": _model(synced, dims, device),
+            "xs": [jax.device_put(a, device) for a in xs], "ts": [jax.device_put(a, device) for a in ts],
+            "xg": [glob(split, a) for a in xs], "tg": [glob(split, a) for a in ts],
+            "stacked": jax.tree.map(lambda a: glob(split, a[None]), dp.unflatten(synced, dims)),
+            "own": jax.tree.map(lambda a: glob(split, a[None]), dp.unflatten(inputs["init_own"], dims)),
+            "replicated": jax.tree.map(lambda a: glob(rep, a), dp.unflatten(synced, dims)),
+            "explicit": _reducer(mesh, accum, lr), "explicit1": _reducer(mesh, 1, lr),
+            "psum": jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "r"), mesh=mesh, in_specs=P("r"), out_specs=P())),
+            "split": split, "grad_bytes": 4 * dp.offsets(dims)[1]}
 
 
 def barrier(state):

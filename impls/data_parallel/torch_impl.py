@@ -1,10 +1,9 @@
 """data_parallel in PyTorch: autograd, DistributedDataParallel (gloo on the CPU, NCCL on GPUs).
 
-Rank processes joined the group before prepare (harness/backends/dist.py). DDP's constructor broadcasts
-rank 0's parameters; its reducer all-reduces a bucket from an autograd hook as soon as backward has
-written every gradient in it, on NCCL's own stream, and backward() returns only after the last bucket's
-all-reduce is waited for on the current stream. On gloo every all-reduce blocks the host.
-"""
+Rank processes joined the group before prepare (harness/backends/dist.py). DDP's constructor broadcasts rank 0's
+parameters; its reducer all-reduces a bucket from an autograd hook once backward wrote every gradient in it, on
+NCCL's own stream; backward() returns only after the last bucket's all-reduce is waited for on the current stream.
+On gloo every all-reduce blocks the host."""
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +20,7 @@ from scenarios.data_parallel import BUCKETS, sizes
 
 
 def _model(flat, p, device):
-    dims = sizes(p)
-    layers = []
+    dims, layers = sizes(p), []
     for i, (w, b) in enumerate(dp.unflatten(flat, dims)):
         lin = torch.nn.Linear(*w.shape, device=device)
         with torch.no_grad():
@@ -33,19 +31,16 @@ def _model(flat, p, device):
 
 
 def _grads(model, x, t, accum, sync_each=True):
-    """Backward over accum micro-batches into .grad (summed, each scaled by 1/accum); with sync_each
-    False, DDP skips the all-reduce of all but the last micro-batch (no_sync)."""
+    """Backward of accum micro-batches into .grad, each / accum; sync_each=False: DDP all-reduces the last (no_sync)."""
     m = x.shape[0] // accum
     for a in range(accum):
-        quiet = not sync_each and a < accum - 1
-        with model.no_sync() if quiet else contextlib.nullcontext():
+        with model.no_sync() if not sync_each and a < accum - 1 else contextlib.nullcontext():
             loss = torch.nn.functional.mse_loss(model(x[a * m:(a + 1) * m]), t[a * m:(a + 1) * m])
             (loss / accum).backward()
 
 
 def _reducer(model, p, device, init_sync=True):
-    """DDP around model (broadcasting rank 0's parameters unless init_sync is False), with a comm hook
-    that counts the bytes of every bucket it all-reduces."""
+    """DDP around model (broadcasts rank 0's parameters unless init_sync=False); a comm hook counts bucket bytes."""
     n = sum(q.numel() for q in model.parameters())
     kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
     ddp = DDP(model, bucket_cap_mb=n * 4 / BUCKETS / 2**20, init_sync=init_sync, **kw)
@@ -82,9 +77,9 @@ def poison(state):
     barrier(state)  # untimed, before every repeat: the ranks start together
 
 
-def _train(state, key, accum, mine, sync_each=True, reduce=None):
+def _train(state, key, accum, mine, sync_each=True, reduce=lambda model: None, count=None):
     """`steps` SGD steps of state[key] from its start, on the global batch or this rank's shard;
-    reduce(model) runs between backward and the step."""
+    reduce(model) runs between backward and the step; with count, _emit(state, count) after."""
     model = state[key]
     with torch.no_grad():
         for q, q0 in zip(model.parameters(), state["starts"][key]):
@@ -92,13 +87,12 @@ def _train(state, key, accum, mine, sync_each=True, reduce=None):
     opt = torch.optim.SGD(model.parameters(), lr=state["lr"])
     for k in range(state["x"].shape[0]):
         opt.zero_grad(set_to_none=True)
-        x, t = state["x"][k], state["t"][k]
-        if mine:
-            x, t = dp.shard(x, state["rank"], state["world"]), dp.shard(t, state["rank"], state["world"])
+        x, t = (dp.shard(a[k], state["rank"], state["world"]) if mine else a[k] for a in (state["x"], state["t"]))
         _grads(model, x, t, accum, sync_each)
-        if reduce is not None:
-            reduce(model)
+        reduce(model)
         opt.step()
+    if count is not None:
+        _emit(state, count)
     mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     return {"params": torch.cat([a for m in mods for a in (m.weight.detach().T.reshape(-1), m.bias.detach())])}
 
@@ -121,17 +115,15 @@ def run_grad_accumulation(state):
 
 
 def _naive(state, key):
-    spent = [0.0]
+    spent, sync = [0.0], (torch.cuda.synchronize if state["x"].is_cuda else lambda: None)
 
     def reduce(model):
-        if state["x"].is_cuda:
-            torch.cuda.synchronize()  # backward done: what follows is the all-reduces alone
+        sync()  # backward done: what follows is the all-reduces alone
         t0 = time.perf_counter()
         for q in model.parameters():  # one tensor at a time, after backward
             dist.all_reduce(q.grad)
             q.grad /= state["world"]
-        if state["x"].is_cuda:
-            torch.cuda.synchronize()
+        sync()
         spent[0] += time.perf_counter() - t0
 
     out = _train(state, key, 1, mine=True, reduce=reduce)
@@ -146,18 +138,12 @@ def run_ddp_naive(state):
 
 
 def run_ddp_bucketed_overlap(state):
-    out = _train(state, "ddp", 1, mine=True)  # DDP's reducer all-reduces buckets from autograd hooks
-    _emit(state, state["count"])
-    return out
+    return _train(state, "ddp", 1, mine=True, count=state["count"])  # DDP's reducer: buckets from autograd hooks
 
 
 def run_ddp_accumulate_no_sync(state):
-    out = _train(state, "ddp", state["accum"], mine=True, sync_each=False)
-    _emit(state, state["count"])
-    return out
+    return _train(state, "ddp", state["accum"], mine=True, sync_each=False, count=state["count"])
 
 
 def run_unsynced_init(state):
-    out = _train(state, "own", 1, mine=True)  # bug: DDP(init_sync=False), every rank keeps its own draw
-    _emit(state, state["own_count"])
-    return out
+    return _train(state, "own", 1, mine=True, count=state["own_count"])  # bug: init_sync=False, ranks keep own draws

@@ -2,8 +2,7 @@
 ColwiseParallel / RowwiseParallel (parallelize_module), over torch.distributed (gloo on the CPU).
 
 On NCCL a collective is enqueued on the current stream and returns at once; on gloo it blocks the
-host. Autograd runs the backward collectives where the forward put their Functions.
-"""
+host. Autograd runs the backward collectives where the forward put their Functions."""
 from __future__ import annotations
 
 import torch
@@ -19,12 +18,12 @@ from scenarios.tensor_parallel import shard_of
 # torch 2.13 renamed the out-of-place all-gather (all_gather_into_tensor is deprecated); older torch has only that.
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _MESH = {}  # one 1-D device mesh per process (it wraps the default process group)
+_SAME = lambda a: a.view_as(a)  # noqa: E731 - no collective on this side
 
 
 def prepare(inputs, params, device):
     rank, n = dist.get_rank(), dist.get_world_size()
-    whole = {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}
-    s = shard_of(params, rank)
+    whole, s = {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}, shard_of(params, rank)
     shard = {"w1": whole["w1"][:, s], "b1": whole["b1"][s], "w2": whole["w2"][s], "b2": whole["b2"]}
     if device.type not in _MESH:  # a CPU mesh on the CPU: without one it would pick CUDA where present
         _MESH[device.type] = init_device_mesh(device.type, (n,))
@@ -60,7 +59,6 @@ def _all_gather(n, a):
 
 class _Comm(torch.autograd.Function):
     """One collective (or none) in forward, another in backward: Megatron's f and g, and the naive gathers."""
-
     @staticmethod
     def forward(ctx, a, fwd, bwd):
         ctx.bwd = bwd
@@ -71,12 +69,8 @@ class _Comm(torch.autograd.Function):
         return ctx.bwd(g), None, None
 
 
-_SAME = lambda a: a.view_as(a)  # noqa: E731 - no collective on this side
-
-
 class _Forward:
     """The block's forward on autograd leaves t, through the counted collectives c; returns y."""
-
     @staticmethod
     def dense(t, c):
         return torch.relu(t["x"] @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
@@ -98,10 +92,9 @@ class _Forward:
 
 
 def _step(state, forward, *args):
-    """forward and backward on autograd leaves (the whole block for dense, else this rank's shard);
-    the outputs of this rank's shard; the collectives issued, emitted."""
+    """Forward, backward on autograd leaves (dense: whole block, else this rank's shard); emits collectives."""
     c, dense = state["comm"], forward is _Forward.dense
-    t = state["dense" if dense else "tp"]
+    t, cols = (state["dense"], state["cols"]) if dense else (state["tp"], slice(None))
     for v in t.values():
         v.grad = None  # a fresh gradient each step; the previous step's outputs stay as they were
     c.start()
@@ -109,9 +102,8 @@ def _step(state, forward, *args):
     c.phase = "bwd"
     (0.5 * ((y - t["target"]) ** 2).sum()).backward()  # the spec's loss
     c.emit()
-    cols = state["cols"] if dense else slice(None)
     return {"y": y.detach(), "dx": t["x"].grad, "dw1": t["w1"].grad[:, cols], "db1": t["b1"].grad[cols],
-            "dw2": t["w2"].grad[cols], "db2": t["b2"].grad}
+            "dw2": t["w2"].grad[cols], "db2": t["b2"].grad}  # this rank's shard of the outputs
 
 
 def run_dense(state):
@@ -128,7 +120,6 @@ def run_tp_megatron(state):
 
 class _Counted(TorchDispatchMode):
     """Counts the functional collectives DTensor issues (ring bytes, as tp.Collectives counts them)."""
-
     def __init__(self, comm):
         super().__init__()
         self.comm = comm
