@@ -184,15 +184,18 @@ class RankGroup:
             p.wait(10)
         self._procs, self._conns, self._hello = [], [], None
 
-    def close(self) -> None:
+    def close(self, grace: float = 10.0) -> None:
+        """Ask every rank to leave its group, wait up to `grace` seconds for all of them together (a run
+        being stopped gives little: a busy rank does not listen), then kill what is left."""
         for c in self._conns:
             try:
                 c.send(None)
             except OSError:
                 pass
+        deadline = time.monotonic() + grace
         for p in self._procs:
             try:
-                p.wait(10)
+                p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
@@ -284,6 +287,6 @@ class Groups:
             return {"available": False, "why": f"failed to start {self.world_size} ranks: {e}", "env": {},
                     "on_gpu": False}
 
-    def close(self) -> None:
+    def close(self, grace: float = 10.0) -> None:
         for g in self.groups.values():
-            g.close()
+            g.close(grace)

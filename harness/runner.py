@@ -111,10 +111,11 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         stopped = f"the run was stopped ({str(e) or 'SIGINT'}) while the frameworks started"
         not_run = [{"scenario": x.name, "why": stopped} for x in scenarios]
     finally:
+        grace = 10.0 if stopped is None else 1.0  # a stopped run ends now: busy workers are killed
         for pool in pools:
             for w in pool.values():
-                w.close()
-        rank_groups.close()
+                w.close(grace)
+        rank_groups.close(grace)
         ui.end()
     return _document(opts, started, fw_env, machine, out_scenarios, not_run)
 

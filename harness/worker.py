@@ -102,7 +102,7 @@ class LocalWorker:
             status, summary = failure(self.fw, e)
             raise WorkerError(summary, status) from e
 
-    def close(self) -> None:
+    def close(self, grace: float = 0.0) -> None:
         pass
 
     kill = close
@@ -162,11 +162,12 @@ class ProcessWorker:
             self._proc.join(5)
         self._proc = self._conn = None
 
-    def close(self) -> None:
+    def close(self, grace: float = 10.0) -> None:
+        """Ask the child to leave, wait up to `grace` seconds (a run being stopped gives little), kill it."""
         if self._proc is not None and self._proc.is_alive():
             try:
                 self._conn.send(None)
-                self._proc.join(10)
+                self._proc.join(grace)
             except (OSError, BrokenPipeError):
                 pass
         self.kill()

@@ -189,3 +189,29 @@ def test_a_report_that_cannot_be_written_fails_the_run_but_keeps_the_result(tmp_
     assert _compare(tmp_path, monkeypatch, doc([row("torch", "async")])) == 1
     assert "FAILED report not written: OSError: [Errno 28] No space left on device" in capsys.readouterr().err
     assert len(list((tmp_path / "out").glob("*.json"))) == 1
+
+
+def test_sigterm_while_a_rank_is_busy_ends_the_run_at_once(tmp_path):
+    """A rank that never answers (rank 1 hangs in its timing request; rank 0 waits for it in a collective)
+    must not hold a stopped run for the polite close's ten seconds per process; no rank outlives it."""
+    pytest.importorskip("torch")
+    env = dict(os.environ, TRIPTYCH_FAULT="ranks:torch:hang:time", TRIPTYCH_FAULT_RANK="1")
+    args = [sys.executable, "-m", "harness", "compare", "--frameworks", "torch", "--scenarios", "ranks",
+            "--world-size", "2", "--examples", "1", "--seed", "1", "--no-report", "--timeout", "600",
+            "--out", str(tmp_path / "out")]
+    p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # the progress line of the hanging request
+        line = p.stderr.readline()
+        assert line, "the run ended before it timed the ranks"
+        if "ranks · torch · timing" in line:
+            break
+    time.sleep(3)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    assert time.monotonic() - t0 < 8, "the stopped run waited for busy ranks to leave"
+    (result,) = (tmp_path / "out").glob("*.json")
+    assert "stopped (SIGTERM)" in json.loads(result.read_text())["not_run"][0]["why"]
+    left = subprocess.run(["pgrep", "-f", "harness.rank_main"], capture_output=True, text=True).stdout.split()
+    assert not left, f"rank processes outlived the run: {left}"
