@@ -72,10 +72,12 @@ def test_on_synthetic_files_the_planted_row_and_no_other_is_a_regression(seed):
 # same seed; torch on one thread. The planted row is sync_points' `item_each_step`.
 SLICE = ["--scenarios", "sync_points,launch_overhead", "--frameworks", "torch", "--size", "smoke", "--seed", "1",
          "--no-equivalence", "--no-report"]
-# On a host busy with other work (load average over half its cores) the same row moves by 20-100% from
-# one run to the next (measured on the 2-core CI machine at load 5-6 while other suites ran): more than
-# the 15% to be found, and regress rightly calls such rows noisy. The test needs a quiet host.
-QUIET = os.getloadavg()[0] <= 0.5 * (os.cpu_count() or 1)
+# On a 2-core machine the same row moves by 20-100% from one run to the next: at load 5-6 while other
+# suites ran, and also at low load inside a full `make test` (2026-12-03: the planted row came out 0.86x,
+# 95% interval [0.63, 1.18], and regress rightly called it noisy). A 15% effect is not findable there, so
+# this test runs only where a person says the host is quiet: TRIPTYCH_QUIET_HOST=1 (and a load average
+# under half the cores), e.g. a GPU machine's 16 idle cores.
+QUIET = os.environ.get("TRIPTYCH_QUIET_HOST") == "1" and os.getloadavg()[0] <= 0.5 * (os.cpu_count() or 1)
 
 
 def _compare(out: Path, fault: str = "") -> Path:
@@ -85,8 +87,8 @@ def _compare(out: Path, fault: str = "") -> Path:
     return next(out.glob("*.json"))
 
 
-@pytest.mark.skipif(not QUIET, reason=f"host load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: "
-                                      "between-run noise exceeds a 15% effect")
+@pytest.mark.skipif(not QUIET, reason=f"needs a quiet host (TRIPTYCH_QUIET_HOST=1; load now {os.getloadavg()[0]:.1f} "
+                                      f"on {os.cpu_count()} cores): between-run noise exceeds a 15% effect")
 def test_on_two_real_cpu_runs_the_planted_row_and_no_other_is_a_regression(tmp_path):
     base = json.loads(_compare(tmp_path / "base").read_text())
     cand = json.loads(_compare(tmp_path / "cand", "sync_points:torch:slow15:item_each_step").read_text())
