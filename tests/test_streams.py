@@ -2,6 +2,9 @@
 claims' arithmetic, which variants run where, and — on a GPU — the behaviour they exist to show."""
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -224,8 +227,11 @@ def test_torch_job_kernel_runs_on_32_bit_values():
     scn = get("concurrent_kernels")
     p = {"jobs": 2, "elems": 5, "iters": 3, "seed": 1}
     state = impl.prepare(scn.make_inputs(p), p, b.device)
-    assert state["x"].dtype == torch.int32  # the same width as CuPy's and Pallas's uint32 (jiterator has no uint32)
-    assert "long" not in impl.CODE and "int64" not in impl.CODE
+    assert state["x"].dtype == torch.int32  # the uint32 bits: the same width as CuPy's and Pallas's uint32
+    src = inspect.getsource(impl._triton_kernel)  # the GPU kernel: 32-bit loop, one element per thread
+    assert "tl.uint32" in src and "int64" not in src
+    cupy_src = (Path(__file__).parents[1] / "impls" / "concurrent_kernels" / "cupy_impl.py").read_text()
+    assert impl.BLOCK == load_impl("concurrent_kernels", "jax").BLOCK == 128 and "\nTHREADS = 128\n" in cupy_src
     y = impl.run_one_stream(state)["y"]
     assert all(t.dtype == torch.uint32 for t in y)
 

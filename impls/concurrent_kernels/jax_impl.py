@@ -1,9 +1,10 @@
 """concurrent_kernels in JAX.
 
 No streams. The job kernel is written in Pallas, since XLA's own ops cannot hold a long loop inside one
-kernel (a lax.fori_loop outside a kernel launches its body once per iteration): a grid of 256-element
-blocks, each running the uint32 loop, lowered through Triton on the GPU (Pallas's default there is
-Mosaic GPU, hence the explicit Triton compiler params) and interpreted on the CPU. one_stream dispatches
+kernel (a lax.fori_loop outside a kernel launches its body once per iteration): a grid of 128-element
+blocks on 4 warps (one element per thread, as in the CuPy and torch kernels), each running the uint32
+loop, lowered through Triton on the GPU (Pallas's default there is Mosaic GPU, hence the explicit Triton
+compiler params) and interpreted on the CPU. one_stream dispatches
 one jitted call per job; many_streams jits one program holding every job's kernel, and XLA decides
 what runs concurrently; batched is one pallas_call over every job.
 """
@@ -15,7 +16,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-BLOCK = 256  # elements per Pallas program (a power of two, as Triton wants); rows are padded to a multiple
+BLOCK = 128  # elements per Pallas program on 4 warps: one per thread; rows are padded to a multiple
 
 def prepare(inputs, params, device):
     x = inputs["x"]

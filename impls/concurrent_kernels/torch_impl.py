@@ -1,12 +1,13 @@
 """concurrent_kernels in PyTorch.
 
-The job kernel is a jiterator functor: a CUDA elementwise kernel compiled at run time whose per-element
-body is a long loop (torch has no such operator). jiterator has no uint32, so the inputs are int32 tensors
-holding the uint32 bits: the functor's loop counter and arithmetic are 32-bit, as in the CuPy and Pallas
-kernels, and each output is viewed back as uint32 (metadata only). On one stream the jobs' kernels queue
-behind one another; on N side streams (which first wait for the main stream, where the inputs were
-uploaded) they may run together. On the CPU the same steps run as int64 tensor ops masked to 32 bits, and
-only one_stream and batched run.
+The job kernel is a Triton kernel (torch has no operator with a long loop per element; Triton, which
+torch ships and torch.compile writes, is its way to a custom kernel): programs of 128 elements on 4 warps,
+so one element per thread, the CuPy RawKernel's and the Pallas kernel's layout, with the same 32-bit
+loop. The int32 inputs hold the uint32 bits (bitcast in the kernel); each output is viewed back as uint32
+(metadata only). Triton launches on torch's current stream. On one stream the jobs' kernels queue behind
+one another; on N side streams (which first wait for the main stream, where the inputs were uploaded)
+they may run together. On the CPU the same steps run as int64 tensor ops masked to 32 bits, and only
+one_stream and batched run.
 """
 from __future__ import annotations
 
@@ -14,19 +15,28 @@ import torch
 
 from harness.timeline import span
 
-CODE = """
-template <typename T> T lcg_spin(T x, T iters) {
-    unsigned int v = static_cast<unsigned int>(x);
-    for (int k = 0; k < static_cast<int>(iters); ++k) v = v * 1664525u + 1013904223u;
-    return static_cast<T>(v);
-}
-"""
-_compiled = {}  # the jiterator function, made on first use on a GPU (nothing touches CUDA at import)
+BLOCK = 128  # elements per Triton program, on 4 warps: one element per thread
+_compiled = {}  # the Triton kernel, made on first use on a GPU (triton is imported there, not at import)
+
+
+def _triton_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def lcg_spin(x_ptr, y_ptr, n, iters, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + i, mask=i < n).to(tl.uint32, bitcast=True)
+        for _ in range(iters):
+            v = v * 1664525 + 1013904223  # uint32: wraps mod 2^32
+        tl.store(y_ptr + i, v.to(tl.int32, bitcast=True), mask=i < n)
+
+    return lcg_spin
 
 
 def prepare(inputs, params, device):
     gpu = device.type == "cuda"
-    x = torch.from_numpy(inputs["x"].view("int32")).to(device)  # the uint32 bits; jiterator has no uint32
+    x = torch.from_numpy(inputs["x"].view("int32")).to(device)  # the uint32 bits, as int32
     return {"x": x, "jobs": list(x.unbind(0)), "iters": int(params["iters"]),
             "streams": [torch.cuda.Stream(device) for _ in range(x.shape[0])] if gpu else None}
 
@@ -35,8 +45,10 @@ def spin(x, iters):
     """One kernel over int32 x: `iters` LCG steps per element, on the current stream; the uint32 result."""
     if x.is_cuda:
         if "fn" not in _compiled:
-            _compiled["fn"] = torch.cuda.jiterator._create_jit_fn(CODE, iters=0)
-        return _compiled["fn"](x, iters=iters).view(torch.uint32)
+            _compiled["fn"] = _triton_kernel()
+        y = torch.empty_like(x)  # allocated on the current stream, the one the kernel runs on
+        _compiled["fn"][(max(1, -(-x.numel() // BLOCK)),)](x, y, x.numel(), iters, BLOCK=BLOCK, num_warps=4)
+        return y.view(torch.uint32)
     v = x.to(torch.int64) & 0xFFFFFFFF  # the CPU path, untimed on a GPU: int64 ops, masked to 32 bits
     for _ in range(iters):
         v = (v * 1664525 + 1013904223) & 0xFFFFFFFF  # < 2^53 before the mask: exact in int64
