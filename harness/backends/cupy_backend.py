@@ -120,6 +120,12 @@ class CupyBackend(Backend):
         self.free_memory()
         return {"hbm_Bps": hbm, "h2d_Bps": h2d, "d2h_Bps": d2h, "fp32_flops": flops}
 
+    def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The raw NCCL time of each collective point (harness/backends/nccl_floor.py)."""
+        from harness.backends.nccl_floor import measure
+
+        return measure(self.fw, points)
+
     def free_memory(self) -> None:
         self.device.synchronize()
         self.fw.get_default_memory_pool().free_all_blocks()
