@@ -67,7 +67,7 @@ def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
               ("d2h_Bps", "device→host pinned")) if k in machine]
     if "fp32_flops" in machine:
         parts.append(f"float32 GEMM {machine['fp32_flops'] / 1e12:.1f} TFLOP/s")
-    nccl = [k for k in machine if k.startswith("nccl_") and k.endswith("B_s")]
+    nccl = [k for k in machine if k.startswith("nccl_") and k != "nccl_ranks"]
     if nccl:
         parts.append(f"raw NCCL at {machine.get('nccl_ranks', 0):g} rank(s): {len(nccl)} collective × size "
                      "points, timed by the CuPy ranks (the collectives' floors)")
