@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
-
+from harness.backends.cuda_events import median_s
 from impls._shared.nccl import cupy_comm
 
 REPS = 5
@@ -46,7 +45,8 @@ def measure(cp: Any, points: list[dict[str, Any]], comm: Any = None, nccl: Any =
         c = count(p)
         x = cp.ones(c, dtype=p["dtype"])
         out = cp.empty({"all_gather": c * n, "reduce_scatter": c // n}.get(op, c), dtype=p["dtype"])
-        got[key] = _median_s(cp, stream, raw_call(nccl, raw, op, x, out, n, stream.ptr), comm, reps)
+        got[key] = median_s(cp, stream, raw_call(nccl, raw, op, x, out, n, stream.ptr), reps,
+                            before=getattr(comm, "barrier", None))  # cupyx's, host-side: ranks start together
         x = out = None  # freed before the next point's buffers
     cp.get_default_memory_pool().free_all_blocks()
     return {"ceilings": got, "not_measured": why}
@@ -73,19 +73,3 @@ def raw_call(nccl: Any, c: Any, op: str, x: Any, out: Any, n: int, stream: int) 
             "all_gather": lambda: c.allGather(s, r, k, dt, stream),
             "reduce_scatter": lambda: c.reduceScatter(s, r, out.size, dt, add, stream),
             "all_to_all": all_to_all}[op]
-
-
-def _median_s(cp: Any, stream: Any, call: Callable[[], None], comm: Any, reps: int) -> float:
-    times = []
-    for i in range(reps + 1):  # the first: a warm-up (NCCL sets up its channels on a first call)
-        stream.synchronize()
-        if hasattr(comm, "barrier"):  # cupyx's, host-side: the ranks start together
-            comm.barrier()
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(stream)
-        call()
-        b.record(stream)
-        b.synchronize()
-        if i:
-            times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    return float(np.median(times))
