@@ -131,6 +131,14 @@ def ceilings(fw: str) -> dict[str, float]:
     return backends.get(fw).load().ceilings()
 
 
+def rank_ceilings(fw: str, points: list[Params]) -> dict[str, dict[str, Any]]:
+    """In a rank: the raw floor of a rank scenario's points, measured with every other rank."""
+    b = backends.get(fw).load()
+    out = b.rank_ceilings(points)
+    b.free_memory()
+    return out
+
+
 def calibrate(fw: str) -> dict[str, float]:
     return _calibrate(backends.get(fw).load())
 

@@ -66,8 +66,10 @@ def serve(fw: str, env: RankEnv) -> None:
                 result = handlers.equiv(fw, args[0], ranked(args[1], env))
             elif op == "time":
                 result = handlers.time_point(fw, args[0], ranked(args[1], env), *args[2:], progress=lambda _t: None)
+            elif op == "ceilings":
+                result = handlers.rank_ceilings(fw, [ranked(p, env) for p in args[0]])
             else:
-                raise ValueError(f"a rank serves hello, equiv and time, not {op!r}")
+                raise ValueError(f"a rank serves hello, equiv, time and ceilings, not {op!r}")
             conn.send(("ok", result))
         except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
             status, summary = worker.failure(fw, e)

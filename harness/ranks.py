@@ -157,8 +157,10 @@ class RankGroup:
             self._start()
         if op == "hello":
             return self._hello
+        if op == "ceilings":  # args: a rank scenario's points, each rank measuring with the others
+            return merge_ceilings(self._ask(op, ([p | {"world_size": self.world_size} for p in args[0]],), timeout))
         if op not in ("equiv", "time"):
-            raise WorkerError(f"a rank group serves hello, equiv and time, not {op}")
+            raise WorkerError(f"a rank group serves hello, equiv, time and ceilings, not {op}")
         params = dict(args[1])
         if params.setdefault("world_size", self.world_size) != self.world_size:
             raise WorkerError(f"params are for world size {params['world_size']}, the group has {self.world_size}")
@@ -239,6 +241,14 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
     if all(r.get("host_syncs") is not None for r in rows):
         row["host_syncs"] = sum(r["host_syncs"] for r in rows)
     return row
+
+
+def merge_ceilings(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Every rank's raw floors as one: per key the slowest rank's time (as a row's repeats), where every
+    rank measured it; the reasons of what some rank did not measure."""
+    keys = [k for k in answers[0]["ceilings"] if all(k in a["ceilings"] for a in answers)]
+    return {"ceilings": {k: max(float(a["ceilings"][k]) for a in answers) for k in keys},
+            "not_measured": {k: why for a in answers for k, why in a["not_measured"].items()}}
 
 
 def default_world_size() -> int:

@@ -230,6 +230,8 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
             console.print(table)
             for n in notes:
                 console.print(f"  [dim]{n}[/dim]", highlight=False)
+            if scn.get("floor_why"):
+                console.print(f"  [dim]floor: {escape(scn['floor_why'])}[/dim]", highlight=False)
         eq = scn.get("equivalence")
         if eq:
             colour = {"passed": "green", "failed": "red"}.get(eq["status"], "yellow")

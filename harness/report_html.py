@@ -62,12 +62,16 @@ def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
     if doc.get("command"):
         items.append("command: `" + " ".join(map(str, doc["command"])) + "`")
     machine = env.get("machine") or {}
-    if machine:
-        parts = [f"{label} {fmt_bytes_rate(machine[k])}" for k, label in
-                 (("hbm_Bps", "device copy (read+write)"), ("h2d_Bps", "host→device pinned"),
-                  ("d2h_Bps", "device→host pinned")) if k in machine]
-        if "fp32_flops" in machine:
-            parts.append(f"float32 GEMM {machine['fp32_flops'] / 1e12:.1f} TFLOP/s")
+    parts = [f"{label} {fmt_bytes_rate(machine[k])}" for k, label in
+             (("hbm_Bps", "device copy (read+write)"), ("h2d_Bps", "host→device pinned"),
+              ("d2h_Bps", "device→host pinned")) if k in machine]
+    if "fp32_flops" in machine:
+        parts.append(f"float32 GEMM {machine['fp32_flops'] / 1e12:.1f} TFLOP/s")
+    nccl = [k for k in machine if k.startswith("nccl_") and k != "nccl_ranks"]
+    if nccl:
+        parts.append(f"raw NCCL at {machine.get('nccl_ranks', 0):g} rank(s): {len(nccl)} collective × size "
+                     "points, timed by the CuPy ranks (the collectives' floors)")
+    if parts:
         items.append("machine ceilings, measured by raw CUDA through CuPy in this run (the floors' denominators): "
                      + "; ".join(parts))
     else:
@@ -272,6 +276,8 @@ def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, 
                 if any(k in (r.get("timing") or {}).get("metrics", {}) for r in scn["rows"] if timed(r))}
         if mdoc:
             blocks.append(("ul", [f"`{k}`: {v}" for k, v in mdoc.items()]))
+        if scn.get("floor_why"):
+            blocks.append(("p", f"Floor: {scn['floor_why']}."))
     else:
         blocks.append(("p", "Not timed in this run."))
     tl_png, tl_note = _timeline(scn, result_path.parent)

@@ -192,6 +192,9 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
     points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
     entry["points"] = points
     if opts.timing:
+        why = _rank_ceilings(scn, points, pools, available, fw_env, machine, opts, ui)
+        if why:
+            entry["floor_why"] = why
         entry["claims"], entry["cross_framework"] = [], []
         for i, params in enumerate(points):
             label = params.get("label", "")
@@ -206,6 +209,25 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
             rows.extend(point_rows)
     entry["rows"] = rows
     return entry
+
+
+def _rank_ceilings(scn: Scenario, points: list[dict[str, Any]], pools: Pools, available: list[str],
+                   fw_env: dict[str, Any], machine: dict[str, Any], opts: CompareOptions, ui: UI) -> str | None:
+    """A rank scenario's raw floors, measured by the CuPy ranks before its timing, into the machine
+    ceilings (as the raw cudaMemcpy rates are at the start); why some or all are absent, or None."""
+    if not scn.rank_ceilings:
+        return None
+    if "cupy" not in available:
+        return "no raw floor: it is measured by the CuPy ranks (NCCL), " + (
+            f"unavailable here ({fw_env['cupy']['why']})" if "cupy" in fw_env else "not in this run")
+    ui.step(f"{scn.name} · raw floor (the CuPy ranks, NCCL without a framework)")
+    try:
+        got = pools[0]["cupy"].request("ceilings", points, timeout=opts.timeout_s)
+    except (WorkerError, WorkerLost) as e:
+        ui.note(f"{scn.name}: raw floor not measured: {e}")
+        return f"raw floor not measured: {e}"
+    machine.update(got["ceilings"])
+    return "; ".join(f"{k}: {why}" for k, why in got["not_measured"].items()) or None
 
 
 def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dict[str, Any], opts: CompareOptions,

@@ -16,8 +16,16 @@ count / N):
 The rows carry nccl-tests' columns: time (the slowest rank), algbw = bytes / time with bytes the
 larger of a rank's send and receive buffers, busbw = algbw x 2(N-1)/N for all_reduce, x (N-1)/N
 for all_gather, reduce_scatter and all_to_all, x 1 for broadcast and reduce, and wrong runs.
+
+The floor of a row is raw NCCL: the same operation at the same size through cupy.cuda.nccl's
+NcclCommunicator on raw buffers, measured in this run by the CuPy ranks themselves before the
+timing (harness/backends/nccl_floor.py; the slowest rank's median), as the raw cudaMemcpy is for
+the transfers; "% of floor" is how close a framework's call comes to it. barrier has no floor (no
+bytes); without CuPy on GPUs there is none, and the scenario's floor_why says so.
 """
 from __future__ import annotations
+
+from typing import Mapping
 
 import numpy as np
 from hypothesis import strategies as st
@@ -43,6 +51,15 @@ def nbytes(p: Params) -> int:
     """nccl-tests' size: the larger of one rank's send and receive buffers."""
     size = count(p) * np.dtype(p["dtype"]).itemsize
     return size * R.size_of(p) if p["op"] == "all_gather" else size
+
+
+def floor_key(p: Params) -> str:
+    """The machine ceiling that holds the raw NCCL time of p's operation at p's size and world size."""
+    return f"nccl_{p['op']}_{nbytes(p)}B_{R.size_of(p)}r_s"
+
+
+def floor(p: Params, machine: Mapping[str, float], variant: str) -> float | None:
+    return machine.get(floor_key(p))
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -95,7 +112,9 @@ SCENARIO = Scenario(
         "A collective is one call that every rank of the group makes; the library moves the data (NCCL's "
         "rings and trees on GPUs, gloo on the CPU). Its cost is read as nccl-tests reads it: the time of the "
         "slowest rank, the algorithm bandwidth (bytes over time) and the bus bandwidth (algbw times the "
-        "fraction of the data each link must carry, so that it compares with the link's own speed)."
+        "fraction of the data each link must carry, so that it compares with the link's own speed). The floor "
+        "is the library itself: the same NCCL call on raw buffers, with no framework in between, measured by "
+        "the same ranks in the same run."
     ),
     variants=(Variant("collective", "the framework's own collective call, out of place where it has one"),),
     params=lambda: S.params(op=st.sampled_from(OPS), bytes=st.integers(4, 4 * 67), dtype=S.float_dtypes("float32"),
@@ -133,5 +152,7 @@ SCENARIO = Scenario(
                  "algbw_GBps": "bytes / time of the slowest rank (decimal GB/s)",
                  "busbw_GBps": "algbw x nccl-tests' factor: 2(N-1)/N all_reduce; (N-1)/N all_gather, "
                                "reduce_scatter, all_to_all; 1 broadcast, reduce"},
+    floor=floor,
     ranks=True,
+    rank_ceilings=True,
 )

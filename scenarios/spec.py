@@ -113,7 +113,8 @@ class Scenario:
     tolerance: Tolerance
     claims: tuple[Claim, ...] = ()
     # (params, machine ceilings measured in the same run, variant) -> seconds, or None where no
-    # floor applies. Ceilings: hbm_Bps, h2d_Bps, d2h_Bps, fp32_flops (CupyBackend.ceilings).
+    # floor applies. Ceilings: hbm_Bps, h2d_Bps, d2h_Bps, fp32_flops (CupyBackend.ceilings); a rank
+    # scenario's own (rank_ceilings below).
     floor: Callable[[Params, Mapping[str, float], str], float | None] | None = None
     # False where the float64 reference is too costly at the full size: timed outputs are then
     # checked against the framework's own baseline variant and across frameworks instead.
@@ -129,6 +130,10 @@ class Scenario:
     # Run by a group of WORLD_SIZE rank processes (harness/ranks.py): params carry "world_size" (and
     # "rank" inside a rank), make_inputs gives the rank's inputs, reference its share of the global result.
     ranks: bool = False
+    # A rank scenario whose floor only its ranks can measure (every rank takes part in a collective):
+    # before its timing, the CuPy rank group measures each point's raw floor (Backend.rank_ceilings),
+    # and the slowest rank's joins the run's machine ceilings that `floor` reads.
+    rank_ceilings: bool = False
 
     @property
     def baseline(self) -> Variant:

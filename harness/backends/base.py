@@ -157,6 +157,11 @@ class Backend(ABC):
         """The machine's own limits measured now (see harness/machine.py); {} where not measurable."""
         return {}
 
+    def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """In a rank process, with every other rank: the raw floor of each point of a rank scenario
+        (Scenario.rank_ceilings), {"ceilings": {key: seconds}, "not_measured": {key: why}}."""
+        return {"ceilings": {}, "not_measured": {"*": f"{self.name} measures no raw floor"}}
+
     def free_memory(self) -> None:
         """Give cached device memory back so that the other frameworks sharing the GPU can use it."""
 

@@ -85,21 +85,14 @@ class CupyBackend(Backend):
         fp32_flops: an 8192^3 float32 cuBLAS GEMM (TF32 off).
         Each is the median of 5 event-timed repeats after one warm-up.
         """
+        from harness.backends.cuda_events import median_s as timed
+
         cp = self.fw
         rt = cp.cuda.runtime
         stream = cp.cuda.get_current_stream()
 
         def median_s(fn: Any, reps: int = 5) -> float:
-            fn()
-            times = []
-            for _ in range(reps):
-                a, b = cp.cuda.Event(), cp.cuda.Event()
-                a.record(stream)
-                fn()
-                b.record(stream)
-                b.synchronize()
-                times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-            return float(np.median(times))
+            return timed(cp, stream, fn, reps)
 
         big = 1 << 30
         src, dst = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)
@@ -119,6 +112,12 @@ class CupyBackend(Backend):
         a = None
         self.free_memory()
         return {"hbm_Bps": hbm, "h2d_Bps": h2d, "d2h_Bps": d2h, "fp32_flops": flops}
+
+    def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The raw NCCL time of each collective point (harness/backends/nccl_floor.py)."""
+        from harness.backends.nccl_floor import measure
+
+        return measure(self.fw, points)
 
     def free_memory(self) -> None:
         self.device.synchronize()
