@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.metrics import emit
 from impls._shared import dp, mlp
 
 STAGES = ("ddp", "zero1", "zero2", "zero3")
@@ -104,6 +105,16 @@ def init_state(xp, stage, flat, lay, rank):
 def held(st):
     """Bytes of parameters, gradients and optimizer state this rank holds at the optimizer step."""
     return {"param_bytes": st["p"].nbytes, "grad_bytes": st["g"].nbytes, "optim_bytes": st["m"].nbytes + st["v"].nbytes}
+
+
+def report(held_bytes, comm_bytes, peak_bytes=None):
+    """Emit a run's metrics: what the rank held at the optimizer step, sent per step, and its peak (if measured)."""
+    for k, v in held_bytes.items():
+        emit(k, v)
+    emit("model_state_bytes", sum(held_bytes.values()))
+    emit("comm_bytes", comm_bytes)
+    if peak_bytes is not None:
+        emit("peak_bytes", peak_bytes)
 
 
 def step(xp, stage, st, lay, x, t, comm, lr, eps, probe=lambda: None):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import cupy as cp
 
-from harness.metrics import emit
 from impls._shared import dp
 from impls._shared import zero as Z
 from impls._shared.nccl import cupy_comm
@@ -61,11 +60,7 @@ def _train(state, stage):
     st = Z.init_state(cp, stage, state["init"], lay, state["rank"])
     for x, t in zip(state["x"], state["t"]):
         Z.step(cp, stage, st, lay, x, t, state["comm"], state["lr"], state["eps"], probe)
-    for k, v in Z.held(st).items():
-        emit(k, v)
-    emit("model_state_bytes", sum(Z.held(st).values()))
-    emit("peak_bytes", peak[0] - base)
-    emit("comm_bytes", st["wire"] / len(state["x"]))
+    Z.report(Z.held(st), st["wire"] / len(state["x"]), peak[0] - base)
     return {"params": Z.gather_params(cp, stage, st, lay, state["comm"])}
 
 

@@ -15,7 +15,6 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics import emit
 from impls._shared import dp
 from impls._shared import tensor_parallel as tp
 from impls._shared import zero as Z
@@ -115,12 +114,7 @@ def _train(state, stage):
         g = grad(p, x, t)
         p, m, v = update(p, g, m, v, *c)
     nbytes = lambda arrays: sum(s.data.nbytes for a in arrays for s in a.addressable_shards)  # noqa: E731
-    held = {"param_bytes": nbytes(p), "grad_bytes": nbytes(g), "optim_bytes": nbytes(m) + nbytes(v)}
-    for key, val in held.items():
-        emit(key, val)
-    emit("model_state_bytes", sum(held.values()))
-    emit("peak_bytes", peak)
-    emit("comm_bytes", sent)
+    Z.report({"param_bytes": nbytes(p), "grad_bytes": nbytes(g), "optim_bytes": nbytes(m) + nbytes(v)}, sent, peak)
     whole = jax.jit(lambda a: a, out_shardings=state["rep"])(p)  # zero3: all-gathered, outside the steps
     return {"params": jnp.concatenate([a.addressable_data(0)[:n] for a, n in zip(whole, state["lay"].lengths)])}
 

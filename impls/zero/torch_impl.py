@@ -19,7 +19,6 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.metrics import emit
 from impls._shared import dp
 from impls._shared import zero as Z
 from impls.data_parallel.torch_impl import _model
@@ -107,13 +106,7 @@ def _train(state, stage):
             opt.step()
     if sent is not None:
         state["sent"][stage] = sent.bytes / len(state["x"])
-    held = w.held()
-    for k, v in held.items():
-        emit(k, v)
-    emit("model_state_bytes", sum(held.values()))
-    emit("comm_bytes", state["sent"][stage])
-    if cuda:
-        emit("peak_bytes", torch.cuda.max_memory_allocated() - base)
+    Z.report(w.held(), state["sent"][stage], torch.cuda.max_memory_allocated() - base if cuda else None)
     mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     full = [(a.full_tensor() if isinstance(a, DTensor) else a).detach() for m in mods for a in (m.weight, m.bias)]
     return {"params": torch.cat([a.T.reshape(-1) if a.dim() == 2 else a for a in full])}
