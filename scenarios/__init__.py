@@ -21,6 +21,7 @@ ORDER: tuple[str, ...] = (
     "collectives",
     "gpu_links",
     "data_parallel",
+    "zero",
     "tensor_parallel",
 )
 

@@ -19,8 +19,9 @@ from impls._shared import dp
 from scenarios.data_parallel import BUCKETS, sizes
 
 
-def _model(flat, p, device):
-    dims, layers = sizes(p), []
+def _model(flat, dims, device):
+    """torch.nn.Sequential of Linear layers (ReLU between) holding the flat parameters (W0, b0, W1, b1, ...)."""
+    layers = []
     for i, (w, b) in enumerate(dp.unflatten(flat, dims)):
         lin = torch.nn.Linear(*w.shape, device=device)
         with torch.no_grad():
@@ -56,12 +57,12 @@ def _reducer(model, p, device, init_sync=True):
 
 
 def prepare(inputs, params, device):
+    own = lambda: _model(inputs["init_own"], sizes(params), device)  # noqa: E731 - this rank's own draw
     s = {"x": torch.from_numpy(inputs["x"]).to(device), "t": torch.from_numpy(inputs["t"]).to(device),
          "lr": float(params["lr"]), "accum": int(params["accum"]), "rank": dist.get_rank(),
-         "world": dist.get_world_size(), "plain": _model(inputs["init"], params, device)}
-    s["ddp"], s["count"] = _reducer(_model(inputs["init_own"], params, device), params, device)  # rank 0's weights
-    s["own"], s["own_count"] = _reducer(_model(inputs["init_own"], params, device), params, device, init_sync=False)
-    s["naive"] = _model(inputs["init_own"], params, device)
+         "world": dist.get_world_size(), "plain": _model(inputs["init"], sizes(params), device), "naive": own()}
+    s["ddp"], s["count"] = _reducer(own(), params, device)  # DDP broadcasts rank 0's weights
+    s["own"], s["own_count"] = _reducer(own(), params, device, init_sync=False)
     for q in s["naive"].parameters():
         dist.broadcast(q.data, src=0)
     s["starts"] = {k: [q.detach().clone() for q in s[k].parameters()] for k in ("plain", "ddp", "own", "naive")}

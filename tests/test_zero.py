@@ -1,0 +1,178 @@
+"""zero: every stage's equivalence at world size 2 (torch gloo, JAX CPU), the replicas bit-identical, the
+paper's memory and communication models; and the ZeRO logic CuPy runs (impls/_shared/zero.py), run with
+numpy and simulated collectives, one thread per rank."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from harness.equivalence import run_equivalence
+from harness.ranks import RankGroup
+from harness.timing import PRESETS
+from impls._shared import dp
+from impls._shared import zero as Z
+from scenarios import _ranks as R
+from scenarios import get
+from scenarios import zero as SZ
+from tests.conftest import gpu_backend_or_skip
+from tests.test_ranks import group  # noqa: F401 - the same fixture: a torch and a JAX group of 2 ranks
+
+SMALL = {"width": 6, "depth": 3, "rows": 3, "steps": 3, "lr": 1e-3, "eps": 1e-6, "dtype": "float32", "seed": 4}
+# Four equal layers: torch's ZeroRedundancyOptimizer shares whole tensors out evenly over 2 ranks.
+MEMORY = {"width": 64, "depth": 4, "rows": 4, "steps": 2, "lr": 1e-3, "eps": 1e-6, "dtype": "float32", "seed": 2}
+
+
+def test_every_stage_matches_the_float64_reference(group):
+    eq = run_equivalence(get("zero"), lambda fw, p: group.request("equiv", "zero", p, timeout=300), [group.fw],
+                         max_examples=3, seed=5)
+    assert eq.status == "passed", eq.message
+
+
+def test_every_stage_equals_ddp_and_replicas_are_bit_identical(group):
+    p = SMALL | {"world_size": 2}
+    out = group.request("equiv", "zero", p, timeout=300)
+    want = SZ.train64(p, *SZ._data(p))
+    for v in SZ.STAGES:
+        got = out[v]["params"]
+        assert got.shape[0] == 2 and np.array_equal(got[0], got[1]), v
+        np.testing.assert_allclose(got[0], out["ddp"]["params"][0], rtol=1e-5, atol=2e-5, err_msg=v)
+        assert np.abs(got[0] - want).max() < 1e-4  # a missed step would be off by ~lr = 1e-3
+
+
+def test_memory_and_communication_models(group):
+    p = MEMORY | {"world_size": 2}
+    rows = {r["variant"]: r for r in group.request("time", "zero", MEMORY, PRESETS["smoke"], timeout=300)["rows"]}
+    assert all(rows[s]["check"]["wrong"] == 0 for s in SZ.STAGES)
+    m = {s: rows[s]["timing"]["metrics"] for s in SZ.STAGES}
+    psi = SZ.n_params(p)
+    assert psi == 4 * (64 * 64 + 64)
+    verdicts = {c.id: c.judge(rows, group.fw, p) for c in get("zero").claims}
+    for s in SZ.STAGES:
+        assert m[s]["model_state_bytes"] == m[s]["param_bytes"] + m[s]["grad_bytes"] + m[s]["optim_bytes"]
+    ratio = {s: m[s]["comm_bytes"] / m["ddp"]["comm_bytes"] for s in SZ.STAGES}
+    print({s: (m[s], ratio[s]) for s in SZ.STAGES}, verdicts)
+    # ring all-reduce: 2(N-1)/N x 4 Psi at N = 2 (torch: DDP also broadcasts its bucket order once, a few bytes)
+    assert m["ddp"]["comm_bytes"] == pytest.approx(4 * psi, rel=1e-3)
+    if group.fw == "jax":  # every stage by the book: shards of every layer, reduce-scatter + all-gather
+        assert verdicts["memory_model"].verdict == "confirmed", verdicts["memory_model"].evidence
+        assert ratio["zero1"] == pytest.approx(1.0) and ratio["zero2"] == pytest.approx(1.0)
+        # jax.checkpoint asks for the backward re-gather; XLA's CPU compiler merges it with the forward one
+        # (CSE), so the compiled program sends 1x; 1.5x where it keeps it.
+        assert ratio["zero3"] in (pytest.approx(1.0), pytest.approx(1.5)), ratio
+        assert all(m[s]["peak_bytes"] > 0 for s in SZ.STAGES)
+        return
+    # torch: stage 1 and 3 within 10% of the paper; FSDP2's "stage 2" reshards parameters after backward, so
+    # at the optimizer step it holds stage 3's bytes (the documented finding), and ZeroRedundancyOptimizer
+    # broadcasts the parameters after DDP's all-reduce: 1.5x DDP's bytes.
+    for s in ("ddp", "zero1", "zero3"):
+        assert abs(verdicts["memory_model"].numbers[f"{s}_ratio"] - 1) <= 0.1, verdicts["memory_model"].evidence
+    assert m["zero2"]["model_state_bytes"] == pytest.approx(SZ.model_bytes("zero3", psi, 2), rel=0.01)
+    assert ratio["zero1"] == pytest.approx(1.5, rel=0.01) and ratio["zero2"] == pytest.approx(1.0, rel=0.01)
+    assert 1.2 <= ratio["zero3"] <= 1.5
+
+
+class _Sim:
+    """Collectives among threads: every rank deposits its buffer, all wait, each computes its result."""
+
+    def __init__(self, world):
+        self.world, self.bar, self.slots = world, threading.Barrier(world, timeout=30), [None] * world
+
+    def rank(self, r):
+        sim = self
+
+        class Comm:
+            rank = r
+
+            def _swap(self, a):
+                sim.slots[r] = np.array(a)
+                sim.bar.wait()
+                got = list(sim.slots)
+                sim.bar.wait()
+                return got
+
+            def all_reduce(self, buf):
+                buf[...] = sum(self._swap(buf))
+
+            def reduce_scatter(self, src, dst):
+                dst[...] = sum(self._swap(src))[r * dst.size:(r + 1) * dst.size]
+
+            def all_gather(self, src, dst):
+                dst[...] = np.concatenate(self._swap(src))
+
+        return Comm()
+
+
+def _simulate(stage, p, dtype):
+    n, (x, t) = int(p["world_size"]), SZ._data(p)
+    lay, sim, out = Z.Layout(SZ.sizes(p), n), _Sim(n), [None] * n
+
+    def rank(r):
+        comm, st = sim.rank(r), Z.init_state(np, stage, SZ.init(p).astype(dtype), lay, r)
+        for k in range(int(p["steps"])):
+            Z.step(np, stage, st, lay, dp.shard(x[k].astype(dtype), r, n), dp.shard(t[k].astype(dtype), r, n),
+                   comm, p["lr"], p["eps"])
+        out[r] = (Z.gather_params(np, stage, st, lay, comm), Z.held(st), st["wire"] / int(p["steps"]))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(o is not None for o in out), "a rank failed"
+    return out
+
+
+@settings(max_examples=15, deadline=None)
+@given(world=st.integers(1, 4), width=st.integers(1, 9), depth=st.integers(1, 3), rows=st.integers(1, 3),
+       steps=st.integers(1, 3), seed=st.integers(0, 2**31 - 1))
+def test_cupy_stages_with_numpy_equal_the_float64_reference(world, width, depth, rows, steps, seed):
+    """What CuPy's ranks run, in float64 with numpy: every stage equals Adam on the global batch to rounding
+    (odd widths pad the layers' chunks), every rank the same bits."""
+    p = {"width": width, "depth": depth, "rows": rows, "steps": steps, "lr": 1e-3, "eps": 1e-6,
+         "dtype": "float32", "seed": seed, "world_size": world}
+    want = SZ.train64(p, *SZ._data(p))
+    for stage in Z.STAGES:
+        out = _simulate(stage, p, np.float64)
+        np.testing.assert_allclose(out[0][0], want, rtol=1e-9, atol=1e-12, err_msg=stage)
+        assert all(np.array_equal(o[0], out[0][0]) for o in out), stage
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_cupy_stages_hold_the_paper_memory_and_send_its_bytes(world):
+    p = MEMORY | {"world_size": world}
+    psi, want = SZ.n_params(p), SZ.train64(p, *SZ._data(p))
+    sent = {}
+    for stage in Z.STAGES:
+        out = _simulate(stage, p, np.float32)
+        np.testing.assert_allclose(out[0][0], want, rtol=1e-5, atol=2e-5, err_msg=stage)
+        held = sum(out[0][1].values())
+        assert abs(held / SZ.model_bytes(stage, psi, world) - 1) <= 0.1, (stage, held)
+        sent[stage] = out[0][2]
+    assert sent["ddp"] == pytest.approx(2 * (world - 1) / world * 4 * psi)
+    assert sent["zero1"] == sent["zero2"] == pytest.approx(sent["ddp"])
+    assert sent["zero3"] == pytest.approx(1.5 * sent["ddp"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ["torch", "cupy", "jax"])
+def test_on_one_gpu_every_stage_runs_and_matches(fw, monkeypatch):
+    """The lent machine has one GPU: a group of one rank, every stage against the float64 reference at a size
+    where float32 sums run over 256 rows."""
+    gpu_backend_or_skip(fw)
+    monkeypatch.setenv(R.WORLD_SIZE_ENV, "1")
+    g = RankGroup(fw, 1)
+    try:
+        assert g.request("hello", timeout=300)["available"]
+        eq = run_equivalence(get("zero"), lambda _fw, p: g.request("equiv", "zero", p, timeout=300), [fw],
+                             max_examples=5, seed=7)
+        assert eq.status == "passed", eq.message
+        p = {"width": 256, "depth": 4, "rows": 256, "steps": 3, "lr": 1e-3, "eps": 1e-6, "dtype": "float32",
+             "seed": 2, "world_size": 1}
+        want = SZ.train64(p, *SZ._data(p))
+        for v, out in g.request("equiv", "zero", p, timeout=300).items():
+            np.testing.assert_allclose(out["params"][0], want, rtol=1e-5, atol=2e-5, err_msg=v)
+    finally:
+        g.close()
