@@ -186,7 +186,8 @@ SCENARIO = Scenario(
                                 "counters)",
                  "model_state_bytes": "param + grad + optim bytes: the paper's per-rank model state",
                  "peak_bytes": "peak bytes in a step by the allocator (torch: CUDA max_memory_allocated over the "
-                               "steps minus what was allocated before the model; CuPy: the memory pool's used bytes "
+                               "steps minus what was allocated before the run, plus the stage's resident parameters "
+                               "and DDP's gradient buckets (the four stages' wrappers all live in the process); CuPy: the memory pool's used bytes "
                                "sampled after each gather, reduce-scatter and update; JAX: XLA's memory_analysis of "
                                "the compiled steps, arguments + outputs + temporaries); not emitted by torch on "
                                "the CPU",

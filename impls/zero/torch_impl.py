@@ -4,8 +4,10 @@ CPU with a CPU device mesh, NCCL on GPUs).
 
 On NCCL, DDP's reducer and FSDP2 issue their collectives on their own streams and make the current stream wait
 before it reads the results; ZeroRedundancyOptimizer broadcasts after step() on the current stream. On gloo
-every collective blocks the host. Each run builds its wrapper and optimizer anew from the initial parameters
-(DDP broadcasts them; fully_shard keeps this rank's dim-0 chunk of each as a DTensor)."""
+every collective blocks the host. Each stage's wrapper and optimizer are built once, in prepare (DDP broadcasts
+the parameters and allocates its gradient buckets; fully_shard keeps this rank's dim-0 chunk of each as a
+DTensor), as JAX compiles its steps and CuPy lays out its shards there; a run resets the parameters (the local
+shards) in place and empties Adam's state, so the timed run is the steps alone, as in the other two."""
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +51,12 @@ def prepare(inputs, params, device):
     if device.type not in _MESH:  # a CPU mesh on the CPU: without one FSDP2 would pick CUDA where present
         _MESH[device.type] = init_device_mesh(device.type, (n,))
     shard = lambda a: [torch.from_numpy(dp.shard(b, rank, n).copy()).to(device) for b in a]  # noqa: E731
-    return {"x": shard(inputs["x"]), "t": shard(inputs["t"]), "init": inputs["init"], "dims": sizes(params),
-            "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "sent": {}}
+    state = {"x": shard(inputs["x"]), "t": shard(inputs["t"]), "init": inputs["init"], "dims": sizes(params),
+             "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "rank": rank,
+             "sent": {}}
+    state["start"] = [q.detach() for q in _model(inputs["init"], state["dims"], device).parameters()]
+    state["wrapped"] = {stage: _Wrapped(state, stage) for stage in ("ddp", "zero1", "zero2", "zero3")}
+    return state
 
 
 def barrier(state):
@@ -77,7 +83,25 @@ class _Wrapped:
                 fully_shard(layer, mesh=_MESH[dev.type], reshard_after_forward=stage == "zero3")
             fully_shard(model, mesh=_MESH[dev.type], reshard_after_forward=stage == "zero3")
             opt = torch.optim.Adam(model.parameters(), **adam)
-        self.model, self.opt = model, opt
+        self.model, self.opt, self.buckets = model, opt, stage in ("ddp", "zero1")
+
+    def reset(self, state):
+        """The initial parameters into this rank's shards and no Adam state (made again, zeroed, by step 1);
+        the same values on every rank, so DDP needs no new broadcast."""
+        with torch.no_grad():
+            for q, q0 in zip(self.model.parameters(), state["start"]):
+                if isinstance(q, DTensor):  # FSDP2's dim-0 chunk: ceil(d0 / N) rows a rank, the last ones may hold none
+                    rows = -(-q0.shape[0] // state["n"])
+                    q.to_local().copy_(q0[state["rank"] * rows:(state["rank"] + 1) * rows])
+                else:
+                    q.copy_(q0)
+        self.opt.zero_grad(set_to_none=True)
+        getattr(self.opt, "optim", self.opt).state.clear()
+
+    def resident(self):
+        """Bytes this stage keeps allocated between runs: its parameters (local shards) and DDP's gradient buckets."""
+        params = sum((q.to_local() if isinstance(q, DTensor) else q).nbytes for q in self.model.parameters())
+        return params * (2 if self.buckets else 1)
 
     def held(self):
         """Bytes of this rank's parameters, gradients and optimizer state (local shards), at the optimizer step."""
@@ -91,12 +115,12 @@ class _Wrapped:
 
 def _train(state, stage):
     """`steps` Adam steps; the first run of a stage counts its collectives under _Sent, later runs reuse it."""
-    cuda = state["device"].type == "cuda"
+    cuda, w = state["device"].type == "cuda", state["wrapped"][stage]
+    w.reset(state)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    w = _Wrapped(state, stage)
+        base = torch.cuda.memory_allocated() - w.resident()  # all four stages' wrappers live in this process
     model, opt = w.model, w.opt
     sent = _Sent(state["n"]) if stage not in state["sent"] else None
     with sent if sent is not None else contextlib.nullcontext():
