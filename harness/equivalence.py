@@ -74,6 +74,12 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
         bad = g != w
         if g.dtype.kind in "fc" and w.dtype.kind in "fc" and bad.any():
             bad &= ~(np.isnan(g) & np.isnan(w))
+    elif g.dtype == w.dtype and np.array_equal(g, w):
+        # Against the framework's own baseline (no reference at the size) a variant's outputs are often the
+        # same bits: one comparison, not five float64 arrays (async_dispatch's two checked variants took ~4 s
+        # a row more than its unchecked baseline on the H200, 2026-12-02, for 128 MiB of output; a hazard
+        # variant is checked on every repeat). NaN never equals: it takes the path below.
+        return None
     else:
         g64 = g.astype(np.float64)
         w64 = w.astype(np.float64)
