@@ -74,6 +74,12 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
         bad = g != w
         if g.dtype.kind in "fc" and w.dtype.kind in "fc" and bad.any():
             bad &= ~(np.isnan(g) & np.isnan(w))
+    elif g.dtype == w.dtype and np.array_equal(g, w):
+        # Against the framework's own baseline (no reference at the size) a variant's outputs are often the
+        # same bits: one comparison, not five float64 arrays (async_dispatch's two checked variants took ~4 s
+        # a row more than its unchecked baseline on the H200, 2026-12-02, for 128 MiB of output; a hazard
+        # variant is checked on every repeat). NaN never equals: it takes the path below.
+        return None
     else:
         g64 = g.astype(np.float64)
         w64 = w.astype(np.float64)
@@ -106,19 +112,24 @@ def relative_error(got: Arrays, want: Arrays, chunk: int = 1 << 22) -> float:
     """The worst elementwise |got - want| / |want| over all outputs: the numbers a regression run
     compares. |want| is floored at 1e-6 of the output's largest |want|, so that elements near zero
     (where any rounding is a large relative error) do not dominate. inf where shapes differ or an
-    output is missing; NaN in got counts as inf. Works through full-size outputs in chunks."""
+    output is missing; NaN in got counts as inf. Works through full-size outputs in chunks; a chunk
+    equal to its reference costs one comparison (bit-exact outputs of hundreds of MiB are checked on
+    the first and last repeat of every row: the float64 pass took ~1.3 s a check at 256 MiB)."""
     worst = 0.0
     for key, w in want.items():
         if key not in got or np.shape(got[key]) != np.shape(w):
             return math.inf
         wf, gf = np.asarray(w).reshape(-1), np.asarray(got[key]).reshape(-1)
-        if wf.size == 0:
-            continue
-        parts = range(0, wf.size, chunk)
-        amax = max(float(np.max(np.abs(wf[i:i + chunk].astype(np.float64)))) for i in parts)
-        floor = 1e-6 * amax if math.isfinite(amax) else 0.0
-        for i in parts:
-            w64, g64 = wf[i:i + chunk].astype(np.float64), gf[i:i + chunk].astype(np.float64)
+        floor = None  # 1e-6 of max |want|, computed once a chunk differs
+        for i in range(0, wf.size, chunk):
+            wc, gc = wf[i:i + chunk], gf[i:i + chunk]
+            if np.array_equal(gc, wc):  # NaN never equals: a chunk holding one takes the full path
+                continue
+            if floor is None:
+                amax = max(float(np.max(np.abs(wf[j:j + chunk].astype(np.float64))))
+                           for j in range(0, wf.size, chunk))
+                floor = 1e-6 * amax if math.isfinite(amax) else 0.0
+            w64, g64 = wc.astype(np.float64), gc.astype(np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
                 rel = np.abs(g64 - w64) / np.maximum(np.abs(w64), floor)
             rel[(g64 == w64) | (np.isnan(g64) & np.isnan(w64))] = 0.0  # equal, also inf and NaN in both

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any, Callable
 
-from harness import backends, faults
+from harness import backends, faults, point_cache
 from harness.calibrate import calibrate as _calibrate
 from harness.equivalence import compare_outputs, relative_error, strided_sample
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
@@ -51,9 +51,9 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     b = backends.get(fw).load()
     impl = load_impl(scenario, fw)
     t_setup = time.perf_counter()
-    inputs = scn.make_inputs(params)
-    expected = scn.reference(inputs, params) if scn.cheap_reference(params) else None
-    setup_s = time.perf_counter() - t_setup  # host inputs and reference: where a run's wall time goes
+    inputs, expected = point_cache.inputs_and_reference(scn, params)
+    # host inputs and reference, made here or read back from the run's cache: where a run's wall time goes
+    setup_s = time.perf_counter() - t_setup
     against = "reference" if expected is not None else "baseline"
     rows: list[dict[str, Any]] = []
     sample = None

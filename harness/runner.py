@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from harness import rounds
+from harness import point_cache, rounds
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
@@ -72,6 +72,7 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
     if opts.gpu_memory_fraction is not None:
         os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
+    cache = point_cache.start()  # before any worker starts: they inherit its name
     pools: Pools = [{fw: make_worker(fw, opts.isolation) for fw in opts.frameworks}
                     for _ in range(opts.timing_processes if opts.timing else 1)]
     fw_env: dict[str, Any] = {}
@@ -116,6 +117,7 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
             for w in pool.values():
                 w.close(grace)
         rank_groups.close(grace)
+        point_cache.stop(cache)
         ui.end()
     return _document(opts, started, fw_env, machine, out_scenarios, not_run)
 
@@ -199,6 +201,7 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
         for i, params in enumerate(points):
             label = params.get("label", "")
             point_rows, samples = _time_point(scn, params, pools, fw_env, opts, ui)
+            point_cache.clear()
             for r in point_rows:
                 r["point"], r["label"] = i, label
                 _add_floor(scn, params, machine, r)

@@ -25,11 +25,16 @@ def learning_rate(b: int, d: int) -> float:
 def make_inputs(p: Params) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(p["seed"])
     nb, b, d = int(p["batches"]), int(p["batch"]), int(p["dim"])
-    xs = rng.standard_normal((nb, b, d), dtype=np.float32)
+    # Features uniform with unit variance (what the step size assumes): at the full size (1 GiB) a uniform
+    # draw, shifted and scaled in place, costs a third of a normal one, and no copy is made.
+    xs = rng.random((nb, b, d), dtype=np.float32)
+    xs -= np.float32(0.5)
+    xs *= np.float32(np.sqrt(12.0))
     w_true = rng.standard_normal(d, dtype=np.float32)
     ys = (xs @ w_true + 0.1 * rng.standard_normal((nb, b), dtype=np.float32)).astype(np.float32)
     w0 = (0.1 * rng.standard_normal(d, dtype=np.float32)).astype(np.float32)
-    return {"xs": xs.astype(p["dtype"]), "ys": ys.astype(p["dtype"]), "w0": w0.astype(p["dtype"]),
+    return {"xs": xs.astype(p["dtype"], copy=False), "ys": ys.astype(p["dtype"], copy=False),
+            "w0": w0.astype(p["dtype"], copy=False),
             "lr": np.asarray(learning_rate(b, d), dtype=np.float32)}
 
 

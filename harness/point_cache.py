@@ -1,0 +1,95 @@
+"""A point's host inputs and reference, made once in a compare run and read back by its other processes.
+
+Every framework times a point in two processes (harness/rounds.py), and all six need the same host
+inputs and float64 reference, deterministic from the params. Made in each, they were the largest
+untimed cost of several scenarios on the H200 host (2026-12-03: sync_points' 1 GiB of inputs, ~5 s a
+process, 30 s of its 51 s; collectives ~3 s a process at 256 MiB). The first process to reach a point
+writes them as .npy files to the run's folder ($TRIPTYCH_POINT_CACHE, made by the runner, emptied after
+each point, removed with the run); the others read them back into fresh arrays with np.load, not as
+memory maps, so that what an impl copies from is ordinary anonymous memory in every process.
+Without the variable (tests, a rank under torchrun) every process makes its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from scenarios.spec import Arrays, Params, Scenario
+
+ENV = "TRIPTYCH_POINT_CACHE"
+
+
+def make(scn: Scenario, params: Params) -> tuple[Arrays, Arrays | None]:
+    inputs = scn.make_inputs(params)
+    return inputs, scn.reference(inputs, params) if scn.cheap_reference(params) else None
+
+
+def inputs_and_reference(scn: Scenario, params: Params) -> tuple[Arrays, Arrays | None]:
+    """(host inputs, reference or None where it is too costly), from the run's cache where there is one."""
+    root = os.environ.get(ENV)
+    if not root or not os.path.isdir(root):
+        return make(scn, params)
+    key = hashlib.sha256(json.dumps([scn.name, params], sort_keys=True, default=str).encode()).hexdigest()[:24]
+    path = os.path.join(root, key)
+    if os.path.isdir(path):
+        return _read(path)
+    inputs, expected = make(scn, params)
+    _write(root, path, inputs, expected)
+    return inputs, expected
+
+
+def _storable(arrays: Arrays | None) -> bool:
+    return arrays is None or all(type(a) is np.ndarray and a.dtype != object for a in arrays.values())
+
+
+def _write(root: str, path: str, inputs: Arrays, expected: Arrays | None) -> None:
+    if not (_storable(inputs) and _storable(expected)):
+        return  # a scalar or an object array would not come back as it went in: each process makes its own
+    tmp = tempfile.mkdtemp(dir=root, prefix=".part-")
+    try:
+        meta: dict[str, Any] = {"inputs": list(inputs), "reference": None if expected is None else list(expected)}
+        for part in ("inputs", "reference"):
+            for i, a in enumerate((inputs if part == "inputs" else expected or {}).values()):
+                np.save(os.path.join(tmp, f"{part}-{i}.npy"), a, allow_pickle=False)
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f)
+        os.rename(tmp, path)  # whole or absent: a reader never sees a half-written point
+    except OSError:  # a full disk costs the next process its own make, not the run
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read(path: str) -> tuple[Arrays, Arrays | None]:
+    with open(os.path.join(path, "meta.json")) as f:
+        meta = json.load(f)
+
+    def part(name: str) -> Arrays:
+        return {k: np.load(os.path.join(path, f"{name}-{i}.npy")) for i, k in enumerate(meta[name])}
+
+    return part("inputs"), None if meta["reference"] is None else part("reference")
+
+
+def start() -> str:
+    """A fresh cache folder for this run, named in the environment that worker processes inherit."""
+    root = tempfile.mkdtemp(prefix="triptych-points-")
+    os.environ[ENV] = root
+    return root
+
+
+def clear() -> None:
+    """Forget every point (after a point is timed: the disk holds one point at a time)."""
+    root = os.environ.get(ENV)
+    if root and os.path.isdir(root):
+        for name in os.listdir(root):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def stop(root: str) -> None:
+    if os.environ.get(ENV) == root:
+        del os.environ[ENV]
+    shutil.rmtree(root, ignore_errors=True)
