@@ -118,9 +118,10 @@ SCENARIO = Scenario(
     params=lambda: S.params(m=S.dims(1, 48), n=S.dims(1, 48), dtype=S.float_dtypes("float32")),
     sizes={
         "smoke": {"m": 256, "n": 128, "dtype": "float32"},
-        # Each stage is a 0.27 TFLOP GEMM (about 5 ms on an H200); a hand-off's host work takes well under 1 ms,
-        # so every consumer imports while its producer is still computing. 128 MiB per activation.
-        "full": {"m": 8192, "n": 4096, "dtype": "float32"},
+        # Each stage is a 0.14 TFLOP GEMM (about 2.5 ms on an H200); a hand-off's host work takes well under 1 ms,
+        # so every consumer imports while its producer is still computing. 64 MiB per activation: at 128 MiB
+        # via_host's first call took 8-10 s in every process (the H200 host's first touch of fresh pages).
+        "full": {"m": 4096, "n": 4096, "dtype": "float32"},
     },
     make_inputs=make_inputs,
     reference=reference,
