@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,27 @@ def load(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+_WARNED: list[bool] = []
+
+
+def _required_keys(doc: dict, schema: dict, where: str) -> None:
+    """The fallback without jsonschema: the keys the schema requires of the document and of each row."""
+    if not _WARNED:
+        _WARNED.append(True)
+        print("harness: jsonschema is not installed: result files are checked for their schema's required keys "
+              "only (pip install jsonschema for the whole schema)", file=sys.stderr)
+    missing = [k for k in schema["required"] if k not in doc]
+    if missing or not isinstance(doc["scenarios"], dict):
+        raise ResultError(f"{where}: the top level: missing {', '.join(missing) or 'a scenarios object'}")
+    for name, scn in doc["scenarios"].items():
+        if not isinstance(scn, dict) or not isinstance(scn.get("rows"), list):
+            raise ResultError(f"{where}: scenarios.{name}: no rows list")
+        for i, row in enumerate(scn["rows"]):
+            gone = [k for k in schema["$defs"]["row"]["required"] if not isinstance(row, dict) or k not in row]
+            if gone:
+                raise ResultError(f"{where}: scenarios.{name}.rows[{i}]: missing {', '.join(gone)}")
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"not a result file: JSON has no {name} (a result writes NaN as null)")
 
@@ -132,19 +154,21 @@ def _where(path: Any) -> str:
 
 def validate(doc: Any, where: str = "result") -> None:
     """The whole document against harness/schema/result.schema.json (jsonschema, imported here only:
-    `compare` renders from the document it built and never needs it), then what a schema cannot say."""
-    try:
-        import jsonschema
-    except ImportError:
-        raise ResultError("reading a result file needs the Python package 'jsonschema', which is not installed "
-                          "(pip install jsonschema)") from None
+    `compare` renders from the document it built and never needs it), then what a schema cannot say.
+    Without jsonschema (the GPU image has none, and must still run `regress` and `report`): the schema
+    tag and the schema's required keys of the document and of every row, said once on stderr."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise ResultError(f"{where}: not a triptych result (schema {got!r} is not {SCHEMA!r})")
     schema = json.loads((Path(__file__).parent / "schema" / "result.schema.json").read_text())
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-    if error is not None:
-        raise ResultError(f"{where}: {_where(error.absolute_path)}: {error.message}"[:400])
+    try:
+        import jsonschema
+    except ImportError:
+        _required_keys(doc, schema, where)
+    else:
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+        if error is not None:
+            raise ResultError(f"{where}: {_where(error.absolute_path)}: {error.message}"[:400])
     for name, scn in doc["scenarios"].items():
         points = len(scn.get("points") or [])
         for i, row in enumerate(scn["rows"]):

@@ -103,9 +103,13 @@ SCENARIO = Scenario(
     framework_notes={
         "torch": "torch has no operator with a long loop per element, so the kernel is written in Triton, which "
                  "torch ships and launches on its current stream: programs of 128 elements on 4 warps, one element "
-                 "per thread, the same layout and 32-bit arithmetic as the CuPy and Pallas kernels. (A jiterator "
-                 "functor, used before, runs four elements per thread in turn: in the H200 runs of 2026-12-03 it took "
-                 "40 ms on one stream against CuPy's 3.8 ms, comparing code generation rather than concurrency.) Side streams "
+                 "per thread, the same layout and 32-bit loop as the CuPy and Pallas kernels. The same loop still "
+                 "compiles to different costs: on the H200 (2026-12-03) one_stream took 14.5 ms (Triton, trip count "
+                 "a run-time argument), 3.8 ms (CuPy, NVRTC) and 0.76 ms (Pallas, trip count static); a jiterator "
+                 "functor, four elements per thread in turn, had taken 40 ms. Most likely each compiler unrolls the "
+                 "affine recurrence and folds consecutive steps (two steps of v*a + c are one of v*a^2 + (a*c + c)) "
+                 "to its own depth (inferred, not profiled). So compare what streams do within a framework "
+                 "(one_stream against many_streams and batched), not the kernels across frameworks. Side streams "
                  "come from a pool of 32 per device: up to 32 jobs get distinct streams. Each output is allocated "
                  "on its job's stream and handed to the main stream: record_stream(main).",
         "cupy": "The kernel is a cupy.RawKernel, one element per thread, 128 threads per block; streams are "

@@ -228,8 +228,8 @@ def test_torch_job_kernel_runs_on_32_bit_values():
     p = {"jobs": 2, "elems": 5, "iters": 3, "seed": 1}
     state = impl.prepare(scn.make_inputs(p), p, b.device)
     assert state["x"].dtype == torch.int32  # the uint32 bits: the same width as CuPy's and Pallas's uint32
-    src = inspect.getsource(impl._triton_kernel)  # the GPU kernel: 32-bit loop, one element per thread
-    assert "tl.uint32" in src and "int64" not in src
+    src = inspect.getsource(impl.spin)  # the GPU kernel: 32-bit loop, one element per thread
+    assert "tl.uint32" in src and "int64" not in src.split("return y.view(torch.uint32)")[0]  # the GPU branch
     cupy_src = (Path(__file__).parents[1] / "impls" / "concurrent_kernels" / "cupy_impl.py").read_text()
     assert impl.BLOCK == load_impl("concurrent_kernels", "jax").BLOCK == 128 and "\nTHREADS = 128\n" in cupy_src
     y = impl.run_one_stream(state)["y"]

@@ -19,21 +19,6 @@ BLOCK = 128  # elements per Triton program, on 4 warps: one element per thread
 _compiled = {}  # the Triton kernel, made on first use on a GPU (triton is imported there, not at import)
 
 
-def _triton_kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def lcg_spin(x_ptr, y_ptr, n, iters, BLOCK: tl.constexpr):
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + i, mask=i < n).to(tl.uint32, bitcast=True)
-        for _ in range(iters):
-            v = v * 1664525 + 1013904223  # uint32: wraps mod 2^32
-        tl.store(y_ptr + i, v.to(tl.int32, bitcast=True), mask=i < n)
-
-    return lcg_spin
-
-
 def prepare(inputs, params, device):
     gpu = device.type == "cuda"
     x = torch.from_numpy(inputs["x"].view("int32")).to(device)  # the uint32 bits, as int32
@@ -45,7 +30,18 @@ def spin(x, iters):
     """One kernel over int32 x: `iters` LCG steps per element, on the current stream; the uint32 result."""
     if x.is_cuda:
         if "fn" not in _compiled:
-            _compiled["fn"] = _triton_kernel()
+            import triton
+            import triton.language as tl
+
+            @triton.jit
+            def lcg_spin(x_ptr, y_ptr, n, iters, BLOCK: tl.constexpr):
+                i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                v = tl.load(x_ptr + i, mask=i < n).to(tl.uint32, bitcast=True)
+                for _ in range(iters):
+                    v = v * 1664525 + 1013904223  # uint32: wraps mod 2^32
+                tl.store(y_ptr + i, v.to(tl.int32, bitcast=True), mask=i < n)
+
+            _compiled["fn"] = lcg_spin
         y = torch.empty_like(x)  # allocated on the current stream, the one the kernel runs on
         _compiled["fn"][(max(1, -(-x.numel() // BLOCK)),)](x, y, x.numel(), iters, BLOCK=BLOCK, num_warps=4)
         return y.view(torch.uint32)

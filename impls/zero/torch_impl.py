@@ -5,9 +5,8 @@ CPU with a CPU device mesh, NCCL on GPUs).
 On NCCL, DDP's reducer and FSDP2 issue their collectives on their own streams and make the current stream wait
 before it reads the results; ZeroRedundancyOptimizer broadcasts after step() on the current stream. On gloo
 every collective blocks the host. Each stage's wrapper and optimizer are built once, in prepare (DDP broadcasts
-the parameters and allocates its gradient buckets; fully_shard keeps this rank's dim-0 chunk of each as a
-DTensor), as JAX compiles its steps and CuPy lays out its shards there; a run resets the parameters (the local
-shards) in place and empties Adam's state, so the timed run is the steps alone, as in the other two."""
+and allocates its gradient buckets; fully_shard keeps this rank's dim-0 chunks as DTensors), as JAX and CuPy
+set up there; a run resets the parameters in place and empties Adam's state: the timed run is the steps."""
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +51,7 @@ def prepare(inputs, params, device):
         _MESH[device.type] = init_device_mesh(device.type, (n,))
     shard = lambda a: [torch.from_numpy(dp.shard(b, rank, n).copy()).to(device) for b in a]  # noqa: E731
     state = {"x": shard(inputs["x"]), "t": shard(inputs["t"]), "init": inputs["init"], "dims": sizes(params),
-             "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "rank": rank,
-             "sent": {}}
+             "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "rank": rank, "sent": {}}
     state["start"] = [q.detach() for q in _model(inputs["init"], state["dims"], device).parameters()]
     state["wrapped"] = {stage: _Wrapped(state, stage) for stage in ("ddp", "zero1", "zero2", "zero3")}
     return state
