@@ -21,7 +21,10 @@ The floor of a row is raw NCCL: the same operation at the same size through cupy
 NcclCommunicator on raw buffers, measured in this run by the CuPy ranks themselves before the
 timing (harness/backends/nccl_floor.py; the slowest rank's median), as the raw cudaMemcpy is for
 the transfers; "% of floor" is how close a framework's call comes to it. barrier has no floor (no
-bytes); without CuPy on GPUs there is none, and the scenario's floor_why says so.
+bytes); without CuPy on GPUs there is none, and the scenario's floor_why says so. The floor is
+out of place; at one rank that is a device copy (a 256 MiB broadcast: 146 µs on the H200, 2026-12-03)
+while a framework's in-place broadcast or reduce copies nothing, so "% of floor" above 100% at world
+size 1 means no copy was made, not a faster NCCL: the floor means something from two ranks on.
 """
 from __future__ import annotations
 
