@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,10 @@ def test_sigterm_while_a_framework_hangs_at_start_up_is_honoured_at_once(tmp_pat
 
 
 def test_ctrl_c_to_the_process_group_prints_no_worker_tracebacks(tmp_path):
-    p = _run(tmp_path, "hang", "--timeout", "600", start_new_session=True)
+    # A terminal's run has SIGINT's default action; one started in the background by a non-interactive shell
+    # (`make test &`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+    p = _run(tmp_path, "hang", "--timeout", "600", start_new_session=True,
+             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _started(p)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal does: every process of the group
     out, err = p.communicate(timeout=120)
@@ -195,7 +199,9 @@ def test_sigterm_while_a_rank_is_busy_ends_the_run_at_once(tmp_path):
     """A rank that never answers (rank 1 hangs in its timing request; rank 0 waits for it in a collective)
     must not hold a stopped run for the polite close's ten seconds per process; no rank outlives it."""
     pytest.importorskip("torch")
-    env = dict(os.environ, TRIPTYCH_FAULT="ranks:torch:hang:time", TRIPTYCH_FAULT_RANK="1")
+    mark = f"TRIPTYCH_TEST_RUN={uuid.uuid4().hex}"  # inherited by every rank: other sessions' ranks lack it
+    env = dict(os.environ, TRIPTYCH_FAULT="ranks:torch:hang:time", TRIPTYCH_FAULT_RANK="1",
+               TRIPTYCH_TEST_RUN=mark.split("=")[1])
     args = [sys.executable, "-m", "harness", "compare", "--frameworks", "torch", "--scenarios", "ranks",
             "--world-size", "2", "--examples", "1", "--seed", "1", "--no-report", "--timeout", "600",
             "--out", str(tmp_path / "out")]
@@ -213,5 +219,12 @@ def test_sigterm_while_a_rank_is_busy_ends_the_run_at_once(tmp_path):
     assert time.monotonic() - t0 < 8, "the stopped run waited for busy ranks to leave"
     (result,) = (tmp_path / "out").glob("*.json")
     assert "stopped (SIGTERM)" in json.loads(result.read_text())["not_run"][0]["why"]
-    left = subprocess.run(["pgrep", "-f", "harness.rank_main"], capture_output=True, text=True).stdout.split()
-    assert not left, f"rank processes outlived the run: {left}"
+    left = [d.name for d in Path("/proc").iterdir() if d.name.isdigit() and _environ_has(d, mark)]
+    assert not left, f"processes of the run outlived it: {left}"
+
+
+def _environ_has(proc: Path, entry: str) -> bool:
+    try:
+        return entry.encode() in (proc / "environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return False
