@@ -72,7 +72,6 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
     if opts.gpu_memory_fraction is not None:
         os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
-    cache = point_cache.start()  # before any worker starts: they inherit its name
     pools: Pools = [{fw: make_worker(fw, opts.isolation) for fw in opts.frameworks}
                     for _ in range(opts.timing_processes if opts.timing else 1)]
     fw_env: dict[str, Any] = {}
@@ -87,6 +86,7 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     out_scenarios: dict[str, Any] = {}
     machine: dict[str, Any] = {}
     rank_groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
+    cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
     try:
         with _stop_on_sigterm():
             _start_phase(pools, opts, ui, fw_env, available, machine)

@@ -178,7 +178,10 @@ SCENARIO = Scenario(
                "inside jax.checkpoint, so the program asks backward to gather it again, and the transpose of "
                "all_gather is the reduce-scatter of its gradient. The bytes sent are read from the compiled HLO: XLA's CPU "
                "compiler merges the re-gather with the forward one (CSE across the checkpoint), so there stage 3 "
-               "sends 1x and keeps each layer gathered from forward to backward.",
+               "sends 1x and keeps each layer gathered from forward to backward. The H200 run of 2026-12-03 "
+               "(results/20261203T161610Z) timed an earlier version whose every run traced a new jit for the final "
+               "gather and copied the start state from the host: its JAX times (24-30 ms) are inflated; the torch "
+               "times of that run include a device sync, moved to the untimed poison since. Not yet re-measured.",
     },
     metrics_doc={"param_bytes": "parameter bytes a rank holds at the optimizer step (its local shards)",
                  "grad_bytes": "gradient bytes a rank holds at the optimizer step",
@@ -187,10 +190,11 @@ SCENARIO = Scenario(
                  "model_state_bytes": "param + grad + optim bytes: the paper's per-rank model state",
                  "peak_bytes": "peak bytes in a step by the allocator (torch: CUDA max_memory_allocated over the "
                                "steps minus what was allocated before the run, plus the stage's resident parameters "
-                               "and DDP's gradient buckets (the four stages' wrappers all live in the process); CuPy: the memory pool's used bytes "
-                               "sampled after each gather, reduce-scatter and update; JAX: XLA's memory_analysis of "
-                               "the compiled steps, arguments + outputs + temporaries); not emitted by torch on "
-                               "the CPU",
+                               "and DDP's gradient buckets; CuPy: the memory pool's used bytes sampled after each "
+                               "gather, reduce-scatter and update; JAX: XLA's memory_analysis of the compiled steps, "
+                               "arguments + outputs + temporaries); not emitted by torch on the CPU. Not comparable "
+                               "across the three: JAX's counts the largest program's inputs (x, t too) and its "
+                               "undonated outputs, CuPy's is sampled at chosen points",
                  "comm_bytes": "bytes a rank sends per step on a ring (all-reduce 2(N-1)/N of the buffer, reduce-"
                                "scatter and all-gather (N-1)/N of the whole, broadcast (N-1)/N), from the "
                                "collectives issued: torch counted by a dispatch mode on the first run, CuPy at each "

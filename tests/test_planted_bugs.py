@@ -73,6 +73,19 @@ def test_nan_never_passes():
     assert m is not None and m.index == (1,)
 
 
+def test_an_equal_inf_passes_whatever_the_other_elements_do():
+    """Equal values pass on every path: an inf the reference also holds is not flagged because another
+    element differs within tolerance (the bit-equal shortcut passes it when nothing differs)."""
+    a = np.array([1.0, np.inf, -np.inf, 3.0], np.float32)
+    b = a.copy()
+    assert compare_arrays("y", b, a, 1e-5, 1e-6) is None
+    b[0] = np.nextafter(b[0], np.float32(2))  # one ulp, inside the tolerance
+    assert compare_arrays("y", b, a, 1e-5, 1e-6) is None
+    b[3] = np.inf
+    m = compare_arrays("y", b, a, 1e-5, 1e-6)
+    assert m is not None and m.index == (3,) and m.n_bad == 1
+
+
 def test_timed_check_counts_wrong_repeats(monkeypatch):
     from harness import handlers, timing
 

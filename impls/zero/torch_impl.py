@@ -4,9 +4,9 @@ CPU with a CPU device mesh, NCCL on GPUs).
 
 On NCCL, DDP's reducer and FSDP2 issue their collectives on their own streams and make the current stream wait
 before it reads the results; ZeroRedundancyOptimizer broadcasts after step() on the current stream. On gloo
-every collective blocks the host. Each stage's wrapper and optimizer are built once, in prepare (DDP broadcasts
-and allocates its gradient buckets; fully_shard keeps this rank's dim-0 chunks as DTensors), as JAX and CuPy
-set up there; a run resets the parameters in place and empties Adam's state: the timed run is the steps."""
+every collective blocks the host. A stage's wrapper and optimizer are built once, by its first (untimed) run (DDP
+broadcasts, allocates its buckets; fully_shard keeps this rank's dim-0 chunks as DTensors); a timed run resets
+the parameters in place, empties Adam's state, steps, and gathers the result, as the CuPy and JAX runs do."""
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +29,7 @@ _MESH = {}  # one 1-D device mesh per process (it wraps the default process grou
 
 
 class _Sent(TorchDispatchMode):
-    """Counts the bytes one rank sends on a ring for every c10d collective dispatched under it (DDP's reducer,
-    ZeroRedundancyOptimizer, FSDP2 all issue c10d ops)."""
+    """Counts the bytes a rank sends on a ring for each c10d collective under it (DDP, ZeRO optimizer, FSDP2)."""
 
     def __init__(self, n):
         super().__init__()
@@ -53,7 +52,7 @@ def prepare(inputs, params, device):
     state = {"x": shard(inputs["x"]), "t": shard(inputs["t"]), "init": inputs["init"], "dims": sizes(params),
              "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "rank": rank, "sent": {}}
     state["start"] = [q.detach() for q in _model(inputs["init"], state["dims"], device).parameters()]
-    state["wrapped"] = {stage: _Wrapped(state, stage) for stage in ("ddp", "zero1", "zero2", "zero3")}
+    state["wrapped"] = {}  # a stage's wrapper, built by its first (untimed) run
     return state
 
 
@@ -62,6 +61,9 @@ def barrier(state):
 
 
 def poison(state):
+    if state["device"].type == "cuda":  # untimed: the device idle and the peak counter reset before a run
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     barrier(state)  # untimed, before every repeat: the ranks start together
 
 
@@ -84,8 +86,7 @@ class _Wrapped:
         self.model, self.opt, self.buckets = model, opt, stage in ("ddp", "zero1")
 
     def reset(self, state):
-        """The initial parameters into this rank's shards and no Adam state (made again, zeroed, by step 1);
-        the same values on every rank, so DDP needs no new broadcast."""
+        """The initial parameters into this rank's shards, no Adam state (step 1 makes it): DDP needs no broadcast."""
         with torch.no_grad():
             for q, q0 in zip(self.model.parameters(), state["start"]):
                 if isinstance(q, DTensor):  # FSDP2's dim-0 chunk: ceil(d0 / N) rows a rank, the last ones may hold none
@@ -113,12 +114,11 @@ class _Wrapped:
 
 def _train(state, stage):
     """`steps` Adam steps; the first run of a stage counts its collectives under _Sent, later runs reuse it."""
+    if stage not in state["wrapped"]:
+        state["wrapped"][stage] = _Wrapped(state, stage)
     cuda, w = state["device"].type == "cuda", state["wrapped"][stage]
     w.reset(state)
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() - w.resident()  # all four stages' wrappers live in this process
+    base = torch.cuda.memory_allocated() - w.resident() if cuda else 0  # the allocator's count: no sync
     model, opt = w.model, w.opt
     sent = _Sent(state["n"]) if stage not in state["sent"] else None
     with sent if sent is not None else contextlib.nullcontext():
