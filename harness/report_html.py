@@ -22,7 +22,7 @@ from harness.labels import gpu_label
 from harness.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
                             summary_status, timed)
 from harness.report_charts import chart_png, ordered_sweep, point_label, variants_of
-from harness.report_render import Block, render_html, render_md, text_of
+from harness.report_render import Block, machine_line, render_html, render_md, text_of
 
 VERDICT_MARK = {"confirmed": "✓", "refuted": "✗", "inconclusive": "?"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -34,10 +34,6 @@ def default_out(result_path: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- numbers
-
-def fmt_bytes_rate(bps: float) -> str:
-    return f"{bps / 1e12:.2f} TB/s" if bps >= 1e12 else f"{bps / 1e9:.1f} GB/s"
-
 
 def fmt_value(key: str, v: Any) -> str:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith("_s"):
@@ -61,22 +57,7 @@ def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
              f"{'`' + host['code'] + '`' if host.get('code') else 'unknown (no .git where it ran)'}"]
     if doc.get("command"):
         items.append("command: `" + " ".join(map(str, doc["command"])) + "`")
-    machine = env.get("machine") or {}
-    parts = [f"{label} {fmt_bytes_rate(machine[k])}" for k, label in
-             (("hbm_Bps", "device copy (read+write)"), ("h2d_Bps", "host→device pinned"),
-              ("d2h_Bps", "device→host pinned")) if k in machine]
-    if "fp32_flops" in machine:
-        parts.append(f"float32 GEMM {machine['fp32_flops'] / 1e12:.1f} TFLOP/s")
-    nccl = [k for k in machine if k.startswith("nccl_") and k != "nccl_ranks"]
-    if nccl:
-        parts.append(f"raw NCCL at {machine.get('nccl_ranks', 0):g} rank(s): {len(nccl)} collective × size "
-                     "points, timed by the CuPy ranks (the collectives' floors)")
-    if parts:
-        items.append("machine ceilings, measured by raw CUDA through CuPy in this run (the floors' denominators): "
-                     + "; ".join(parts))
-    else:
-        items.append("machine ceilings: not measured in this run (they need CuPy on a GPU and the full size), "
-                     "so no physical floors")
+    items.append(machine_line(env.get("machine") or {}))
     rows = []
     for fw, info in env.get("frameworks", {}).items():
         e = info.get("env", {})

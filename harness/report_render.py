@@ -122,3 +122,25 @@ def render_html(blocks: Iterable[Block], images: dict[str, bytes], title: str) -
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>\n'
             f"<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def fmt_bytes_rate(bps: float) -> str:
+    return f"{bps / 1e12:.2f} TB/s" if bps >= 1e12 else f"{bps / 1e9:.1f} GB/s"
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    """The environment's line on the machine ceilings measured in the run (the floors' denominators)."""
+    parts = [f"{label} {fmt_bytes_rate(machine[k])}" for k, label in
+             (("hbm_Bps", "device copy (read+write)"), ("h2d_Bps", "host→device pinned"),
+              ("d2h_Bps", "device→host pinned")) if k in machine]
+    if "fp32_flops" in machine:
+        parts.append(f"float32 GEMM {machine['fp32_flops'] / 1e12:.1f} TFLOP/s")
+    nccl = [k for k in machine if k.startswith("nccl_") and k != "nccl_ranks"]
+    if nccl:
+        parts.append(f"raw NCCL at {machine.get('nccl_ranks', 0):g} rank(s): {len(nccl)} collective × size "
+                     "points, timed by the CuPy ranks (the collectives' floors)")
+    if parts:
+        return "machine ceilings, measured by raw CUDA through CuPy in this run (the floors' denominators): " + \
+            "; ".join(parts)
+    return ("machine ceilings: not measured in this run (they need CuPy on a GPU and the full size), "
+            "so no physical floors")
