@@ -11,10 +11,12 @@ import os
 import pytest
 
 from harness import backends
+from harness.backends.jax_backend import use_cublas_gemms
 from harness.equivalence import register_profiles
 
 register_profiles()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+use_cublas_gemms()  # as the runner does: JAX's GEMMs through cuBLAS, no Triton autotuning at compile time
 
 
 def pytest_configure(config: pytest.Config) -> None:

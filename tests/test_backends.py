@@ -94,6 +94,27 @@ def test_jax_does_not_preallocate_the_shared_gpu():
     assert b.env()["preallocate"] == "false"
 
 
+def test_jax_gemms_go_through_cublas_unless_the_user_says_otherwise(monkeypatch):
+    from harness.backends.jax_backend import TRITON_GEMM_FLAG, use_cublas_gemms
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    use_cublas_gemms()
+    assert os.environ["XLA_FLAGS"] == f"--xla_dump_to=/tmp/x {TRITON_GEMM_FLAG}"
+    use_cublas_gemms()  # once only
+    assert os.environ["XLA_FLAGS"].count("triton_gemm") == 1
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=true")
+    use_cublas_gemms()
+    assert os.environ["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=true"  # the user's choice stands
+    monkeypatch.delenv("XLA_FLAGS")
+    use_cublas_gemms()
+    assert os.environ["XLA_FLAGS"] == TRITON_GEMM_FLAG
+
+
+def test_jax_records_the_xla_flags_it_started_with():
+    b = backend_or_skip("jax")
+    assert "--xla_gpu_enable_triton_gemm=false" in b.env()["xla_flags"]
+
+
 def test_precision_is_pinned():
     b = backend_or_skip("torch")
     assert b.fw.backends.cuda.matmul.allow_tf32 is False

@@ -82,6 +82,9 @@ def _join_torch(b: Backend, env: RankEnv) -> str:
 
 
 def _join_jax(b: Backend, env: RankEnv) -> str:
+    from harness.backends.jax_backend import use_cublas_gemms
+
+    use_cublas_gemms()  # before jax starts a backend
     import jax
 
     gpu = _has_cuda()
