@@ -42,7 +42,7 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
-               progress: Progress) -> dict[str, Any]:
+               progress: Progress, agree: Callable[[str | None], str | None] | None = None) -> dict[str, Any]:
     """Time every variant at the given params; check the timed outputs; in a row's first process
     (first=True) also count host syncs and trace the timeline, which a second process would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
@@ -65,7 +65,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             rows.append(row | {"status": "skipped", "reason": why})
             continue
         progress(v.name)
-        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first)
+        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree)
         timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
         if expected is None and v is scn.baseline:
             expected = got  # later variants are checked against this framework's baseline
@@ -81,7 +81,8 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
 
 
 def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
-                  want: Arrays | None, cfg: TimingConfig, census: bool = True) -> tuple[dict[str, Any], Arrays]:
+                  want: Arrays | None, cfg: TimingConfig, census: bool = True,
+                  agree: Callable[[str | None], str | None] | None = None) -> tuple[dict[str, Any], Arrays]:
     """(the row's timing, check and sync fields; the first checked repeat's numpy outputs)."""
     t_variant = time.perf_counter()
     fn = variant_call(impl, v)
@@ -102,7 +103,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         return None if m is None else m.describe()
 
     with faults.slowed(b.name, scn.name, v.name):
-        m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard)
+        m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard, agree=agree)
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()

@@ -23,7 +23,7 @@ from typing import Any
 from harness import faults, handlers, worker
 from harness.backends import get as get_backend
 from harness.backends.base import Unavailable
-from harness.backends.dist import RankEnv, join, leave
+from harness.backends.dist import RankEnv, agree_stop, join, leave
 from harness.equivalence import compare_outputs
 from harness.execute import run_variants
 
@@ -65,7 +65,9 @@ def serve(fw: str, env: RankEnv) -> None:
             elif op == "equiv":
                 result = handlers.equiv(fw, args[0], ranked(args[1], env))
             elif op == "time":
-                result = handlers.time_point(fw, args[0], ranked(args[1], env), *args[2:], progress=lambda _t: None)
+                b = get_backend(fw)
+                result = handlers.time_point(fw, args[0], ranked(args[1], env), *args[2:], progress=lambda _t: None,
+                                             agree=lambda stop: agree_stop(fw, b, stop))
             elif op == "ceilings":
                 result = handlers.rank_ceilings(fw, [ranked(p, env) for p in args[0]])
             else:

@@ -6,7 +6,9 @@ and CuPy's NCCL-id store on ports of their own; NCCL_NVLS_ENABLE=0), and talks t
 an authenticated local socket whose address and key travel in the environment. Each request goes
 to every rank; the answers are gathered: outputs stacked along a new first axis (rank), and a
 timing row's time per repeat is the slowest rank's (every rank runs a barrier before each repeat,
-untimed, so the repeats start together). The interface is worker.py's: request() / close().
+untimed, so the repeats start together). The ranks repeat under the run's stopping rule as one: after
+each repeat rank 0's answer is broadcast (harness/backends/dist.py agree_stop), so every rank runs the
+same repeats. The interface is worker.py's: request() / close().
 
 A rank that dies, hangs or raises ends its whole group (the others may be waiting for it inside a
 collective): every rank process is killed by its id, the error names the rank and why, and the
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from harness.rank_main import KEY_ENV, PARENT_ENV
-from harness.timing import Stats, TimingConfig
+from harness.timing import Stats
 from harness.worker import Progress, WorkerError, WorkerLost, _died
 
 FAULT_RANK_ENV = "TRIPTYCH_FAULT_RANK"
@@ -55,13 +57,6 @@ def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
             "CUPYX_DISTRIBUTED_PORT": str(ports[2]), "NCCL_NVLS_ENABLE": "0",
             # as torchrun does for several ranks on one machine: no thread oversubscription
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-
-
-def fixed_count(cfg: TimingConfig) -> TimingConfig:
-    """Every rank must run the same number of calls (a collective needs all of them): no stopping
-    rule that depends on a rank's own clock."""
-    n = max(cfg.min_repeats, 10)
-    return TimingConfig(warmup=cfg.warmup, min_repeats=n, max_repeats=n, min_time_s=0.0)
 
 
 class RankGroup:
@@ -169,7 +164,7 @@ class RankGroup:
         if op == "equiv":
             outs = self._ask(op, (args[0], params), timeout)
             return {v: {k: np.stack([o[v][k] for o in outs]) for k in outs[0][v]} for v in outs[0]}
-        answers = self._ask(op, (args[0], params, fixed_count(args[2]), *args[3:]), timeout)
+        answers = self._ask(op, (args[0], params, *args[2:]), timeout)
         rows = [merge_rows(list(per_variant), self.world_size) for per_variant in zip(*(a["rows"] for a in answers))]
         samples = [a["sample"] for a in answers]  # each rank's baseline outputs, stacked by rank
         sample = None if any(s is None for s in samples) else {k: np.stack([s[k] for s in samples]) for k in samples[0]}
@@ -276,8 +271,10 @@ class Groups:
     def for_scenario(self, scn: Any, pools: list[dict[str, Any]], available: list[str],
                      fw_env: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
         """The runner's own worker pools, frameworks and environments for a scenario without ranks; for
-        a rank scenario one pool of rank groups (a group is WORLD_SIZE processes already: its rows are
-        timed in that one group, not in a second one)."""
+        a rank scenario the one pool of rank groups, once per round of the runner's (a group is
+        WORLD_SIZE processes already: its rows are timed in as many rounds as the single workers have
+        processes, each round a fresh prepare and repeat loop, interleaved across frameworks, but in the
+        same processes: what differs between processes, such as where memory landed, is not resampled)."""
         if not getattr(scn, "ranks", False):
             return pools, available, fw_env
         if not self.groups:
@@ -288,7 +285,7 @@ class Groups:
                 infos = dict(zip(self.groups, pool.map(self._hello, self.groups.values())))
             self.fw_env = infos
             self.available = [fw for fw in self.frameworks if infos[fw]["available"]]
-        return [self.groups], self.available, self.fw_env
+        return [self.groups] * len(pools), self.available, self.fw_env
 
     def _hello(self, g: RankGroup) -> dict[str, Any]:
         try:

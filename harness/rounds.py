@@ -34,7 +34,7 @@ def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario
         for fw in (frameworks if i % 2 == 0 else frameworks[::-1]):
             if got[fw] and "status" in got[fw][-1]:
                 continue
-            step(fw, f"timing (process {i + 1} of {len(pools)})")
+            step(fw, f"timing (round {i + 1} of {len(pools)})")
             try:
                 got[fw].append(pool[fw].request("time", scn.name, params, cfg, i == 0, timeout=timeout,
                                                 progress=lambda text, fw=fw: detail(fw, text)))

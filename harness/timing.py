@@ -99,11 +99,12 @@ class TimingConfig:
 
 PRESETS: dict[str, TimingConfig] = {
     "smoke": TimingConfig(warmup=1, min_repeats=5, max_repeats=20, min_time_s=0.02, max_wall_s=0.5, max_noise=0.05),
-    # Sized for a shared GPU lease: ten scenarios x three frameworks x two processes in ~7 minutes
-    # (docs/gpu_runs.md). max_wall_s bounds variants whose untimed per-run work (poisoning 256 MiB,
-    # bit-exact checks) dwarfs the timed part: those stop at min_repeats, 2 x 3 repeats a row where one
-    # process took 5. The noise rule needs 5 repeats; a 1% median takes ~25 of a row spread by 10%.
-    "full": TimingConfig(warmup=1, min_repeats=3, max_repeats=60, min_time_s=0.1, max_wall_s=0.75, warmup_s=0.05,
+    # Sized for a shared GPU lease: a full run of every scenario, two processes (or rounds) a row, in
+    # under ten minutes (docs/gpu_runs.md). 200 repeats, not 60: a row of tens of microseconds stops there
+    # long before 0.1 s of device time, and its median's interval narrows as 1/sqrt(n). max_wall_s bounds
+    # variants whose untimed per-run work (poisoning 256 MiB, bit-exact checks) dwarfs the timed part:
+    # those stop at min_repeats. The noise rule needs 5 repeats; a 1% median takes ~25 of a row spread by 10%.
+    "full": TimingConfig(warmup=1, min_repeats=3, max_repeats=200, min_time_s=0.1, max_wall_s=0.75, warmup_s=0.05,
                          max_noise=0.01),
 }
 
@@ -181,12 +182,15 @@ def measure(
     before: Callable[[], None] | None = None,
     check: Callable[[Any], str | None] | None = None,
     check_every: bool = False,
+    agree: Callable[[str | None], str | None] | None = None,
 ) -> Measurement:
     """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
 
     ``before`` runs untimed before every call (poisoning preallocated outputs, refreshing state).
     ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
     first timed repeat and the last, or on every repeat with ``check_every`` (hazard variants).
+    ``agree(stop)`` turns this process's stopping answer into the group's (ranks: rank 0's, so that
+    every rank runs the same repeats; harness/backends/dist.py), untimed, after each repeat.
     """
     _, first, _, out, _ = _timed_call(call, backend, before, None)
     del out
@@ -195,11 +199,12 @@ def measure(
         _timed_call(call, backend, before, None)
     while wall() - t_warm < cfg.warmup_s:
         _timed_call(call, backend, before, None)
-    return _repeat(call, backend, cfg, before, check, check_every, first)
+    return _repeat(call, backend, cfg, before, check, check_every, first, agree)
 
 
 def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
-            check: Callable[[Any], str | None] | None, check_every: bool, first: float) -> Measurement:
+            check: Callable[[Any], str | None] | None, check_every: bool, first: float,
+            agree: Callable[[str | None], str | None] | None) -> Measurement:
     timer = backend.event_timer()
     host: list[float] = []
     done: list[float] = []
@@ -219,6 +224,8 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         for k, v in emitted.items():
             metrics.setdefault(k, []).append(v)
         stopped = cfg.stop(len(done), done_total, wall() - t_loop, lambda: median_rel_halfwidth(done))
+        if agree is not None:
+            stopped = agree(stopped)
         if check is not None and (check_every or len(done) == 1 or stopped):
             checked += 1
             problem = check(out)

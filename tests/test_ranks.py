@@ -11,7 +11,7 @@ import pytest
 
 from harness import faults
 from harness.equivalence import run_equivalence
-from harness.ranks import FAULT_RANK_ENV, RankGroup, fixed_count, merge_rows
+from harness.ranks import FAULT_RANK_ENV, RankGroup, merge_rows
 from harness.timing import PRESETS, TimingConfig
 from harness.worker import WorkerError, WorkerLost
 from scenarios import _ranks as R
@@ -111,9 +111,24 @@ def test_bus_factors_are_nccl_tests():
     assert collectives.nbytes(p) == 4 * 4096
 
 
-def test_timing_runs_the_same_count_on_every_rank():
-    cfg = fixed_count(TimingConfig(min_repeats=3, max_repeats=200, min_time_s=5.0, warmup_s=1.0))
-    assert cfg.min_repeats == cfg.max_repeats and cfg.min_time_s == 0 and cfg.warmup_s == 0
+@pytest.mark.parametrize("fw", ["torch", "jax"])
+def test_ranks_stop_repeating_together(fw):
+    """A time cap that each rank's own clock would reach after a different count: rank 0's answer,
+    broadcast by the framework, makes every rank run the same repeats (else merge_rows could not pair
+    them, and a collective would wait for a rank that stopped)."""
+    backend_or_skip(fw)
+    cfg = TimingConfig(warmup=0, min_repeats=3, max_repeats=10_000, min_time_s=0.0, max_wall_s=0.3, max_noise=0.0)
+    g = RankGroup(fw, 2)
+    try:
+        assert g.request("hello", timeout=120)["available"]
+        answers = g._ask("time", ("ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0, "world_size": 2},
+                                  cfg, False), 120)
+    finally:
+        g.close()
+    for per_variant in zip(*(a["rows"] for a in answers)):
+        counts = {len(r["timing"]["samples"]["device_done"]) for r in per_variant if "timing" in r}
+        stops = {r["timing"]["stopped"] for r in per_variant if "timing" in r}
+        assert len(counts) == 1 and stops == {"time_cap"}, (per_variant[0]["variant"], counts, stops)
 
 
 @pytest.mark.parametrize("kind,status,words", [("crash", "crashed", "rank 1: torch rank died of SIGABRT"),
@@ -169,4 +184,5 @@ def test_reading_the_receive_buffer_before_the_wait_is_caught():
         g.close()
     assert rows["blocking"]["check"]["wrong"] == rows["nonblocking"]["check"]["wrong"] == 0
     hazard = rows["read_before_wait"]["check"]
-    assert hazard["checked"] == 20 and hazard["wrong"] > 0, hazard
+    repeats = len(rows["read_before_wait"]["timing"]["samples"]["device_done"])
+    assert hazard["checked"] == 2 * repeats and hazard["wrong"] > 0, hazard  # every repeat of both ranks

@@ -111,6 +111,35 @@ def _join_cupy(b: Backend, env: RankEnv) -> str:
     return f"cupyx.distributed NCCL, rank {env.rank} of {env.world_size}"
 
 
+STOPS = (None, "noise", "time_cap", "max_repeats")  # timing.TimingConfig.stop's answers, as numbers
+
+
+def agree_stop(fw: str, backend: Backend, stop: str | None) -> str | None:
+    """Rank 0's answer to "stop repeating?", on every rank, through the framework's own broadcast: every
+    rank must run the same number of repeats (a collective needs all of them), so rank 0's clock decides
+    for the group. Called after each repeat, outside the timed region."""
+    code = STOPS.index(stop)
+    if fw == "torch":
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([code], dtype=torch.int32, device=backend.device)  # NCCL: on the GPU; gloo: the CPU
+        dist.broadcast(t, 0)
+        return STOPS[int(t.item())]
+    if fw == "jax":
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        return STOPS[int(multihost_utils.broadcast_one_to_all(np.int32(code)))]
+    if fw == "cupy":
+        import cupy
+
+        a = cupy.asarray([code], dtype=cupy.int32)
+        nccl.cupy_comm().broadcast(a, root=0)
+        return STOPS[int(a.get()[0])]
+    raise ValueError(f"unknown framework {fw!r}")
+
+
 def _has_cuda() -> bool:
     import shutil
     import subprocess
