@@ -90,7 +90,10 @@ def _smi(fields: str) -> dict[str, str] | None:
 
 def code_version() -> str | None:
     """The project's git commit, with "+dirty" when the tree has uncommitted changes to tracked files;
-    None where the tree has no .git (a copied working tree, e.g. on a lent GPU machine)."""
+    None where the tree has no .git (a copied working tree, e.g. on a lent GPU machine). $TRIPTYCH_CODE,
+    where set, is taken as it is: a copied tree whose .git is stale or absent says its commit there."""
+    if os.environ.get("TRIPTYCH_CODE"):
+        return os.environ["TRIPTYCH_CODE"]
     root = Path(__file__).resolve().parent.parent
     if not (root / ".git").exists():
         return None

@@ -146,8 +146,17 @@ def test_the_code_versions_are_named_when_they_differ():
     assert not any("triptych code" in n for n in regress(base, cand).notes)
 
 
-def test_host_env_names_the_commit_it_ran():
+def test_a_copied_tree_states_its_commit(monkeypatch):
     from harness.machine import code_version
+
+    monkeypatch.setenv("TRIPTYCH_CODE", "04bc676abcde")
+    assert code_version() == "04bc676abcde"
+
+
+def test_host_env_names_the_commit_it_ran(monkeypatch):
+    from harness.machine import code_version
+
+    monkeypatch.delenv("TRIPTYCH_CODE", raising=False)
 
     if not (ROOT / ".git").exists():
         assert code_version() is None
