@@ -181,9 +181,11 @@ TRITON_GEMM_FLAG = "--xla_gpu_enable_triton_gemm=false"
 
 def use_cublas_gemms() -> None:
     """XLA:GPU's matrix products through cuBLAS, as torch's and CuPy's are, instead of Triton GEMMs that XLA
-    autotunes at compile time. On the H200 (2026-12-03, jax 0.11.2, scratch probe of data_parallel's
-    full-size step) that autotuning made a first call take 17.6 s instead of 0.35 s, and the steps ran
-    as fast or faster without it (0.91 against 1.12 ms; a 4096^2 product 0.57 against 0.62 ms).
+    autotunes at compile time. On the H200 (2026-12-03, jax 0.11.2, docs/probes/jax_triton_gemm.md) that
+    autotuning made the first call of data_parallel's full-size step take 17.6 s instead of 0.35 s; the
+    step itself took 0.91 ms against 1.12 (0.92 against 1.04 with two micro-batches: one probe each). In
+    the full runs the cuBLAS steps were 5-13% faster (data_parallel single_process 2.48-2.52 ms against
+    2.67-2.68, tensor_parallel dense 2.47-2.56 against 2.85; docs/gpu_runs.md).
     XLA reads XLA_FLAGS once, when its backend starts: set before then, in this process and (through the
     environment) in every process it starts. A flag the user set on the same option wins."""
     flags = os.environ.get("XLA_FLAGS", "")
