@@ -161,7 +161,10 @@ def test_sigterm_while_a_framework_hangs_at_start_up_is_honoured_at_once(tmp_pat
 
 
 def test_ctrl_c_to_the_process_group_prints_no_worker_tracebacks(tmp_path):
-    p = _run(tmp_path, "hang", "--timeout", "600", start_new_session=True)
+    # A terminal's foreground job takes SIGINT as the default; a suite started in the background by a
+    # non-interactive shell (`make test &`) inherits it ignored, and Python then installs no handler.
+    p = _run(tmp_path, "hang", "--timeout", "600", start_new_session=True,
+             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _started(p)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal does: every process of the group
     out, err = p.communicate(timeout=120)
