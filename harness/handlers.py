@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from harness import backends, faults, point_cache
 from harness.calibrate import calibrate as _calibrate
+from harness.calibrate import python_loop_s
 from harness.equivalence import compare_outputs, relative_error, strided_sample
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.timeline import trace_variant
@@ -55,6 +56,9 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     # host inputs and reference, made here or read back from the run's cache: where a run's wall time goes
     setup_s = time.perf_counter() - t_setup
     against = "reference" if expected is not None else "baseline"
+    # The host's speed now, in this process: the start-up calibration alone cannot show a host that
+    # changed speed during the run (2026-12-03: a factor of two between processes and runs).
+    host_loop = python_loop_s(3)
     rows: list[dict[str, Any]] = []
     sample = None
     for v in scn.variants:
@@ -66,6 +70,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             continue
         progress(v.name)
         timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree)
+        timed["timing"]["host_loop_s"] = host_loop
         timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
         if expected is None and v is scn.baseline:
             expected = got  # later variants are checked against this framework's baseline

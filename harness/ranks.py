@@ -222,6 +222,8 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
         if got:
             timing["samples"][clock] = got[1]
     timing["first_call_s"] = max(r["timing"]["first_call_s"] for r in rows)
+    if all("host_loop_s" in r["timing"] for r in rows):
+        timing["host_loop_s"] = max(r["timing"]["host_loop_s"] for r in rows)  # the slowest rank's host
     metrics = dict(timing["metrics"])
     if "bytes" in metrics and "bus_factor" in metrics:  # nccl-tests' algbw and busbw, decimal GB/s
         algbw = metrics["bytes"] / timing["device_done"]["median"] / 1e9

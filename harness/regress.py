@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from harness.noise import hierarchical_medians, split
-from harness.regress_env import RegressError, HostSpeed, _environments, host_bound, host_speed
+from harness.regress_env import RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_speed
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -281,6 +281,9 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
     host = host_speed(base, cand)
     if host is not None and host.differs:
         notes.append(host.describe())
+    during = describe_host_during(base, cand, threshold)
+    if during:
+        notes.append(during)
     for which, d in (("baseline", base), ("candidate", cand)):
         if _one_process(d):
             notes.append(f"the {which} keeps one process's repeats per row (written before rows were timed in "

@@ -62,6 +62,32 @@ def host_speed(base: dict[str, Any], cand: dict[str, Any]) -> HostSpeed | None:
     return HostSpeed(math.exp(float(np.mean(logs))), max([HOST_FLOOR, *spread]), len(shared))
 
 
+def host_during(doc: dict[str, Any]) -> list[float]:
+    """The host's Python-loop seconds measured by every process just before each point it timed
+    (timing.processes[].host_loop_s; files written before 2026-12-03 evening have none)."""
+    return [float(p["host_loop_s"]) for scn in doc["scenarios"].values() for r in scn["rows"]
+            for p in ((r.get("timing") or {}).get("processes") or []) if p.get("host_loop_s")]
+
+
+def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> str | None:
+    """A header note where the two runs' hosts ran the loop at medians further apart than the threshold:
+    rows that the host paces (pageable copies, launch-bound loops) can move by that much without a change
+    of code. Said, not acted on: which rows the host paces is not known row by row."""
+    hb, hc = host_during(base), host_during(cand)
+    if not hb or not hc:
+        return None
+    mb, mc = float(np.median(hb)), float(np.median(hc))
+    if abs(math.log(mc / mb)) <= math.log1p(threshold):
+        return None
+
+    def ms(v: list[float]) -> str:
+        return f"{1e3 * float(np.median(v)):.1f} ms [{1e3 * min(v):.1f}-{1e3 * max(v):.1f}]"
+
+    return (f"the host's speed during the runs differs: a fixed Python loop took {ms(hb)} in the baseline and "
+            f"{ms(hc)} in the candidate (median [range] over every process and point): rows that the host "
+            f"paces can move by {100 * abs(mc / mb - 1):.0f}% without a change of code")
+
+
 def host_bound(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
     """(scenario, point, variant) whose time is the host's: every row of a run without a GPU; on a GPU,
     where device events saw the device busy for less than half the call (JAX, without events, follows

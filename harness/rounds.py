@@ -4,7 +4,8 @@ Round 1 runs the frameworks in their order in the first process of each, round 2
 in the second process of each, and so on: slow drift (clocks, the host's load, the GPU's temperature)
 hits every framework and variant alike. Each process's repeats stay in the row: timing.samples holds
 them all, in process order, and timing.processes says how many came from which process and why it
-stopped. The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
+stopped, and the host's speed in it just before the point was timed (host_loop_s, harness/calibrate.py's
+Python loop). The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
 the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/noise.py)
 per clock, which counts the variance between processes as well as within one.
 """
@@ -89,8 +90,10 @@ def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
     t["metrics"] = {k: float(np.median([m["metrics"][k] for m in timings if k in m["metrics"]]))
                     for k in timings[0]["metrics"]}
     t["processes"] = [{"n": n, "stopped": m["stopped"], "noise": m["noise"],
-                       "median": float(np.median(m["samples"]["device_done"])), "first_call_s": m["first_call_s"]}
+                       "median": float(np.median(m["samples"]["device_done"])), "first_call_s": m["first_call_s"],
+                       **({"host_loop_s": m["host_loop_s"]} if "host_loop_s" in m else {})}
                       for n, m in zip(counts, timings)]
+    t.pop("host_loop_s", None)  # the process's, kept per process above
     t["noise"] = {c: rel_halfwidth(split(samples[c], counts)) for c in samples}
     t.pop("stopped", None)
     return t

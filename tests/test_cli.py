@@ -143,6 +143,10 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
         for fw in ("torch", "jax"):  # the baseline ran, or the framework cannot express it (JAX: blocking send)
             assert base[fw]["status"] == "ok" or "not expressible" in base[fw].get("reason", ""), (name, base[fw])
         assert scn["claims"], name
+        for row in scn["rows"]:  # every process (rank rows: every round) and the host's speed just before
+            if row["status"] == "ok":
+                procs = row["timing"]["processes"]
+                assert len(procs) == 2 and all(p["host_loop_s"] > 0 for p in procs), (name, row["variant"], procs)
     assert "equivalence: passed" in r.stdout
     # The report is rendered next to the result, in a folder named after it.
     report = files[0].with_suffix("")

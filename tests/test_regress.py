@@ -294,3 +294,19 @@ def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
     _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
     after = time_it()
     assert after["item_each_step"] == before["item_each_step"] and after["on_device"] > 1e-3
+
+
+def test_a_host_that_ran_slower_during_the_run_is_named():
+    """Per point and process, each run records its host's Python-loop time; regress names a difference
+    beyond its threshold (the 2026-12-03 pair: 12.5 against 6.6 ms) and keeps quiet within it."""
+    def with_host(loop_s: float) -> dict:
+        d = doc([row("torch", "async")])
+        for p in d["scenarios"]["async_dispatch"]["rows"][0]["timing"]["processes"]:
+            p["host_loop_s"] = loop_s
+        return d
+
+    note = next(n for n in regress(with_host(12.5e-3), with_host(6.6e-3)).notes if "host's speed during" in n)
+    assert "12.5 ms [12.5-12.5] in the baseline and 6.6 ms [6.6-6.6]" in note and "move by 47%" in note
+    assert not any("host's speed during" in n for n in regress(with_host(6.6e-3), with_host(6.9e-3)).notes)
+    assert not any("host's speed during" in n for n in regress(doc([row("torch", "async")]), with_host(6e-3)).notes)
+
