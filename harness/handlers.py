@@ -45,7 +45,7 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None) -> dict[str, Any]:
     """Time every variant at the given params; check the timed outputs; in a row's first process
-    (first=True) also count host syncs and trace the timeline, which a second process would repeat.
+    (first=True) also count host syncs and trace the timeline, which a second process (or round) would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}."""
     scn = get_scenario(scenario)

@@ -36,6 +36,7 @@ def _hello(fw: str, env: RankEnv) -> dict[str, Any]:
         group = join(fw, b, env)
     except Unavailable as e:
         return {"available": False, "why": str(e), "on_gpu": False, "env": {}, "pid": os.getpid()}
+    agree_stop(fw, b, None)  # every rank at once: JAX compiles the broadcast here, not in a timed row's loop
     return {"available": True, "why": b.device_label(), "on_gpu": b.on_gpu, "pid": os.getpid(),
             "env": b.env() | {"group": group, "world_size": env.world_size}}
 

@@ -68,7 +68,8 @@ class TimingConfig:
                      max_wall_s;
       "max_repeats"  max_repeats done.
     Warm-up: `warmup` calls after the first, and more until warmup_s has passed (clocks ramp up and
-    caches fill over time, not over a count). A row is timed in several processes (harness/rounds.py),
+    caches fill over time, not over a count). A row is timed in several processes (harness/rounds.py; a rank
+    row in as many rounds in its one group of rank processes),
     each with this whole budget: the presets are per process."""
 
     warmup: int = 2  # calls after the first, untimed
@@ -190,14 +191,20 @@ def measure(
     ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
     first timed repeat and the last, or on every repeat with ``check_every`` (hazard variants).
     ``agree(stop)`` turns this process's stopping answer into the group's (ranks: rank 0's, so that
-    every rank runs the same repeats; harness/backends/dist.py), untimed, after each repeat.
+    every rank runs the same warm-up calls and repeats; harness/backends/dist.py), after each timed
+    warm-up call and each repeat, outside the loop's clock.
     """
     _, first, _, out, _ = _timed_call(call, backend, before, None)
     del out
     t_warm = wall()
     for _ in range(cfg.warmup):
         _timed_call(call, backend, before, None)
-    while wall() - t_warm < cfg.warmup_s:
+    while True:  # warm-up by time: each rank's clock would give each rank its own count
+        more = wall() - t_warm < cfg.warmup_s
+        if agree is not None:
+            more = agree(None if more else "noise") is None
+        if not more:
+            break
         _timed_call(call, backend, before, None)
     return _repeat(call, backend, cfg, before, check, check_every, first, agree)
 
@@ -213,6 +220,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
     checked = wrong = 0
     worst = ""
     t_loop = wall()
+    t_agree = 0.0
     done_total = 0.0  # sum(done), kept as it grows
     while True:
         h, d, ev, out, emitted = _timed_call(call, backend, before, timer)
@@ -223,9 +231,11 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
             events.append(ev)
         for k, v in emitted.items():
             metrics.setdefault(k, []).append(v)
-        stopped = cfg.stop(len(done), done_total, wall() - t_loop, lambda: median_rel_halfwidth(done))
+        stopped = cfg.stop(len(done), done_total, wall() - t_loop - t_agree, lambda: median_rel_halfwidth(done))
         if agree is not None:
+            t0 = wall()
             stopped = agree(stopped)
+            t_agree += wall() - t0  # the group's broadcast is not the variant's loop time
         if check is not None and (check_every or len(done) == 1 or stopped):
             checked += 1
             problem = check(out)

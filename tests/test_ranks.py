@@ -111,13 +111,14 @@ def test_bus_factors_are_nccl_tests():
     assert collectives.nbytes(p) == 4 * 4096
 
 
-@pytest.mark.parametrize("fw", ["torch", "jax"])
+@pytest.mark.parametrize("fw", ["torch", "jax", "cupy"])
 def test_ranks_stop_repeating_together(fw):
-    """A time cap that each rank's own clock would reach after a different count: rank 0's answer,
-    broadcast by the framework, makes every rank run the same repeats (else merge_rows could not pair
-    them, and a collective would wait for a rank that stopped)."""
+    """A warm-up time and a time cap that each rank's own clock would reach after a different count:
+    rank 0's answer, broadcast by the framework, makes every rank run the same warm-up calls and repeats
+    (else merge_rows could not pair them, and a collective would wait for a rank that stopped)."""
     backend_or_skip(fw)
-    cfg = TimingConfig(warmup=0, min_repeats=3, max_repeats=10_000, min_time_s=0.0, max_wall_s=0.3, max_noise=0.0)
+    cfg = TimingConfig(warmup=0, warmup_s=0.2, min_repeats=3, max_repeats=10_000, min_time_s=0.0, max_wall_s=0.3,
+                       max_noise=0.0)
     g = RankGroup(fw, 2)
     try:
         assert g.request("hello", timeout=120)["available"]

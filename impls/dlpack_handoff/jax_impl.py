@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness.backends.jax_backend import use_cublas_gemms
 from impls.dlpack_handoff import ring
 
 _gemm_tanh = jax.jit(lambda x, w: jnp.tanh(jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST)))
@@ -30,6 +31,7 @@ def guest(gpu, cap):
     """JAX opened by another framework's ring: its device of the same kind (None where it has none). XLA reads
     its allocator settings once, when its backend starts: no preallocation (else it takes 75% of the GPU at
     once) and a cap of `cap` of the GPU, unless already set; a backend already running keeps its own."""
+    use_cublas_gemms()  # as in the harness's own JAX processes: no Triton GEMM autotuning at compile time
     if gpu:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         if not any(os.environ.get(v) for v in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")):
