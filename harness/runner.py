@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from harness import point_cache, rounds
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
-from harness.backends.jax_backend import use_cublas_gemms
+from impls._shared.xla import use_cublas_gemms
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
 from harness.machine import host_env

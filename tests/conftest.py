@@ -11,7 +11,7 @@ import os
 import pytest
 
 from harness import backends
-from harness.backends.jax_backend import use_cublas_gemms
+from impls._shared.xla import use_cublas_gemms
 from harness.equivalence import register_profiles
 
 register_profiles()

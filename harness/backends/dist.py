@@ -82,7 +82,7 @@ def _join_torch(b: Backend, env: RankEnv) -> str:
 
 
 def _join_jax(b: Backend, env: RankEnv) -> str:
-    from harness.backends.jax_backend import use_cublas_gemms
+    from impls._shared.xla import use_cublas_gemms
 
     use_cublas_gemms()  # before jax starts a backend
     import jax
