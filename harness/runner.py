@@ -24,7 +24,6 @@ from typing import Any, Iterator
 
 from harness import point_cache, rounds
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
-from impls._shared.xla import use_cublas_gemms
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
 from harness.machine import host_env
@@ -73,7 +72,6 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
     if opts.gpu_memory_fraction is not None:
         os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
-    use_cublas_gemms()  # XLA_FLAGS for every process, also a torch or CuPy worker that opens JAX as a guest
     pools: Pools = [{fw: make_worker(fw, opts.isolation) for fw in opts.frameworks}
                     for _ in range(opts.timing_processes if opts.timing else 1)]
     fw_env: dict[str, Any] = {}

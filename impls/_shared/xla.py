@@ -1,6 +1,6 @@
-"""XLA's settings that every JAX process of a run shares: the harness's own workers and ranks
-(harness/backends/jax_backend.py, dist.py) and JAX opened as a guest by another framework's impl
-(impls/dlpack_handoff/jax_impl.py guest). Nothing here imports JAX."""
+"""XLA's settings that every JAX process of a run shares, set where JAX starts: the harness's JAX
+backend (harness/backends/jax_backend.py), its ranks (dist.py) and JAX opened as a guest by another
+framework's impl (impls/dlpack_handoff/jax_impl.py guest). Nothing here imports JAX."""
 from __future__ import annotations
 
 import os
