@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from harness import point_cache, rounds
+from harness import cpus, point_cache, rounds
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
@@ -86,6 +86,10 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     out_scenarios: dict[str, Any] = {}
     machine: dict[str, Any] = {}
     rank_groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
+    affinity, ticks = cpus.allowed(), cpus.cpu_times()
+    if opts.cpus == "auto" and len(affinity) > cpus.MIN_KEEP:
+        ui.step("timing the Python loop on every CPU (--cpus auto)")
+    placed = cpus.place(opts.cpus)  # before any process starts: each inherits the CPUs kept
     cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
     try:
         with _stop_on_sigterm():
@@ -118,8 +122,11 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
                 w.close(grace)
         rank_groups.close(grace)
         point_cache.stop(cache)
+        if affinity:
+            os.sched_setaffinity(0, affinity)  # a caller in this process (the tests) gets its CPUs back
         ui.end()
-    return _document(opts, started, fw_env, machine, out_scenarios, not_run)
+    placed["steal_share"] = cpus.steal_share(ticks, cpus.cpu_times())
+    return _document(opts, started, fw_env, machine, out_scenarios, not_run, placed)
 
 
 def _raise_if_stopped() -> None:
@@ -158,7 +165,7 @@ def _calibrate(w: Any, opts: CompareOptions) -> dict[str, Any]:
 
 
 def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
-              out_scenarios: dict[str, Any], not_run: list[dict[str, str]]) -> dict[str, Any]:
+              out_scenarios: dict[str, Any], not_run: list[dict[str, str]], placed: dict[str, Any]) -> dict[str, Any]:
     gpu = next((e["env"].get("gpu") for e in fw_env.values() if e.get("env", {}).get("gpu")), None)
     return {
         "schema": SCHEMA,
@@ -170,7 +177,7 @@ def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any
         "examples": opts.examples,
         "isolation": opts.isolation,
         "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine,
-                        "gpu_memory_fraction": _fraction_in_effect()},
+                        "gpu_memory_fraction": _fraction_in_effect(), "cpus": placed},
         "scenarios": out_scenarios,
         "complete": not not_run,
         "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why

@@ -34,6 +34,8 @@ BAD = {
     "zero timeout": (["compare", "--timeout", "0"], "timeout must be > 0"),
     "nothing to do": (["compare", "--no-equivalence", "--no-timing"], "leave nothing to do"),
     "bad isolation": (["compare", "--isolation", "threads"], "invalid choice: 'threads'"),
+    "cpus not numbers": (["compare", "--cpus", "fast"], "use auto, all, or CPU numbers"),
+    "cpus not ours": (["compare", "--cpus", "4096"], "this process may use CPUs"),
     "no command": ([], "the following arguments are required"),
     "unknown option": (["compare", "--fast"], "unrecognized arguments: --fast"),
     "check bad json": (["check", "sync_points", "--params", "{nope"], "--params is not JSON"),
@@ -129,6 +131,8 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
     assert len(files) == 1 and not list(out.glob(".tmp-*"))
     doc = load(files[0])
     assert doc["seed"] == 7 and doc["size"] == "smoke"
+    placed = doc["environment"]["cpus"]  # --cpus auto, the default: which CPUs it kept and why
+    assert placed["mode"] == "auto" and placed["kept"] and placed["why"], placed
     fws = doc["environment"]["frameworks"]
     assert fws["torch"]["available"] and fws["jax"]["available"]
     if not fws["cupy"]["available"]:

@@ -92,7 +92,7 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
-                          gpu_memory_fraction=fraction)
+                          gpu_memory_fraction=fraction, cpus="auto")  # as compare's default
     doc = run_compare(opts, make_ui(a.quiet))
     path, rescued = write_or_rescue(doc, out, result_name(doc))
     print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)

@@ -1,0 +1,127 @@
+"""Which CPUs a run's processes may use, and how much CPU time the machine took from the run.
+
+On the H200's virtual machine the same pure-Python loop ran in ~6 ms in one worker process and ~12 ms in
+another, started at the same time (harness/calibrate.py, 2026-12-03): host-paced rows (launch overhead,
+pageable copies, JAX's dispatch) moved with it, between processes and between runs. pyperf pins its
+workers to chosen CPUs for the same reason (its --affinity option). Here, with --cpus auto (the
+default), the run first times the loop on every CPU it may use, a few rounds; if some CPUs are
+clearly slower than others, the run keeps the faster ones, and every process it starts (workers, rank
+processes) inherits that set. Otherwise it keeps every CPU and says why. --cpus all keeps every CPU;
+--cpus 2-5,8 names them.
+
+Steal time is the time the hypervisor ran something else while this machine's CPUs wanted to run:
+the run records its share of the CPU time over the whole run (/proc/stat), Linux only.
+"""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from typing import Any
+
+from harness.calibrate import python_loop_s
+
+ROUNDS = 3  # sweeps over the CPUs; each times the loop best of 2 (~15-30 ms a CPU)
+SLOWER = 1.25  # a CPU counts as slow when its median loop time is this much over the fastest CPU's
+MIN_KEEP = 4  # JAX's and CUDA's threads need room: never fewer CPUs than this (or all there are)
+
+
+class CpuSpecError(ValueError):
+    """A --cpus value that names no usable CPU; the message is one line for the user."""
+
+
+def allowed() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def parse(spec: str) -> str | list[int]:
+    """'auto', 'all', or a list like '0-3,8' (checked against the CPUs this process may use)."""
+    spec = spec.strip()
+    if spec in ("auto", "all"):
+        return spec
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if not m or (m[2] and int(m[2]) < int(m[1])):
+            raise CpuSpecError(f"--cpus {spec!r}: use auto, all, or CPU numbers such as 0-3,8")
+        cpus.update(range(int(m[1]), int(m[2] or m[1]) + 1))
+    may = set(allowed())
+    if not cpus or (may and not cpus <= may):
+        raise CpuSpecError(f"--cpus {spec!r}: this process may use CPUs {_ranges(sorted(may))} only")
+    return sorted(cpus)
+
+
+def sweep(cpus: list[int], rounds: int = ROUNDS) -> dict[int, list[float]]:
+    """The Python loop's best time on each CPU, once per round, this process pinned to it in turn."""
+    before = os.sched_getaffinity(0)
+    times: dict[int, list[float]] = {c: [] for c in cpus}
+    try:
+        for _ in range(rounds):
+            for c in cpus:
+                os.sched_setaffinity(0, {c})
+                times[c].append(python_loop_s(2))
+    finally:
+        os.sched_setaffinity(0, before)
+    return times
+
+
+def choose(times: dict[int, list[float]]) -> tuple[list[int], str]:
+    """(the CPUs to keep, why): the fast ones where the sweep shows slow ones, otherwise all."""
+    med = {c: statistics.median(v) for c, v in times.items()}
+    best = min(med.values())
+    fast = sorted(c for c, m in med.items() if m <= best * SLOWER)
+    if len(fast) == len(med):
+        return sorted(med), f"every CPU within {SLOWER - 1:.0%} of the fastest: all kept"
+    if len(fast) < MIN_KEEP:
+        fast = sorted(sorted(med, key=med.get)[:MIN_KEEP])
+    slow = sorted(set(med) - set(fast))
+    return fast, (f"CPUs {_ranges(slow)} ran the loop {statistics.median(med[c] for c in slow) / best:.2f}x "
+                  f"slower than the fastest: kept {_ranges(fast)}")
+
+
+def place(spec: str | list[int]) -> dict[str, Any]:
+    """Pin this process (and so every process it starts) as spec says; what was done, for the result."""
+    may = allowed()
+    if not may:
+        return {"mode": "unsupported", "why": "this platform cannot pin processes to CPUs"}
+    out: dict[str, Any] = {"mode": spec if isinstance(spec, str) else "list", "allowed": _ranges(may)}
+    if spec == "all" or (spec == "auto" and len(may) <= MIN_KEEP):
+        keep, why = may, "every CPU this process may use" + (" (too few to choose from)" if spec == "auto" else "")
+    elif spec == "auto":
+        times = sweep(may)
+        keep, why = choose(times)
+        out["sweep_loop_s"] = {str(c): v for c, v in times.items()}
+    else:
+        keep, why = list(spec), "named by --cpus"
+    os.sched_setaffinity(0, set(keep))
+    return out | {"kept": _ranges(keep), "why": why}
+
+
+def cpu_times() -> dict[str, int] | None:
+    """The machine's CPU time so far, in clock ticks, from /proc/stat's first line (None off Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return dict(zip(names, (int(x) for x in fields[1:1 + len(names)])))
+
+
+def steal_share(before: dict[str, int] | None, after: dict[str, int] | None) -> float | None:
+    """Steal time as a share of the busy CPU time between two readings: what the hypervisor took."""
+    if not before or not after:
+        return None
+    d = {k: after[k] - before[k] for k in before}
+    busy = sum(v for k, v in d.items() if k not in ("idle", "iowait"))
+    return d["steal"] / busy if busy > 0 else 0.0
+
+
+def _ranges(cpus: list[int]) -> str:
+    out: list[str] = []
+    for c in cpus:
+        if out and out[-1].split("-")[-1] == str(c - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)

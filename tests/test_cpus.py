@@ -1,0 +1,66 @@
+"""--cpus: which CPUs a run keeps (harness/cpus.py), and what the result says about it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import cpus
+
+
+def test_choose_keeps_the_fast_cpus_and_names_the_slow_ones():
+    times = {c: [0.006, 0.0062, 0.0061] for c in range(6)} | {c: [0.012, 0.0125, 0.011] for c in range(6, 10)}
+    keep, why = cpus.choose(times)
+    assert keep == list(range(6)), keep
+    assert "6-9" in why and "kept 0-5" in why, why
+
+
+def test_choose_keeps_all_when_no_cpu_is_clearly_slower():
+    times = {c: [0.006 * (1 + 0.02 * c)] * 3 for c in range(8)}
+    assert cpus.choose(times) == (list(range(8)), "every CPU within 25% of the fastest: all kept")
+
+
+def test_choose_never_keeps_fewer_than_min_keep():
+    times = {0: [0.005] * 3} | {c: [0.010 + 0.001 * c] * 3 for c in range(1, 8)}
+    keep, _ = cpus.choose(times)
+    assert keep == [0, 1, 2, 3], keep  # the fastest CPU and the next three fastest
+
+
+def test_a_median_not_a_lucky_round_decides():
+    times = {c: [0.006] * 3 for c in range(5)} | {9: [0.005, 0.012, 0.013]}
+    keep, _ = cpus.choose(times)
+    assert 9 not in keep
+
+
+@pytest.mark.parametrize("spec,want", [("auto", "auto"), ("all", "all"), (" all ", "all")])
+def test_parse_words(spec, want):
+    assert cpus.parse(spec) == want
+
+
+def test_parse_ranges_of_allowed_cpus():
+    may = cpus.allowed()
+    assert cpus.parse(f"{may[0]}-{may[-1]}") == may
+    assert cpus._ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    with pytest.raises(cpus.CpuSpecError, match="may use CPUs"):
+        cpus.parse(str(max(may) + 1))
+    with pytest.raises(cpus.CpuSpecError, match="use auto, all"):
+        cpus.parse("1-")
+
+
+def test_place_pins_this_process_and_records_why():
+    before = os.sched_getaffinity(0)
+    first = min(before)
+    try:
+        placed = cpus.place([first])
+        assert os.sched_getaffinity(0) == {first}
+        assert placed["mode"] == "list" and placed["kept"] == str(first) and placed["why"] == "named by --cpus"
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_steal_share_counts_steal_against_busy_time():
+    a = {"user": 100, "nice": 0, "system": 50, "idle": 1000, "iowait": 10, "irq": 0, "softirq": 0, "steal": 0}
+    b = a | {"user": 160, "system": 70, "idle": 1500, "steal": 20}
+    assert cpus.steal_share(a, b) == pytest.approx(20 / 100)
+    assert cpus.steal_share(None, b) is None
+    assert cpus.cpu_times() is None or set(cpus.cpu_times()) == set(a)
