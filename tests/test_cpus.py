@@ -17,7 +17,7 @@ def test_choose_keeps_the_fast_cpus_and_names_the_slow_ones():
 
 def test_choose_keeps_all_when_no_cpu_is_clearly_slower():
     times = {c: [0.006 * (1 + 0.02 * c)] * 3 for c in range(8)}
-    assert cpus.choose(times) == (list(range(8)), "every CPU within 25% of the fastest: all kept")
+    assert cpus.choose(times) == (list(range(8)), "no CPU slower than the fastest by 25% in every round: all kept")
 
 
 def test_choose_never_keeps_fewer_than_min_keep():
@@ -26,10 +26,12 @@ def test_choose_never_keeps_fewer_than_min_keep():
     assert keep == [0, 1, 2, 3], keep  # the fastest CPU and the next three fastest
 
 
-def test_a_median_not_a_lucky_round_decides():
-    times = {c: [0.006] * 3 for c in range(5)} | {9: [0.005, 0.012, 0.013]}
-    keep, _ = cpus.choose(times)
-    assert 9 not in keep
+def test_a_cpu_slow_in_some_rounds_only_is_kept():
+    # the H200 VM's CPUs: each fast or slow by turns, independently (the probe in docs/gpu_runs.md)
+    times = {c: [0.0065, 0.0115, 0.0065] if c % 2 else [0.0115, 0.0065, 0.0115] for c in range(8)}
+    times[8] = [0.0115, 0.0118, 0.0112]  # slow in every round: dropped
+    keep, why = cpus.choose(times)
+    assert keep == list(range(8)) and "CPUs 8 ran" in why, (keep, why)
 
 
 @pytest.mark.parametrize("spec,want", [("auto", "auto"), ("all", "all"), (" all ", "all")])
