@@ -1,17 +1,17 @@
 """Which CPUs a run's processes may use, and how much CPU time the machine took from the run.
 
-On the H200's virtual machine the same pure-Python loop ran in ~6 ms in one worker process and ~12 ms in
-another, started at the same time (harness/calibrate.py, 2026-12-03): host-paced rows (launch overhead,
-pageable copies, JAX's dispatch) moved with it, between processes and between runs. pyperf pins its
-workers to chosen CPUs for the same reason (its --affinity option). Here, with --cpus auto (the
-default), the run first times the loop on every CPU it may use, a few rounds; a CPU that is slow in
-every round is dropped, and every process the run starts (workers, rank processes) inherits the CPUs
-kept. A CPU slow in some rounds only is kept: on the H200's VM (probe of 2026-12-03, docs/gpu_runs.md)
-each of the 16 CPUs ran the loop at either ~6.5 or ~11.5 ms, ~40% of the time slow, changing from one
-second to the next and independently of the others, so that no CPU is slower than another for
-long and auto keeps them all: there the sweep is a record of the host's state as the run starts.
---cpus all keeps every CPU; --cpus 2-5,8 names them.
+pyperf pins its workers to chosen CPUs (its --affinity option) so that a benchmark runs where the
+machine is quiet. --cpus auto does that for a whole run: it times a pure-Python loop on every CPU it
+may use, in rounds spread over a few seconds, drops a CPU that is slow in every round, and every
+process the run starts (workers, rank processes) inherits the CPUs kept. --cpus 2-5,8 names them;
+--cpus all, the default, keeps every CPU.
 
+All is the default because auto did not help on the one machine we measure on. On the H200's virtual
+machine (2026-12-03, docs/probes/host_speed.md) every one of its 16 CPUs ran the loop either at ~6.5
+or at ~11.5 ms, slow 15-65% of the time, the state lasting tens to hundreds of milliseconds and each
+CPU independent of the others: no CPU was slower than another for long. Two full runs with auto's
+first version (five rounds within 1.3 s) each dropped three CPUs, different ones, at random, and
+agreed no better than before. The sweep is still a record of the host's state as a run starts.
 Steal time is the time the hypervisor ran something else while this machine's CPUs wanted to run:
 the run records its share of the CPU time over the whole run (/proc/stat), Linux only.
 """
@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import time
 from typing import Any
 
 from harness.calibrate import python_loop_s
 
-ROUNDS = 5  # sweeps over the CPUs; each times the loop best of 2 (~15-30 ms a CPU)
+ROUNDS = 6  # sweeps over the CPUs; each times the loop best of 2 (~15-30 ms a CPU)
+GAP_S = 0.5  # between rounds: longer than the H200 VM's slow spells (docs/probes/host_speed.md)
 SLOWER = 1.25  # a CPU counts as slow when even its best round is this much over the fastest CPU's
 MIN_KEEP = 4  # JAX's and CUDA's threads need room: never fewer CPUs than this (or all there are)
 
@@ -54,12 +56,14 @@ def parse(spec: str) -> str | list[int]:
     return sorted(cpus)
 
 
-def sweep(cpus: list[int], rounds: int = ROUNDS) -> dict[int, list[float]]:
+def sweep(cpus: list[int], rounds: int = ROUNDS, gap_s: float = GAP_S) -> dict[int, list[float]]:
     """The Python loop's best time on each CPU, once per round, this process pinned to it in turn."""
     before = os.sched_getaffinity(0)
     times: dict[int, list[float]] = {c: [] for c in cpus}
     try:
-        for _ in range(rounds):
+        for k in range(rounds):
+            if k:
+                time.sleep(gap_s)
             for c in cpus:
                 os.sched_setaffinity(0, {c})
                 times[c].append(python_loop_s(2))

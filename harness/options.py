@@ -46,7 +46,7 @@ class CompareOptions:
     processes: int = PROCESSES
     timing_config: Any = None  # a harness.timing.TimingConfig; None: the size preset's
     world_size: int | None = None  # ranks per framework for rank scenarios (None: the GPUs, or 2)
-    cpus: str | list[int] = "all"  # "auto", "all" or CPU numbers (harness/cpus.py); the CLI's default is auto
+    cpus: str | list[int] = "all"  # "all", "auto" or CPU numbers (harness/cpus.py)
 
     def __post_init__(self) -> None:
         if self.processes < 1:

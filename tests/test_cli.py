@@ -92,7 +92,7 @@ def test_defaults_come_from_compare_options():
     from harness.runner import CompareOptions
 
     a = build_parser().parse_args(["compare"])
-    assert (a.timeout, a.isolation) == (CompareOptions.timeout_s, CompareOptions.isolation)
+    assert (a.timeout, a.isolation, a.cpus) == (CompareOptions.timeout_s, CompareOptions.isolation, CompareOptions.cpus)
     assert a.out.name == "runs"
 
 
@@ -131,8 +131,8 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
     assert len(files) == 1 and not list(out.glob(".tmp-*"))
     doc = load(files[0])
     assert doc["seed"] == 7 and doc["size"] == "smoke"
-    placed = doc["environment"]["cpus"]  # --cpus auto, the default: which CPUs it kept and why
-    assert placed["mode"] == "auto" and placed["kept"] and placed["why"], placed
+    placed = doc["environment"]["cpus"]  # --cpus all, the default: which CPUs it kept and why
+    assert placed == placed | {"mode": "all", "kept": placed["allowed"], "why": "every CPU this process may use"}
     fws = doc["environment"]["frameworks"]
     assert fws["torch"]["available"] and fws["jax"]["available"]
     if not fws["cupy"]["available"]:

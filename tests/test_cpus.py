@@ -66,3 +66,23 @@ def test_steal_share_counts_steal_against_busy_time():
     assert cpus.steal_share(a, b) == pytest.approx(20 / 100)
     assert cpus.steal_share(None, b) is None
     assert cpus.cpu_times() is None or set(cpus.cpu_times()) == set(a)
+
+
+def test_sweep_rounds_are_spread_in_time(monkeypatch):
+    # a slow spell of the H200 VM lasts up to a few hundred ms: rounds back to back would all fall in one
+    slept = []
+    monkeypatch.setattr(cpus.time, "sleep", slept.append)
+    monkeypatch.setattr(cpus, "python_loop_s", lambda repeats: 0.006)
+    got = cpus.sweep(cpus.allowed()[:2], rounds=3, gap_s=0.5)
+    assert slept == [0.5, 0.5] and all(v == [0.006] * 3 for v in got.values())
+
+
+def test_auto_on_a_machine_with_one_slow_cpu_pins_the_run_to_the_others(monkeypatch):
+    may = list(range(8))
+    monkeypatch.setattr(cpus, "allowed", lambda: may)
+    monkeypatch.setattr(cpus, "sweep", lambda c: {x: [0.012 if x == 5 else 0.006] * 6 for x in c})
+    pinned = []
+    monkeypatch.setattr(cpus.os, "sched_setaffinity", lambda pid, s: pinned.append(sorted(s)))
+    placed = cpus.place("auto")
+    assert pinned == [[0, 1, 2, 3, 4, 6, 7]] and placed["kept"] == "0-4,6-7" and "CPUs 5 ran" in placed["why"]
+    assert placed["sweep_loop_s"]["5"] == [0.012] * 6

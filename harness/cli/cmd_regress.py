@@ -86,13 +86,14 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     fraction = a.gpu_memory_fraction
     if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
         fraction = base["environment"]["gpu_memory_fraction"]  # like with like
+    auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"  # like with like: pinned the same way
     out = a.out if a.out is not None else DEFAULT_OUT
     start_checks(out, fraction, len(frameworks))
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
-                          gpu_memory_fraction=fraction, cpus="auto")  # as compare's default
+                          gpu_memory_fraction=fraction, cpus="auto" if auto else "all")
     doc = run_compare(opts, make_ui(a.quiet))
     path, rescued = write_or_rescue(doc, out, result_name(doc))
     print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)

@@ -153,9 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.15)")
     c.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
                    help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
-    c.add_argument("--cpus", type=_cpus, default="auto",
-                   help="CPUs of every process of the run: auto (default: time each CPU, keep the fast ones), all, "
-                        "or numbers such as 0-3,8")
+    c.add_argument("--cpus", type=_cpus, default=default("cpus"),
+                   help="CPUs of every process of the run: all (default), auto (time each CPU, drop those slow "
+                        "throughout), or numbers such as 0-3,8")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
 
