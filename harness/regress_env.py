@@ -70,12 +70,28 @@ def host_during(doc: dict[str, Any]) -> list[float]:
 
 
 def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> str | None:
-    """A header note where the two runs' hosts ran the loop at medians further apart than the threshold:
-    rows that the host paces (pageable copies, launch-bound loops) can move by that much without a change
-    of code. Said, not acted on: which rows the host paces is not known row by row."""
+    """A header note where the two runs' hosts ran the loop differently: rows that the host paces
+    (pageable copies, launch-bound loops) can then move without a change of code. Said, not acted on:
+    which rows the host paces is not known row by row.
+
+    The H200's host runs Python at two speeds, switching every few hundred milliseconds
+    (docs/probes/host_speed.md): where the loop's times of both runs together span two speeds (their
+    10th and 90th percentiles further apart than the threshold), the note gives the two speeds and the
+    share of measurements at the slower one in each run, which is what moves a host-paced row's median;
+    otherwise it compares the runs' medians."""
     hb, hc = host_during(base), host_during(cand)
     if not hb or not hc:
         return None
+    fast, slow = (float(x) for x in np.quantile(hb + hc, [0.1, 0.9], method="nearest"))
+    if slow / fast > 1 + threshold:
+        split = math.sqrt(fast * slow)
+        sb, sc = (float(np.mean(np.asarray(v) > split)) for v in (hb, hc))
+        if abs(sc - sb) < 0.1:
+            return None
+        return (f"the host's speed during the runs differs: it ran a fixed Python loop at two speeds, about "
+                f"{1e3 * fast:.1f} and {1e3 * slow:.1f} ms, at the slower in {100 * sb:.0f}% of the measurements in "
+                f"the baseline and {100 * sc:.0f}% in the candidate (every process, before every point): rows "
+                f"that the host paces can move by up to {100 * (slow / fast - 1):.0f}% without a change of code")
     mb, mc = float(np.median(hb)), float(np.median(hc))
     if abs(math.log(mc / mb)) <= math.log1p(threshold):
         return None

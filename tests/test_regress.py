@@ -298,15 +298,23 @@ def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
 
 def test_a_host_that_ran_slower_during_the_run_is_named():
     """Per point and process, each run records its host's Python-loop time; regress names a difference
-    beyond its threshold (the 2026-12-03 pair: 12.5 against 6.6 ms) and keeps quiet within it."""
-    def with_host(loop_s: float) -> dict:
-        d = doc([row("torch", "async")])
-        for p in d["scenarios"]["async_dispatch"]["rows"][0]["timing"]["processes"]:
-            p["host_loop_s"] = loop_s
+    beyond its threshold and keeps quiet within it."""
+    def with_host(*loop_s: float) -> dict:
+        d = doc([row("torch", "async", processes=len(loop_s))])  # one measure per process
+        for p, v in zip(d["scenarios"]["async_dispatch"]["rows"][0]["timing"]["processes"], loop_s):
+            p["host_loop_s"] = v
         return d
 
+    # one speed each, further apart than the threshold (the 2026-12-03 18:15 pair: 12.5 against 6.6 ms)
     note = next(n for n in regress(with_host(12.5e-3), with_host(6.6e-3)).notes if "host's speed during" in n)
-    assert "12.5 ms [12.5-12.5] in the baseline and 6.6 ms [6.6-6.6]" in note and "move by 47%" in note
+    assert "at the slower in 100% of the measurements in the baseline and 0% in the candidate" in note, note
+    assert "about 6.6 and 12.5 ms" in note and "move by up to 89%" in note, note
     assert not any("host's speed during" in n for n in regress(with_host(6.6e-3), with_host(6.9e-3)).notes)
     assert not any("host's speed during" in n for n in regress(doc([row("torch", "async")]), with_host(6e-3)).notes)
+    # two speeds in both runs, the slower one more often in the candidate (the 20:13/20:22 pair: 44%, 55%)
+    a = with_host(*[6.5e-3] * 6 + [11.5e-3] * 4)
+    b = with_host(*[6.5e-3] * 4 + [11.5e-3] * 6)
+    note = next(n for n in regress(a, b).notes if "host's speed during" in n)
+    assert "at the slower in 40% of the measurements in the baseline and 60% in the candidate" in note, note
+    assert not any("host's speed during" in n for n in regress(a, a).notes)  # same share: nothing to say
 
