@@ -7,11 +7,12 @@ process the run starts (workers, rank processes) inherits the CPUs kept. --cpus 
 --cpus all, the default, keeps every CPU.
 
 All is the default because auto did not help on the one machine we measure on. On the H200's virtual
-machine (2026-12-03, docs/probes/host_speed.md) every one of its 16 CPUs ran the loop either at ~6.5
-or at ~11.5 ms, slow 15-65% of the time, the state lasting tens to hundreds of milliseconds and each
-CPU independent of the others: no CPU was slower than another for long. Two full runs with auto's
-first version (five rounds within 1.3 s) each dropped three CPUs, different ones, at random, and
-agreed no better than before. The sweep is still a record of the host's state as a run starts.
+machine (2026-12-03, docs/probes/host_speed.md) its 16 CPUs ran the loop at two speeds about 1.6x
+apart, in spells of a few to tens of milliseconds, each CPU independently of the others: no CPU was
+slower than another for long. Two full runs with auto's first version (five rounds within 1.3 s) each
+dropped three CPUs, different ones, at random, and agreed no better than before. The sweep is still a
+record of the host's state as a run starts.
+
 Steal time is the time the hypervisor ran something else while this machine's CPUs wanted to run:
 the run records its share of the CPU time over the whole run (/proc/stat), Linux only.
 """
@@ -49,9 +50,12 @@ def parse(spec: str) -> str | list[int]:
         m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
         if not m or (m[2] and int(m[2]) < int(m[1])):
             raise CpuSpecError(f"--cpus {spec!r}: use auto, all, or CPU numbers such as 0-3,8")
-        cpus.update(range(int(m[1]), int(m[2] or m[1]) + 1))
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        cpus.update(range(lo, min(hi, lo + (os.cpu_count() or 1)) + 1))  # a range past the machine fails below
     may = set(allowed())
-    if not cpus or (may and not cpus <= may):
+    if not may:
+        raise CpuSpecError(f"--cpus {spec!r}: this platform cannot pin processes to CPUs (use all)")
+    if not cpus <= may:
         raise CpuSpecError(f"--cpus {spec!r}: this process may use CPUs {_ranges(sorted(may))} only")
     return sorted(cpus)
 
@@ -120,6 +124,8 @@ def steal_share(before: dict[str, int] | None, after: dict[str, int] | None) -> 
     if not before or not after:
         return None
     d = {k: after[k] - before[k] for k in before}
+    if any(v < 0 for v in d.values()):  # counters that went back (a CPU unplugged): no share to give
+        return None
     busy = sum(v for k, v in d.items() if k not in ("idle", "iowait"))
     return d["steal"] / busy if busy > 0 else 0.0
 

@@ -51,6 +51,10 @@ class CompareOptions:
     def __post_init__(self) -> None:
         if self.processes < 1:
             raise ValueError(f"processes must be at least 1, not {self.processes}")
+        if isinstance(self.cpus, str):
+            from harness.cpus import parse
+
+            self.cpus = parse(self.cpus)  # CpuSpecError (a ValueError) for a spec that names no usable CPU
 
     @property
     def timing_processes(self) -> int:

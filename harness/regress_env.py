@@ -74,7 +74,7 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
     (pageable copies, launch-bound loops) can then move without a change of code. Said, not acted on:
     which rows the host paces is not known row by row.
 
-    The H200's host runs Python at two speeds, switching every few hundred milliseconds
+    The H200's host runs Python at two speeds, in spells of tens of milliseconds
     (docs/probes/host_speed.md): where the loop's times of both runs together span two speeds (their
     10th and 90th percentiles further apart than the threshold), the note gives the two speeds and the
     share of measurements at the slower one in each run, which is what moves a host-paced row's median;

@@ -87,11 +87,14 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     machine: dict[str, Any] = {}
     rank_groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
     affinity, ticks = cpus.allowed(), cpus.cpu_times()
-    if opts.cpus == "auto" and len(affinity) > cpus.MIN_KEEP:
-        ui.step("timing the Python loop on every CPU (--cpus auto)")
-    placed = cpus.place(opts.cpus)  # before any process starts: each inherits the CPUs kept
-    cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
+    placed = {"mode": opts.cpus if isinstance(opts.cpus, str) else "list",
+              "why": "the run stopped before its CPUs were placed"}
+    cache: str | None = None
     try:
+        if opts.cpus == "auto" and len(affinity) > cpus.MIN_KEEP:
+            ui.step("timing the Python loop on every CPU (--cpus auto)")
+        placed = cpus.place(opts.cpus)  # before any process starts: each inherits the CPUs kept
+        cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
         with _stop_on_sigterm():
             _start_phase(pools, opts, ui, fw_env, available, machine)
             for scn in scenarios:
@@ -121,9 +124,10 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
             for w in pool.values():
                 w.close(grace)
         rank_groups.close(grace)
-        point_cache.stop(cache)
-        if affinity:
-            os.sched_setaffinity(0, affinity)  # a caller in this process (the tests) gets its CPUs back
+        if cache is not None:
+            point_cache.stop(cache)
+        if affinity:  # this thread's CPUs back (Linux pins threads: others made during the run keep the pin)
+            os.sched_setaffinity(0, affinity)
         ui.end()
     placed["steal_share"] = cpus.steal_share(ticks, cpus.cpu_times())
     return _document(opts, started, fw_env, machine, out_scenarios, not_run, placed)

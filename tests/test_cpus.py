@@ -7,6 +7,8 @@ import pytest
 
 from harness import cpus
 
+pins = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="this platform cannot pin processes to CPUs")
+
 
 def test_choose_keeps_the_fast_cpus_and_names_the_slow_ones():
     times = {c: [0.006, 0.0062, 0.0061] for c in range(6)} | {c: [0.012, 0.0125, 0.011] for c in range(6, 10)}
@@ -39,16 +41,20 @@ def test_parse_words(spec, want):
     assert cpus.parse(spec) == want
 
 
+@pins
 def test_parse_ranges_of_allowed_cpus():
     may = cpus.allowed()
-    assert cpus.parse(f"{may[0]}-{may[-1]}") == may
+    assert cpus.parse(cpus._ranges(may)) == may
     assert cpus._ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     with pytest.raises(cpus.CpuSpecError, match="may use CPUs"):
         cpus.parse(str(max(may) + 1))
     with pytest.raises(cpus.CpuSpecError, match="use auto, all"):
         cpus.parse("1-")
+    with pytest.raises(cpus.CpuSpecError, match="may use CPUs"):  # refused at once, not expanded first
+        cpus.parse("0-300000000000")
 
 
+@pins
 def test_place_pins_this_process_and_records_why():
     before = os.sched_getaffinity(0)
     first = min(before)
@@ -65,9 +71,11 @@ def test_steal_share_counts_steal_against_busy_time():
     b = a | {"user": 160, "system": 70, "idle": 1500, "steal": 20}
     assert cpus.steal_share(a, b) == pytest.approx(20 / 100)
     assert cpus.steal_share(None, b) is None
+    assert cpus.steal_share(b, a) is None  # counters that went back
     assert cpus.cpu_times() is None or set(cpus.cpu_times()) == set(a)
 
 
+@pins
 def test_sweep_rounds_are_spread_in_time(monkeypatch):
     # a slow spell of the H200 VM lasts up to a few hundred ms: rounds back to back would all fall in one
     slept = []
@@ -86,3 +94,28 @@ def test_auto_on_a_machine_with_one_slow_cpu_pins_the_run_to_the_others(monkeypa
     placed = cpus.place("auto")
     assert pinned == [[0, 1, 2, 3, 4, 6, 7]] and placed["kept"] == "0-4,6-7" and "CPUs 5 ran" in placed["why"]
     assert placed["sweep_loop_s"]["5"] == [0.012] * 6
+
+
+@pins
+def test_a_run_pinned_to_one_cpu_records_it_and_gives_the_cpus_back(tmp_path):
+    from harness.options import CompareOptions
+    from harness.runner import run_compare
+    from harness.progress import QuietUI
+
+    before = os.sched_getaffinity(0)
+    first = min(before)
+    opts = CompareOptions(scenarios=["sync_points"], frameworks=["torch"], size="smoke", examples=1, seed=3,
+                          equivalence=False, cpus=str(first))
+    assert opts.cpus == [first]
+    doc = run_compare(opts, QuietUI())
+    placed = doc["environment"]["cpus"]
+    assert placed["mode"] == "list" and placed["kept"] == str(first), placed
+    assert os.sched_getaffinity(0) == before
+    assert doc["scenarios"]["sync_points"]["rows"][0]["status"] == "ok"
+
+
+def test_compare_options_refuse_a_bad_cpu_spec():
+    from harness.options import CompareOptions
+
+    with pytest.raises(ValueError, match="use auto, all"):
+        CompareOptions(scenarios=["sync_points"], frameworks=["torch"], size="smoke", examples=1, seed=3, cpus="fast")

@@ -1,4 +1,4 @@
-"""How long does a vCPU stay fast or slow? Back-to-back ~0.7 ms loops, pinned to one CPU, then unpinned."""
+"""How long does a vCPU stay fast or slow? Back-to-back ~0.6 ms loops, pinned to one CPU, then unpinned."""
 import os, sys, time, json
 import numpy as np
 def loop(n=20000):

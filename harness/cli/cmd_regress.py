@@ -86,7 +86,8 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     fraction = a.gpu_memory_fraction
     if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
         fraction = base["environment"]["gpu_memory_fraction"]  # like with like
-    auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"  # like with like: pinned the same way
+    # like with like: auto again where the baseline chose its CPUs; a list named the baseline machine's CPUs
+    auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
     start_checks(out, fraction, len(frameworks))
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
