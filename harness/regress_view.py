@@ -58,6 +58,13 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
     console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
                   f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
                   f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
+    # the back-to-back check of two runs of one commit, intervals aside
+    ratios = [r.ratio for r in res.rows if r.ratio is not None]
+    if ratios:
+        full, half = (100 * sum(abs(x - 1) <= tol for x in ratios) / len(ratios)
+                      for tol in (res.threshold, res.threshold / 2))
+        console.print(f"medians within {100 * res.threshold:g}%: {full:.1f}% of {_n(len(ratios), 'timed row')} "
+                      f"(within {50 * res.threshold:g}%: {half:.1f}%)", highlight=False)
     for what, why in grouped(res.not_comparable):
         console.print(f"  not comparable: {what}: {why}", highlight=False, markup=False)
 
