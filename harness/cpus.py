@@ -22,7 +22,7 @@ import os
 import re
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 from harness.calibrate import python_loop_s
 
@@ -90,8 +90,14 @@ def choose(times: dict[int, list[float]]) -> tuple[list[int], str]:
                   f"slower than the fastest in every round: kept {_ranges(fast)}")
 
 
-def place(spec: str | list[int]) -> dict[str, Any]:
-    """Pin this process (and so every process it starts) as spec says; what was done, for the result."""
+def not_placed(spec: str | list[int]) -> dict[str, Any]:
+    """The result's record of a run stopped before place() was done."""
+    return {"mode": spec if isinstance(spec, str) else "list", "why": "the run stopped before its CPUs were placed"}
+
+
+def place(spec: str | list[int], announce: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Pin this process (and so every process it starts) as spec says; what was done, for the result.
+    announce(text), where given, hears of the sweep before it starts (a few seconds)."""
     may = allowed()
     if not may:
         return {"mode": "unsupported", "why": "this platform cannot pin processes to CPUs"}
@@ -99,6 +105,8 @@ def place(spec: str | list[int]) -> dict[str, Any]:
     if spec == "all" or (spec == "auto" and len(may) <= MIN_KEEP):
         keep, why = may, "every CPU this process may use" + (" (too few to choose from)" if spec == "auto" else "")
     elif spec == "auto":
+        if announce is not None:
+            announce("timing the Python loop on every CPU (--cpus auto)")
         times = sweep(may)
         keep, why = choose(times)
         out["sweep_loop_s"] = {str(c): v for c, v in times.items()}
@@ -106,6 +114,12 @@ def place(spec: str | list[int]) -> dict[str, Any]:
         keep, why = list(spec), "named by --cpus"
     os.sched_setaffinity(0, set(keep))
     return out | {"kept": _ranges(keep), "why": why}
+
+
+def restore(cpus: list[int]) -> None:
+    """Give this thread back the CPUs allowed() returned (Linux pins threads: others keep their pin)."""
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
 
 
 def cpu_times() -> dict[str, int] | None:

@@ -87,13 +87,10 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     machine: dict[str, Any] = {}
     rank_groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
     affinity, ticks = cpus.allowed(), cpus.cpu_times()
-    placed = {"mode": opts.cpus if isinstance(opts.cpus, str) else "list",
-              "why": "the run stopped before its CPUs were placed"}
+    placed = cpus.not_placed(opts.cpus)
     cache: str | None = None
     try:
-        if opts.cpus == "auto" and len(affinity) > cpus.MIN_KEEP:
-            ui.step("timing the Python loop on every CPU (--cpus auto)")
-        placed = cpus.place(opts.cpus)  # before any process starts: each inherits the CPUs kept
+        placed = cpus.place(opts.cpus, ui.step)  # before any process starts: each inherits the CPUs kept
         cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
         with _stop_on_sigterm():
             _start_phase(pools, opts, ui, fw_env, available, machine)
@@ -126,8 +123,7 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         rank_groups.close(grace)
         if cache is not None:
             point_cache.stop(cache)
-        if affinity:  # this thread's CPUs back (Linux pins threads: others made during the run keep the pin)
-            os.sched_setaffinity(0, affinity)
+        cpus.restore(affinity)  # a caller in this process (the tests) gets its CPUs back
         ui.end()
     placed["steal_share"] = cpus.steal_share(ticks, cpus.cpu_times())
     return _document(opts, started, fw_env, machine, out_scenarios, not_run, placed)

@@ -126,8 +126,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="the scenarios, their variants and concepts")
 
+    _add_compare_parser(sub, ORDER)
+
+    r = sub.add_parser("report", help="report.md and a self-contained report.html from a result file")
+    r.add_argument("result", type=Path, metavar="RESULT.json")
+    r.add_argument("--out", type=Path, default=None,
+                   help="folder for the report (default: next to the result, named after its stem)")
+
+    d = sub.add_parser("docs", help="regenerate docs/porting.md and the README's scenario index from the specs")
+    d.add_argument("--check", action="store_true", help="write nothing; exit 1 when either is stale")
+
+    k = sub.add_parser("check", help="run one equivalence example (the reproducer a failure prints)")
+    k.add_argument("scenario", choices=list(ORDER), metavar="SCENARIO")
+    k.add_argument("--params", required=True, help="JSON object of params, as printed by a failure")
+    k.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
+                   help="comma-separated frameworks (default: all)")
+
+    s = sub.add_parser("selfcheck", help="trust the clock: harness medians vs the frameworks' own benchmark tools")
+    s.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
+                   help="comma-separated frameworks (default: all)")
+    s.add_argument("--out", type=Path, default=None, help="also write the rows as JSON into this folder")
+
+    _add_regress_parser(sub, ORDER)
+    return p
+
+
+def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
     c = sub.add_parser("compare", help="equivalence, then timing, of scenarios x frameworks x variants")
-    c.add_argument("--scenarios", type=_csv(ORDER, "scenario"), default=list(ORDER),
+    c.add_argument("--scenarios", type=_csv(order, "scenario"), default=list(order),
                    help="comma-separated scenarios to run (default: all, in registry order)")
     c.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
                    help=f"comma-separated frameworks (default: {','.join(FRAMEWORKS)})")
@@ -158,28 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "throughout), or numbers such as 0-3,8")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
-
-    r = sub.add_parser("report", help="report.md and a self-contained report.html from a result file")
-    r.add_argument("result", type=Path, metavar="RESULT.json")
-    r.add_argument("--out", type=Path, default=None,
-                   help="folder for the report (default: next to the result, named after its stem)")
-
-    d = sub.add_parser("docs", help="regenerate docs/porting.md and the README's scenario index from the specs")
-    d.add_argument("--check", action="store_true", help="write nothing; exit 1 when either is stale")
-
-    k = sub.add_parser("check", help="run one equivalence example (the reproducer a failure prints)")
-    k.add_argument("scenario", choices=list(ORDER), metavar="SCENARIO")
-    k.add_argument("--params", required=True, help="JSON object of params, as printed by a failure")
-    k.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
-                   help="comma-separated frameworks (default: all)")
-
-    s = sub.add_parser("selfcheck", help="trust the clock: harness medians vs the frameworks' own benchmark tools")
-    s.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
-                   help="comma-separated frameworks (default: all)")
-    s.add_argument("--out", type=Path, default=None, help="also write the rows as JSON into this folder")
-
-    _add_regress_parser(sub, ORDER)
-    return p
 
 
 def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
