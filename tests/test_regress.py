@@ -322,3 +322,17 @@ def test_a_host_that_ran_slower_during_the_run_is_named():
     note = next(n for n in regress(with_host(*[8e-3] * 2), with_host(*[6.6e-3] * 20)).notes if "during" in n)
     assert "took 8.0 ms [8.0-8.0] in the baseline and 6.6 ms [6.6-6.6]" in note and "move by 18%" in note, note
 
+
+
+def test_the_agreement_line_counts_medians_within_the_threshold_and_half_of_it():
+    import io
+
+    from rich.console import Console
+
+    from harness.regress_view import render
+
+    base = doc([row("torch", "async", samples(1e-3, seed=1)), row("torch", "sync_each", samples(2e-3, seed=3))])
+    cand = doc([row("torch", "async", samples(1.07e-3, seed=1)), row("torch", "sync_each", samples(2e-3, seed=3))])
+    out = io.StringIO()
+    render(regress(base, cand), base, cand, Console(file=out, width=200))
+    assert "medians within 10%: 100.0% of 2 timed rows (within 5%: 50.0%)" in out.getvalue(), out.getvalue()
