@@ -259,35 +259,40 @@ def default_world_size() -> int:
 
 
 class Groups:
-    """The runner's rank groups, one per framework: started at the first scenario with ranks (side by
-    side), closed with the run. Scenarios without ranks keep the single workers."""
+    """The runner's rank groups: for each process round of the runner's, one group per framework (a
+    group is WORLD_SIZE processes), started side by side at the first scenario with ranks and closed
+    with the run. Rank rows are timed once per round, as the single workers' rows are, each round in
+    its own fresh processes: what differs between processes, such as where memory landed or how fast
+    the host ran when they started, is resampled. Scenarios without ranks keep the single workers."""
 
     def __init__(self, frameworks: list[str], world_size: int | None, timeout_s: float) -> None:
         self.frameworks, self.timeout_s = frameworks, timeout_s
         self.world_size = world_size or default_world_size()
         os.environ[WORLD_SIZE_ENV] = str(self.world_size)  # the rank scenarios' params draw it
-        self.groups: dict[str, RankGroup] = {}
+        self.groups: list[dict[str, RankGroup]] = []
         self.fw_env: dict[str, Any] = {}
         self.available: list[str] = []
 
     def for_scenario(self, scn: Any, pools: list[dict[str, Any]], available: list[str],
                      fw_env: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
         """The runner's own worker pools, frameworks and environments for a scenario without ranks; for
-        a rank scenario the one pool of rank groups, once per round of the runner's (a group is
-        WORLD_SIZE processes already: its rows are timed in as many rounds as the single workers have
-        processes, each round a fresh prepare and repeat loop, interleaved across frameworks, but in the
-        same processes: what differs between processes, such as where memory landed, is not resampled)."""
+        a rank scenario as many pools of rank groups as the runner has rounds (pools[0] also runs the
+        equivalence). A framework runs only if every round of its groups started."""
         if not getattr(scn, "ranks", False):
             return pools, available, fw_env
         if not self.groups:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.groups = {fw: RankGroup(fw, self.world_size) for fw in self.frameworks}
-            with ThreadPoolExecutor(len(self.groups)) as pool:
-                infos = dict(zip(self.groups, pool.map(self._hello, self.groups.values())))
-            self.fw_env = infos
-            self.available = [fw for fw in self.frameworks if infos[fw]["available"]]
-        return [self.groups] * len(pools), self.available, self.fw_env
+            self.groups = [{fw: RankGroup(fw, self.world_size) for fw in self.frameworks} for _ in pools]
+            every = [g for rnd in self.groups for g in rnd.values()]
+            with ThreadPoolExecutor(len(every)) as pool:
+                infos = list(pool.map(self._hello, every))
+            per_round = [dict(zip(self.frameworks, infos[i:i + len(self.frameworks)]))
+                         for i in range(0, len(infos), len(self.frameworks))]
+            self.fw_env = {fw: next((r[fw] for r in per_round if not r[fw]["available"]), per_round[0][fw])
+                           for fw in self.frameworks}
+            self.available = [fw for fw in self.frameworks if self.fw_env[fw]["available"]]
+        return self.groups, self.available, self.fw_env
 
     def _hello(self, g: RankGroup) -> dict[str, Any]:
         try:
@@ -297,5 +302,6 @@ class Groups:
                     "on_gpu": False}
 
     def close(self, grace: float = 10.0) -> None:
-        for g in self.groups.values():
-            g.close(grace)
+        for rnd in self.groups:
+            for g in rnd.values():
+                g.close(grace)

@@ -8,8 +8,8 @@ stopped, and the host's speed in it just before the point was timed (host_loop_s
 Python loop). The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
 the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/noise.py)
 per clock, which counts the variance between processes as well as within one. A rank scenario's
-"pools" are its one group of rank processes per framework, given once per round (harness/ranks.py
-Groups): there a "process" of timing.processes is a round in the same processes.
+pools are groups of rank processes, one group per framework and round (harness/ranks.py Groups):
+there a "process" of timing.processes is a group of WORLD_SIZE processes of its own.
 """
 from __future__ import annotations
 

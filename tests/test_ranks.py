@@ -187,3 +187,24 @@ def test_reading_the_receive_buffer_before_the_wait_is_caught():
     hazard = rows["read_before_wait"]["check"]
     repeats = len(rows["read_before_wait"]["timing"]["samples"]["device_done"])
     assert hazard["checked"] == 2 * repeats and hazard["wrong"] > 0, hazard  # every repeat of both ranks
+
+
+def test_each_round_of_a_rank_scenario_runs_in_groups_of_its_own():
+    """The between-process noise of a rank row comes from processes, not from rounds in the same ones:
+    as many pools of groups as the runner has rounds, none sharing a process; a scenario without ranks
+    gets the runner's pools back; close() leaves no rank behind."""
+    from harness.ranks import Groups
+
+    backend_or_skip("torch")
+    groups = Groups(["torch"], 2, timeout_s=120)
+    workers = [{"torch": object()}, {"torch": object()}]
+    try:
+        assert groups.for_scenario(get("sync_points"), workers, ["torch"], {})[0] is workers
+        pools, available, env = groups.for_scenario(get("ranks"), workers, ["torch"], {})
+        assert available == ["torch"] and env["torch"]["available"] and len(pools) == 2
+        pids = [set(pool["torch"].pids) for pool in pools]
+        assert all(len(p) == 2 for p in pids) and not pids[0] & pids[1]
+        assert groups.for_scenario(get("collectives"), workers, ["torch"], {})[0] is pools  # started once
+    finally:
+        groups.close()
+    assert not set().union(*pids) & set(rank_children())
