@@ -5,6 +5,11 @@ pageable pages landed, clocks, the host's state), not between the repeats of one
 and asv run each benchmark in several processes for this reason. A row is therefore timed in two or
 more worker processes, and its spread comes from a hierarchical bootstrap: resample the processes,
 then the repeats within each chosen process, and take the pooled median.
+
+With two processes per run the bootstrap sees at most three distinct draws of processes, and so
+underrates the spread between them (a cluster bootstrap needs many clusters). regress therefore also
+takes Student's t interval on the runs' process medians (log scale, pooled variance, nb + nc - 2
+degrees of freedom), the classic answer for few groups, and judges on the hull of the two.
 """
 from __future__ import annotations
 
@@ -64,3 +69,47 @@ def rel_halfwidth(procs: Sequence[np.ndarray], confidence: float = CONFIDENCE, s
     alpha = 1 - confidence
     lo, hi = np.quantile(meds, [alpha / 2, 1 - alpha / 2])
     return float((hi - lo) / 2 / med) if med > 0 else math.inf
+
+
+def process_ratio_interval(base: Sequence[np.ndarray], cand: Sequence[np.ndarray],
+                           confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Student's t interval of the candidate's over the baseline's geometric mean of process medians:
+    each process one observation on the log scale, the two runs' variances pooled (nb + nc - 2 degrees
+    of freedom). None unless both runs have two or more processes (no variance to pool) or a median is
+    not positive."""
+    lb = [float(np.median(p)) for p in base if len(p)]
+    lc = [float(np.median(p)) for p in cand if len(p)]
+    if len(lb) < 2 or len(lc) < 2 or min(lb + lc) <= 0:
+        return None
+    from scipy.stats import t as student_t
+
+    xb, xc = np.log(lb), np.log(lc)
+    df = xb.size + xc.size - 2
+    pooled = ((xb.size - 1) * xb.var(ddof=1) + (xc.size - 1) * xc.var(ddof=1)) / df
+    half = float(student_t.ppf(0.5 + confidence / 2, df)) * math.sqrt(pooled * (1 / xb.size + 1 / xc.size))
+    d = float(xc.mean() - xb.mean())
+    return math.exp(d - half), math.exp(d + half)
+
+
+def ratio_ci_bootstrap(base: np.ndarray | list[np.ndarray], cand: np.ndarray | list[np.ndarray], confidence: float,
+                       resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """(pooled median ratio, lo, hi): percentile bootstrap of median(cand) / median(base), each side
+    one array of repeats or a list of them, one per process (resampled hierarchically)."""
+    pb = [np.asarray(x, dtype=np.float64) for x in (base if isinstance(base, list) else [base])]
+    pc = [np.asarray(x, dtype=np.float64) for x in (cand if isinstance(cand, list) else [cand])]
+    mb = hierarchical_medians(pb, resamples, seed)
+    mc = hierarchical_medians(pc, resamples, seed + 1)
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(mc / mb, [alpha / 2, 1 - alpha / 2])
+    return float(np.median(np.concatenate(pc)) / np.median(np.concatenate(pb))), float(lo), float(hi)
+
+
+def ratio_interval(base: list[np.ndarray], cand: list[np.ndarray], confidence: float = CONFIDENCE,
+                   resamples: int = RESAMPLES) -> tuple[float, float, float]:
+    """(pooled median ratio, lo, hi): the hull of the hierarchical bootstrap and, where both runs have
+    two or more processes, Student's t interval on their process medians (the module's docstring)."""
+    ratio, lo, hi = ratio_ci_bootstrap(base, cand, confidence, resamples)
+    between = process_ratio_interval(base, cand, confidence)
+    if between is not None:
+        lo, hi = min(lo, between[0]), max(hi, between[1])
+    return ratio, lo, hi

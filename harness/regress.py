@@ -4,9 +4,11 @@ Rows are matched by scenario, point (label and params, the seed aside), framewor
 rows present in both files, run in both, and comparable are judged. Per row:
 
 timing    r = candidate median / baseline median on one clock (device_done by default), with a
-          confidence interval that counts the noise between processes: a percentile bootstrap of the
-          ratio of pooled medians, each run resampled on its own and hierarchically (its worker
-          processes with replacement, then each chosen process's repeats; harness/noise.py).
+          confidence interval that counts the noise between processes: the hull of a percentile
+          bootstrap of the ratio of pooled medians, each run resampled on its own and hierarchically
+          (its worker processes with replacement, then each chosen process's repeats), and Student's
+          t interval on the two runs' log process medians, which the bootstrap underrates with as
+          few processes as a run has (harness/noise.py).
           Files written before rows were timed in several processes keep one process's repeats:
           their interval counts only the noise within one process (method "repeats", said in the
           header). For files without samples, a normal interval on log r from each median's standard
@@ -41,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.noise import hierarchical_medians, split
+from harness.noise import ratio_interval, split
 from harness.regress_env import RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_speed
 
 CLOCKS = ("device_done", "host_return", "device_events")
@@ -100,19 +102,6 @@ class Regress:
 
 
 # -- statistics -----------------------------------------------------------------------------------
-
-
-def ratio_ci_bootstrap(base: np.ndarray | list[np.ndarray], cand: np.ndarray | list[np.ndarray], confidence: float,
-                       resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """(pooled median ratio, lo, hi): percentile bootstrap of median(cand) / median(base), each side
-    one array of repeats or a list of them, one per process (resampled hierarchically)."""
-    pb = [np.asarray(x, dtype=np.float64) for x in (base if isinstance(base, list) else [base])]
-    pc = [np.asarray(x, dtype=np.float64) for x in (cand if isinstance(cand, list) else [cand])]
-    mb = hierarchical_medians(pb, resamples, seed)
-    mc = hierarchical_medians(pc, resamples, seed + 1)
-    alpha = 1.0 - confidence
-    lo, hi = np.quantile(mc / mb, [alpha / 2, 1 - alpha / 2])
-    return float(np.median(np.concatenate(pc)) / np.median(np.concatenate(pb))), float(lo), float(hi)
 
 
 def ratio_ci_iqr(base: dict[str, Any], cand: dict[str, Any], confidence: float) -> tuple[float, float, float]:
@@ -225,7 +214,7 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     if stb["median"] <= 0 or stc["median"] <= 0:
         return f"a zero {clock} median"
     if xb is not None and xc is not None:
-        row.ratio, row.lo, row.hi = ratio_ci_bootstrap(xb, xc, confidence)
+        row.ratio, row.lo, row.hi = ratio_interval(xb, xc, confidence, RESAMPLES)
         row.method = "processes" if len(xb) > 1 and len(xc) > 1 else "repeats"
     else:
         row.ratio, row.lo, row.hi = ratio_ci_iqr(stb, stc, confidence)

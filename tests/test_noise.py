@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness.judging import judge_with_noise
-from harness.noise import hierarchical_medians, median_rel_halfwidth, rel_halfwidth, split
+from harness.noise import hierarchical_medians, median_rel_halfwidth, process_ratio_interval, ratio_interval, rel_halfwidth, split
 from harness.regress import regress
 from harness.rounds import pool_timing
 from harness.timing import Stats
@@ -43,6 +43,22 @@ def _timing(times: list[float], stopped: str = "noise") -> dict:
     return {"first_call_s": 0.1, "host_return": st, "device_done": st, "device_events": None, "metrics": {"k": 1.0},
             "checked_repeats": 2, "wrong_repeats": 0, "worst": "", "stopped": stopped, "noise": 0.01,
             "samples": {"host_return": list(times), "device_done": list(times)}}
+
+
+def test_the_process_interval_is_students_t_on_log_process_medians():
+    """Against scipy's two-sample t interval on the logs of each process's median; None without two
+    processes on both sides; and regress's interval is the hull of it and the bootstrap."""
+    from scipy.stats import ttest_ind
+
+    rng = np.random.default_rng(3)
+    base = [rng.lognormal(np.log(m), 0.01, 25) for m in (1.0, 1.08, 0.97)]
+    cand = [rng.lognormal(np.log(m), 0.01, 25) for m in (1.2, 1.31)]
+    lb, lc = (np.log([np.median(p) for p in x]) for x in (base, cand))
+    want = np.exp(ttest_ind(lc, lb).confidence_interval(0.95))
+    assert process_ratio_interval(base, cand) == pytest.approx(tuple(want), rel=1e-12)
+    assert process_ratio_interval(base[:1], cand) is None and process_ratio_interval(base, cand[:1]) is None
+    _, lo, hi = ratio_interval(base, cand)
+    assert lo == pytest.approx(want[0]) and hi == pytest.approx(want[1])  # here the wider of the two
 
 
 def test_a_rows_processes_pool_into_one_timing():

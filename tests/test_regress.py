@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.regress import RegressError, judge_timing, ratio_ci_bootstrap, ratio_ci_iqr, regress
+from harness.noise import ratio_ci_bootstrap
+from harness.regress import RegressError, judge_timing, ratio_ci_iqr, regress
 from harness.results import load
 from tests.conftest import backend_or_skip
 from tests.synthetic import doc, row, samples, write
