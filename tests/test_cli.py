@@ -31,6 +31,7 @@ BAD = {
     "absurd examples": (["compare", "--examples", "99999999"], "--examples must be between"),
     "text examples": (["compare", "--examples", "many"], "--examples must be an integer"),
     "negative seed": (["compare", "--seed", "-1"], "--seed must be between"),
+    "zero processes": (["compare", "--processes", "0"], "--processes must be between 1 and 16, not 0"),
     "zero timeout": (["compare", "--timeout", "0"], "timeout must be > 0"),
     "nothing to do": (["compare", "--no-equivalence", "--no-timing"], "leave nothing to do"),
     "bad isolation": (["compare", "--isolation", "threads"], "invalid choice: 'threads'"),
@@ -92,7 +93,8 @@ def test_defaults_come_from_compare_options():
     from harness.runner import CompareOptions
 
     a = build_parser().parse_args(["compare"])
-    assert (a.timeout, a.isolation, a.cpus) == (CompareOptions.timeout_s, CompareOptions.isolation, CompareOptions.cpus)
+    assert (a.timeout, a.isolation, a.cpus, a.processes) == (CompareOptions.timeout_s, CompareOptions.isolation,
+                                                             CompareOptions.cpus, CompareOptions.processes)
     assert a.out.name == "runs"
 
 
@@ -164,6 +166,19 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
              "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing", "--no-report")
     assert r2.returncode == 0 and "report:" not in r2.stdout
     assert len(list(out.glob("*.json"))) == 2 and len([p for p in out.iterdir() if p.is_dir()]) == 1
+
+
+def test_processes_sets_how_many_workers_time_each_row_and_regress_reruns_with_as_many(tmp_path):
+    from harness.cli.cmd_regress import _processes
+
+    out = tmp_path / "res"
+    r = run("compare", "--scenarios", "sync_points", "--frameworks", "torch", "--size", "smoke", "--seed", "2",
+            "--processes", "3", "--no-equivalence", "--no-report", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = load(next(out.glob("*.json")))
+    rows = [row for row in doc["scenarios"]["sync_points"]["rows"] if row["status"] == "ok"]
+    assert rows and all(len(row["timing"]["processes"]) == 3 for row in rows)
+    assert _processes(doc) == 3
 
 
 def test_a_sweep_times_every_point(tmp_path, monkeypatch):

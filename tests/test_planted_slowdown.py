@@ -102,9 +102,11 @@ def test_unchanged_host_paced_rows_are_flagged_at_the_intervals_rate_not_the_boo
 
 
 # The real slice: one framework, two scenarios of sub-millisecond host-bound rows, timing only, the
-# same seed; torch on one thread. The planted row is sync_points' `item_each_step`.
+# same seed; torch on one thread of the CPU (no GPU visible, also on a GPU machine), each row in four
+# processes (Student's t on two would need a process spread under 1% to find 15%). The planted row is
+# sync_points' `item_each_step`.
 SLICE = ["--scenarios", "sync_points,launch_overhead", "--frameworks", "torch", "--size", "smoke", "--seed", "1",
-         "--no-equivalence", "--no-report"]
+         "--processes", "4", "--no-equivalence", "--no-report"]
 # On a 2-core machine the same row moves by 20-100% from one run to the next: at load 5-6 while other
 # suites ran, and also at low load inside a full `make test` (2026-12-03: the planted row came out 0.86x,
 # 95% interval [0.63, 1.18], and regress rightly called it noisy). A 15% effect is not findable there, so
@@ -114,7 +116,7 @@ QUIET = os.environ.get("TRIPTYCH_QUIET_HOST") == "1" and os.getloadavg()[0] <= 0
 
 
 def _compare(out: Path, fault: str = "") -> Path:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{faults.ENV: fault})
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **{faults.ENV: fault})
     subprocess.run([sys.executable, "-m", "harness", "compare", *SLICE, "--out", str(out)], cwd=ROOT, env=env,
                    check=True, capture_output=True, timeout=600)
     return next(out.glob("*.json"))

@@ -54,7 +54,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
                           gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
-                          world_size=a.world_size, cpus=a.cpus)
+                          world_size=a.world_size, cpus=a.cpus, processes=a.processes)
     return measure_and_write(opts, a.out, a.quiet, report=not a.no_report)[0]
 
 

@@ -94,8 +94,16 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
-                          gpu_memory_fraction=fraction, cpus="auto" if auto else "all")
+                          gpu_memory_fraction=fraction, cpus="auto" if auto else "all",
+                          processes=_processes(base))
     doc = run_compare(opts, make_ui(a.quiet))
     path, rescued = write_or_rescue(doc, out, result_name(doc))
     print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)
     return _load(path, "--candidate"), str(path)
+
+
+def _processes(doc: dict[str, Any]) -> int:
+    """The worker processes that timed the baseline's rows (like with like), else the default."""
+    counts = [len((r.get("timing") or {}).get("processes") or ()) for scn in doc["scenarios"].values()
+              for r in scn["rows"]]
+    return max(counts, default=0) or default("processes")

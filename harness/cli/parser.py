@@ -177,6 +177,10 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
     c.add_argument("--quiet", action="store_true", help="no progress output")
     c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
                    help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.15)")
+    c.add_argument("--processes", type=_bounded_int(1, 16, "--processes"), default=default("processes"),
+                   help=f"worker processes per framework that time every row, interleaved (default "
+                        f"{default('processes')}); more give regress tighter intervals (Student's t on "
+                        "the processes' medians) and cost time in proportion")
     c.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
                    help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
     c.add_argument("--cpus", type=_cpus, default=default("cpus"),
