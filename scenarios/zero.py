@@ -14,9 +14,12 @@ second: a parameter moves by about lr x g / (|g| + eps), whatever the gradient's
 element's float32 error dg (its summation order: shards, reduce-scatter, FSDP's pre-division) moves the
 update by up to lr x dg / (|g| + eps): harmless where |g| is large, amplified where g is near zero, and
 bounded by lr x dg / eps. At eps = 1e-8 (torch's default) a near-zero gradient's rounding showed up as
-1e-5 (1% of a step) at width 256; at eps = 1e-6 the worst over 1 M parameters was 4e-7. Hence eps = 1e-6,
-lr = 1e-3, steps <= 3 and tolerance 2e-5 + 1e-5 x |p|: 50x above the worst seen, 50x below one step (a
-stage that skipped or double-counted a shard's update is off by ~lr = 1e-3). Matmuls run in full float32.
+1e-5 (1% of a step) at width 256; at eps = 1e-6 the worst over 1 M parameters was 4e-7, but the full
+size at seed 20261205 on the H200 put 310 of 4.2 M parameters of torch and JAX (cuBLAS's sums, the same
+bits in both) 1.2e-4 off, 12% of a step: dg ~ 1.2e-7. Hence eps = 1e-4, which bounds that at 1.2e-6,
+lr = 1e-3, steps <= 3 and tolerance 2e-5 + 1e-5 x |p|: over 15x above that bound, 50x below one step (a
+stage that skipped or double-counted a shard's update is off by ~lr = 1e-3 wherever |g| >> eps).
+Matmuls run in full float32.
 The ranks' final parameters are bit-identical (all-reduce and all-gather give every rank the same bits).
 
 Memory, per rank, float32 Adam with Psi parameters on N ranks (the paper's Figure 1 with 4-byte
@@ -135,12 +138,12 @@ SCENARIO = Scenario(
                          "(torch FSDP2 reshard_after_forward=True; JAX all_gather under jax.checkpoint)"),
     ),
     params=lambda: S.params(width=S.dims(1, 16), depth=st.integers(1, 4), rows=st.integers(1, 4),
-                            steps=st.integers(1, 3), lr=st.just(1e-3), eps=st.just(1e-6),
+                            steps=st.integers(1, 3), lr=st.just(1e-3), eps=st.just(1e-4),
                             dtype=S.float_dtypes("float32"), world_size=R.world_sizes()),
     sizes={
-        "smoke": {"width": 128, "depth": 4, "rows": 16, "steps": 2, "lr": 1e-3, "eps": 1e-6, "dtype": "float32"},
+        "smoke": {"width": 128, "depth": 4, "rows": 16, "steps": 2, "lr": 1e-3, "eps": 1e-4, "dtype": "float32"},
         # 4.2 M parameters (67 MB of float32 model state replicated), 256 rows per rank and step.
-        "full": {"width": 1024, "depth": 4, "rows": 256, "steps": 3, "lr": 1e-3, "eps": 1e-6, "dtype": "float32"},
+        "full": {"width": 1024, "depth": 4, "rows": 256, "steps": 3, "lr": 1e-3, "eps": 1e-4, "dtype": "float32"},
     },
     make_inputs=make_inputs,
     reference=reference,
