@@ -27,8 +27,9 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
     console.print(f"[bold]regress[/bold]  baseline  {res.baseline}  ({describe(base)})", highlight=False)
     console.print(f"         candidate {res.candidate}  ({describe(cand)})", highlight=False)
     console.print(f"         clock {res.clock} · threshold {100 * res.threshold:g}% · "
-                  f"{100 * res.confidence:g}% interval of the ratio of medians (bootstrap of the processes, then "
-                  "their repeats; from the IQR where a file has no samples)", highlight=False)
+                  f"{100 * res.confidence:g}% interval of the ratio of medians (the hull of a bootstrap of the "
+                  "processes, then their repeats, and Student's t on the process medians; from the IQR where a "
+                  "file has no samples)", highlight=False)
     for n in res.notes:
         console.print(f"  [yellow]differs:[/yellow] {n}", highlight=False)
     colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim"}
