@@ -75,7 +75,7 @@ def process_ratio_interval(base: Sequence[np.ndarray], cand: Sequence[np.ndarray
                            confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """Student's t interval of the candidate's over the baseline's geometric mean of process medians:
     each process one observation on the log scale, the two runs' variances pooled (nb + nc - 2 degrees
-    of freedom). None unless both runs have two or more processes (no variance to pool) or a median is
+    of freedom). None where a run has fewer than two processes (no variance to pool) or a median is
     not positive."""
     lb = [float(np.median(p)) for p in base if len(p)]
     lc = [float(np.median(p)) for p in cand if len(p)]

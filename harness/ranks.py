@@ -38,15 +38,27 @@ WORLD_SIZE_ENV = "TRIPTYCH_WORLD_SIZE"  # read by scenarios/_ranks.py
 START_TIMEOUT_S = 300.0  # importing a framework and joining its group
 
 
+_HANDED_OUT: set[int] = set()  # ports given to a group of this process: its ranks bind them only later
+_PORTS_LOCK = threading.Lock()
+
+
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """n free ports, none handed out before in this process (groups start side by side, and a port
+    is free again between this call and the rank's bind)."""
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    with _PORTS_LOCK:
+        try:
+            while len(ports) < n:
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", 0))
+                if (port := socks[-1].getsockname()[1]) not in _HANDED_OUT:
+                    ports.append(port)
+            _HANDED_OUT.update(ports)
+            return ports
+        finally:
+            for s in socks:
+                s.close()
 
 
 def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
@@ -292,6 +304,9 @@ class Groups:
             self.fw_env = {fw: next((r[fw] for r in per_round if not r[fw]["available"]), per_round[0][fw])
                            for fw in self.frameworks}
             self.available = [fw for fw in self.frameworks if self.fw_env[fw]["available"]]
+            for fw in set(self.frameworks) - set(self.available):  # the rounds that did start give back their GPU
+                for rnd in self.groups:
+                    rnd[fw].close(1.0)
         return self.groups, self.available, self.fw_env
 
     def _hello(self, g: RankGroup) -> dict[str, Any]:

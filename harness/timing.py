@@ -69,7 +69,7 @@ class TimingConfig:
       "max_repeats"  max_repeats done.
     Warm-up: `warmup` calls after the first, and more until warmup_s has passed (clocks ramp up and
     caches fill over time, not over a count). A row is timed in several processes (harness/rounds.py; a rank
-    row in as many rounds in its one group of rank processes),
+    row in as many groups of rank processes, one a round),
     each with this whole budget: the presets are per process."""
 
     warmup: int = 2  # calls after the first, untimed

@@ -181,6 +181,21 @@ def test_processes_sets_how_many_workers_time_each_row_and_regress_reruns_with_a
     assert _processes(doc) == 3
 
 
+def test_processes_whose_jax_pools_would_not_fit_are_refused(monkeypatch, tmp_path):
+    """JAX keeps its pool in every worker and rank group (torch and CuPy give theirs back): on a GPU,
+    2 x processes x the fraction must fit in it."""
+    from harness.cli import cmd_compare
+    from harness.cli.parser import UsageError
+
+    monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
+    with pytest.raises(UsageError, match=r"x 8 JAX processes .* is 1\.20 of the GPU: use --gpu-memory-fraction 0\.12 "):
+        cmd_compare.start_checks(tmp_path, 0.15, ["torch", "jax"], 4)
+    cmd_compare.start_checks(tmp_path, 0.15, ["torch", "cupy"], 4)
+    cmd_compare.start_checks(tmp_path, 0.15, ["jax"], 3)
+    monkeypatch.setattr(cmd_compare, "gpu_present", lambda: False)
+    cmd_compare.start_checks(tmp_path, 0.15, ["jax"], 4)
+
+
 def test_a_sweep_times_every_point(tmp_path, monkeypatch):
     """A size preset may be a sweep: every point is timed, labelled, judged and shown on its own."""
     import dataclasses

@@ -82,7 +82,8 @@ def test_on_synthetic_files_the_planted_row_is_a_regression_and_no_unchanged_dev
         found += ("cupy", "sync_each", "regression") in flagged
         device += [f for f in flagged if f[0] != "jax" and f[:2] != ("cupy", "sync_each")]
         host += [f for f in flagged if f[0] == "jax"]
-    assert found >= 18 and device == [] and len(host) <= 0.05 * 3 * 20, (found, device, host)
+    # host-paced rows: about 2% of them expected (the next test), 11% from the bootstrap alone
+    assert found >= 18 and device == [] and len(host) <= 0.07 * 3 * 20, (found, device, host)
 
 
 def test_unchanged_host_paced_rows_are_flagged_at_the_intervals_rate_not_the_bootstraps(monkeypatch):

@@ -208,3 +208,32 @@ def test_each_round_of_a_rank_scenario_runs_in_groups_of_its_own():
     finally:
         groups.close()
     assert not set().union(*pids) & set(rank_children())
+
+
+def test_a_framework_is_lost_if_any_round_fails_and_its_other_rounds_are_closed(monkeypatch):
+    """Two frameworks x two rounds, the second round of JAX failing to start: JAX is unavailable with
+    that round's reason, torch runs, and JAX's first round is closed at once (it would hold its GPU)."""
+    from harness.ranks import Groups
+
+    groups = Groups(["torch", "jax"], 2, timeout_s=1)
+    closed: list[str] = []
+    monkeypatch.setattr(RankGroup, "close", lambda self, grace=10.0: closed.append(self.fw))
+    ok = {"available": True, "why": "", "env": {}, "on_gpu": False}
+
+    def hello(g):
+        second = g is groups.groups[1]["jax"]
+        return dict(ok, available=not second, why="rank 1: NCCL failed" if second else "")
+
+    monkeypatch.setattr(groups, "_hello", hello)
+    pools, available, env = groups.for_scenario(get("ranks"), [{}, {}], ["torch", "jax"], {})
+    assert available == ["torch"] and env["jax"]["why"] == "rank 1: NCCL failed" and env["torch"]["available"]
+    assert [set(p) for p in pools] == [{"torch", "jax"}] * 2 and sorted(closed) == ["jax", "jax"]
+
+
+def test_free_ports_never_hands_out_a_port_twice():
+    """Groups start side by side and their ranks bind the ports seconds later: a port given once is
+    not given again by this process."""
+    from harness.ranks import free_ports
+
+    got = [p for _ in range(300) for p in free_ports(3)]
+    assert len(set(got)) == len(got) == 900

@@ -22,8 +22,9 @@ class Unavailable(RuntimeError):
 # The three frameworks run in six processes (two each, harness/rounds.py) that live side by side on one
 # GPU (one is timed at a time, but each keeps its allocator's pool). Each caps its own allocator at
 # this fraction of the device's memory so that together they cannot run it out: 6 x 0.15 leaves a
-# tenth for CUDA contexts. The rank scenarios add two groups per framework (harness/ranks.py); torch
-# and CuPy hand their memory back after each variant, so what stays held there is JAX's four pools.
+# tenth for CUDA contexts. The rank scenarios add a group per framework and round (harness/ranks.py);
+# torch and CuPy hand their memory back after each variant, so what stays held is JAX's pools, two a
+# round (a worker and a rank group): `compare` refuses a --processes whose JAX pools would not fit.
 MEMORY_FRACTION_ENV = "TRIPTYCH_GPU_MEMORY_FRACTION"
 DEFAULT_MEMORY_FRACTION = 0.15
 

@@ -7,6 +7,7 @@ the report. A stop (Ctrl-C, SIGTERM) after the result is written keeps it and ex
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import signal
 import sys
@@ -17,7 +18,7 @@ from harness.cli.parser import UsageError, gpu_present
 from harness.options import EXAMPLES
 
 
-def start_checks(out: Path, fraction: float | None, n_frameworks: int) -> None:
+def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int) -> None:
     """What every run checks before any work: memory caps that fit, planted faults, a writable --out."""
     from harness import faults
     from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
@@ -31,9 +32,14 @@ def start_checks(out: Path, fraction: float | None, n_frameworks: int) -> None:
         where = f"{MEMORY_FRACTION_ENV}={fraction:g}"
     else:
         where = f"--gpu-memory-fraction {fraction:g}"
+    n_frameworks = len(frameworks)
     if fraction * n_frameworks > 1.0 + 1e-9:
         raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
                          "they would not fit in it together")
+    if "jax" in frameworks and fraction * 2 * processes > 1.0 + 1e-9 and gpu_present():
+        raise UsageError(f"{where} x {2 * processes} JAX processes ({processes} workers and as many rank groups, "
+                         f"each keeping its pool) is {fraction * 2 * processes:.2f} of the GPU: use "
+                         f"--gpu-memory-fraction {math.floor(100 / (2 * processes)) / 100:g} or fewer --processes")
     try:
         faults.planted()
         check_writable(out)
@@ -46,7 +52,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
-    start_checks(a.out, a.gpu_memory_fraction, len(a.frameworks))
+    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes)
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
     examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)

@@ -89,13 +89,14 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     # like with like: auto again where the baseline chose its CPUs; a list named the baseline machine's CPUs
     auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
-    start_checks(out, fraction, len(frameworks))
+    processes = _processes(base)  # like with like
+    start_checks(out, fraction, frameworks, processes)
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
                           gpu_memory_fraction=fraction, cpus="auto" if auto else "all",
-                          processes=_processes(base))
+                          processes=processes)
     doc = run_compare(opts, make_ui(a.quiet))
     path, rescued = write_or_rescue(doc, out, result_name(doc))
     print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)
