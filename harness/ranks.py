@@ -298,9 +298,8 @@ class Groups:
             self.groups = [{fw: RankGroup(fw, self.world_size) for fw in self.frameworks} for _ in pools]
             every = [g for rnd in self.groups for g in rnd.values()]
             with ThreadPoolExecutor(len(every)) as pool:
-                infos = list(pool.map(self._hello, every))
-            per_round = [dict(zip(self.frameworks, infos[i:i + len(self.frameworks)]))
-                         for i in range(0, len(infos), len(self.frameworks))]
+                infos = iter(list(pool.map(self._hello, every)))
+            per_round = [{fw: next(infos) for fw in rnd} for rnd in self.groups]
             self.fw_env = {fw: next((r[fw] for r in per_round if not r[fw]["available"]), per_round[0][fw])
                            for fw in self.frameworks}
             self.available = [fw for fw in self.frameworks if self.fw_env[fw]["available"]]

@@ -11,18 +11,17 @@ the global batch in float64. Every stage takes the same steps as ddp, so they mu
 
 Tolerance (float32 against the float64 reference). Adam divides the first moment by the root of the
 second: a parameter moves by about lr x g / (|g| + eps), about lr whatever the gradient's scale where
-|g| >> eps. So a gradient
-element's float32 error dg (its summation order: shards, reduce-scatter, FSDP's pre-division) moves the
-update by up to lr x dg / (|g| + eps): harmless where |g| is large, amplified where g is near zero, and
-bounded by lr x dg / eps. At eps = 1e-8 (torch's default) a near-zero gradient's rounding showed up as
-1e-5 (1% of a step) at width 256; at eps = 1e-6 the worst over 1 M parameters was 4e-7, but the full
-size at seed 20261205 on the H200 put 310 of 4.2 M parameters of torch and JAX (cuBLAS's sums, the same
-bits in both) 1.2e-4 off, 12% of a step: dg ~ 1.2e-7. Hence eps = 1e-4, which bounds that at 1.2e-6,
-lr = 1e-3, steps <= 3 and tolerance 2e-5 + 1e-5 x |p|: over 15x above that bound, and 50x below a full
-step of lr = 1e-3. Not every parameter takes a full step: at the full size the median |g| is 5.5e-5,
-under eps, and the median parameter moves 0.36 lr in the first step; 95% of them move by more than the
-tolerance, so a stage that skipped or double-counted a shard's update still fails. Matmuls run in full
-float32.
+|g| >> eps. So a gradient element's float32 error dg (its summation order: shards, reduce-scatter,
+FSDP's pre-division) moves the update by up to lr x dg / (|g| + eps): harmless where |g| is large,
+amplified where g is near zero, and bounded by lr x dg / eps. At eps = 1e-8 (torch's default) a
+near-zero gradient's rounding showed up as 1e-5 (1% of a step) at width 256; at eps = 1e-6 the worst
+over 1 M parameters was 4e-7, but the full size at seed 20261205 on the H200 put 310 of 4.2 M
+parameters of torch and JAX (cuBLAS's sums, the same bits in both) 1.2e-4 off, 12% of a step: dg ~
+1.2e-7. Hence eps = 1e-4, which bounds that at 1.2e-6, lr = 1e-3, steps <= 3 and tolerance 2e-5 + 1e-5
+x |p|: over 15x above that bound, and 50x below a full step of lr = 1e-3. Not every parameter takes a
+full step: at the full size the median |g| is 5.5e-5, under eps, and the median parameter moves 0.36 lr
+in the first step; 95% of them move by more than the tolerance, so a stage that skipped or
+double-counted a shard's update still fails. Matmuls run in full float32.
 The ranks' final parameters are bit-identical (all-reduce and all-gather give every rank the same bits).
 
 Memory, per rank, float32 Adam with Psi parameters on N ranks (the paper's Figure 1 with 4-byte
