@@ -34,6 +34,9 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]]) -> l
 
 
 def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params) -> dict[str, Any]:
+    ranks = world_size(by_variant, params)
+    if claim.communicates and ranks is not None and ranks < 2:
+        return {"verdict": "inconclusive", "evidence": "one rank, nothing communicated", "numbers": {"world_size": ranks}}
     try:
         v = claim.judge(by_variant, fw, params)
     except KeyError as e:  # a variant the claim needs did not run for this framework
@@ -51,6 +54,15 @@ def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: st
         out["evidence"] = (f"inside the run's noise: '{v.verdict}' holds in only {100 * held:.0f}% of "
                            f"{len(draws)} resamples of the repeats ({v.evidence})")
     return out
+
+
+def world_size(by_variant: dict[str, dict[str, Any]], params: Params) -> int | None:
+    """The ranks the rows ran on (a rank row records its group's size), else the params' world size;
+    None for a scenario without ranks."""
+    for row in by_variant.values():
+        if "ranks" in row:
+            return int(row["ranks"])
+    return int(params["world_size"]) if "world_size" in params else None
 
 
 def _resampled(by_variant: dict[str, dict[str, Any]], draws: int) -> list[dict[str, dict[str, Any]]] | None:

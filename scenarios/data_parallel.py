@@ -188,11 +188,12 @@ SCENARIO = Scenario(
     tolerance=Tolerance({"float32": (1e-5, 5e-6)}),  # (rtol, atol) from the summation order: see the module's text
     claims=(
         Claim("overlap_hides_comm", "Bucketing gradients and all-reducing them during backward hides most of the "
-                                    "communication (Li et al., \"PyTorch Distributed\", VLDB 2020).", _overlap),
+                                    "communication (Li et al., \"PyTorch Distributed\", VLDB 2020).", _overlap,
+              communicates=True),
         Claim("no_sync_one_over_a", "no_sync cuts gradient communication to 1/A of all-reducing every micro-batch "
-                                    "(torch DDP docs, no_sync).", _no_sync),
+                                    "(torch DDP docs, no_sync).", _no_sync, communicates=True),
         Claim("bytes_2n1n", "Each step all-reduces every gradient once: a ring moves 2(N-1)/N x the gradient bytes "
-                            "per rank (Patarasuk & Yuan 2009; nccl-tests' busbw).", _bytes),
+                            "per rank (Patarasuk & Yuan 2009; nccl-tests' busbw).", _bytes, communicates=True),
         Claim("accumulation_is_large_batch", "Gradient accumulation reproduces the large batch (Goyal et al. 2017).",
               _accumulation),
         Claim("scaling", "Data parallelism over N ranks runs a fixed global batch's step about N times faster "

@@ -50,7 +50,7 @@ SCENARIO = Scenario(
     cheap_reference=lambda p: int(p["count"]) * R.size_of(p) <= 1 << 26,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),
     claims=(Claim("read_before_wait", "The receive buffer is not yours to read until the wait.",
-                  R.hazard_caught("read_before_wait", "read_before_wait")),),
+                  R.hazard_caught("read_before_wait", "read_before_wait"), communicates=True),),
     key_apis={
         "torch": ("dist.send / dist.recv", "dist.P2POp + dist.batch_isend_irecv", "Work.wait()"),
         "cupy": ("NCCLBackend.send / .recv", "cupy.cuda.nccl.groupStart / groupEnd", "Stream.wait_event"),

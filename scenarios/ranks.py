@@ -69,7 +69,7 @@ SCENARIO = Scenario(
     claims=(
         Claim("shares_divide", "Each rank takes its share: the group is faster than one process alone.", _speedup),
         Claim("forgotten_sharding", "Without sharding every rank does all the work and the sum counts it N times.",
-              R.hazard_caught("forgotten_sharding", "same_data_every_rank")),
+              R.hazard_caught("forgotten_sharding", "same_data_every_rank"), communicates=True),
     ),
     key_apis={
         "torch": ("torch.distributed.init_process_group", "dist.get_rank()", "dist.all_reduce", "torchrun"),

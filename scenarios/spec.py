@@ -91,11 +91,16 @@ class Claim:
     ``judge(rows_by_variant, framework, params)`` gets the framework's timing rows of this scenario
     keyed by variant (each a dict as written to the result file) and the timed params, and returns a
     Verdict. A KeyError (a variant it needs did not run) makes the verdict "inconclusive".
+
+    ``communicates``: the claim is about data moving between ranks (bytes, overlap, a hazard that needs a
+    second rank). At one rank nothing is communicated, so the harness answers "inconclusive" without asking
+    the judge: a run that could not refute a claim must not confirm it.
     """
 
     id: str
     text: str
     judge: Callable[[Mapping[str, dict], str, Params], Verdict]
+    communicates: bool = False
 
 
 @dataclass(frozen=True)

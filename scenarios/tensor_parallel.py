@@ -144,7 +144,8 @@ SCENARIO = Scenario(
     # kink is not met by continuous draws. Gradients are of order one too (the loss is a sum, not a mean).
     tolerance=Tolerance({"float32": (2e-4, 1e-4)}),
     claims=(Claim("megatron_f_g", "Megatron's f and g: one all-reduce of the activations in forward and one "
-                                  "in backward (Shoeybi et al. 2019, Megatron-LM, section 3)", _judge_megatron),),
+                                  "in backward (Shoeybi et al. 2019, Megatron-LM, section 3)", _judge_megatron,
+                  communicates=True),),
     key_apis={
         "torch": ("parallelize_module + ColwiseParallel / RowwiseParallel", "init_device_mesh", "DTensor",
                   "torch.autograd.Function + dist.all_reduce (f, g)", "dist.all_gather_into_tensor"),

@@ -153,9 +153,9 @@ SCENARIO = Scenario(
     claims=(
         Claim("memory_model", "Per rank, float32 Adam holds 16 Psi replicated, 8 Psi + 8 Psi/N at stage 1, 4 Psi + "
                               "12 Psi/N at stage 2 and 16 Psi/N at stage 3, within 10% (Rajbhandari et al. 2020, "
-                              "Figure 1).", _memory),
+                              "Figure 1).", _memory, communicates=True),
         Claim("comm_model", "Stages 1 and 2 send what DDP sends per step; stage 3 about 1.5x (Rajbhandari et al. "
-                            "2020, section 7).", _comm),
+                            "2020, section 7).", _comm, communicates=True),
     ),
     key_apis={
         "torch": ("DistributedDataParallel(gradient_as_bucket_view=True) + torch.optim.Adam",

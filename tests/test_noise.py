@@ -155,3 +155,24 @@ def test_the_machine_is_described():
     env = host_env()
     assert env["cpus"] >= 1 and env["kernel"] and env["cpu_model"]
     assert env["transparent_hugepages"] in (None, "always", "madvise", "never")
+
+
+def test_a_communication_claim_is_undecided_at_one_rank_and_judged_at_two():
+    talk = Claim("faster", "async is faster", _faster_claim, communicates=True)
+    one = {v: r | {"ranks": 1} for v, r in _rows(1e-3, 2e-3, 0.05).items()}
+    got = judge_with_noise(talk, one, "torch", {})
+    assert got["verdict"] == "inconclusive" and got["evidence"] == "one rank, nothing communicated"
+    assert judge_with_noise(CLAIM, one, "torch", {})["verdict"] == "confirmed"  # a claim about one process stands
+    two = {v: r | {"ranks": 2} for v, r in _rows(1e-3, 2e-3, 0.05).items()}
+    assert judge_with_noise(talk, two, "torch", {})["verdict"] == "confirmed"
+    assert judge_with_noise(talk, _rows(1e-3, 2e-3, 0.05), "torch", {"world_size": 1})["verdict"] == "inconclusive"
+
+
+def test_every_claim_about_moving_data_between_ranks_says_so():
+    from scenarios import all_scenarios, get
+    talking = {(s.name, c.id) for s in all_scenarios() for c in s.claims if c.communicates}
+    assert {("data_parallel", "overlap_hides_comm"), ("data_parallel", "no_sync_one_over_a"),
+            ("data_parallel", "bytes_2n1n"), ("zero", "comm_model"), ("zero", "memory_model"),
+            ("tensor_parallel", "megatron_f_g"), ("point_to_point", "read_before_wait"),
+            ("ranks", "forgotten_sharding")} <= talking
+    assert all(get(s).ranks for s, _ in talking)
