@@ -165,8 +165,9 @@ def _gaps(rows: dict[str, dict[str, Any]], fws: list[str], variant: str, label: 
     return out
 
 
-def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str) -> list[str]:
-    """What the committed GPU result says about one scenario: numbers, gaps, refuted claims, hazards."""
+def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: frozenset[str] = frozenset()) -> list[str]:
+    """What the committed GPU result says about one scenario: numbers, gaps, refuted claims, hazards.
+    ``talking``: the ids of its claims about communication, which a run of one rank cannot decide."""
     fws = [f for f in FRAMEWORKS if any(r["framework"] == f for r in scn["rows"])]
     points = points_of(scn)
     report = Path(rel).with_suffix("") / "report.md"
@@ -198,15 +199,22 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str) -> list[str]:
             if not v.get("hazard"):
                 gaps += _gaps(rows, fws, v["name"], label)
     out.append("\n".join(lines))
+    ranks = {int(r["ranks"]) for r in scn["rows"] if "ranks" in r}
+    if ranks == {1}:  # a rank scenario run by one rank: its collectives moved nothing
+        gaps = []
+        out.append("At one rank nothing is communicated: these rows time each framework's calls with no data "
+                   "moving between ranks (the calls' overhead), so no framework is compared with another here; "
+                   "their communication claims are inconclusive.")
     items = gaps + hazards
-    for c in scn.get("claims", []):
+    claims = [c for c in scn.get("claims", []) if not (ranks == {1} and c["claim"] in talking)]
+    for c in claims:
         if c["verdict"] == "refuted":
             at = f" at {c['label']}" if c.get("label") else ""
             who = NAMES.get(c["framework"], c["framework"])
             items.append(f"refuted for {who}{at}: “{c['text']}” — {c['evidence']}")
-    confirmed = sorted({c["text"] for c in scn.get("claims", []) if c["verdict"] == "confirmed"})
+    confirmed = sorted({c["text"] for c in claims if c["verdict"] == "confirmed"})
     for text in confirmed:
-        who = sorted({c["framework"] for c in scn["claims"] if c["text"] == text and c["verdict"] == "confirmed"},
+        who = sorted({c["framework"] for c in claims if c["text"] == text and c["verdict"] == "confirmed"},
                      key=FRAMEWORKS.index)
         items.append(f"confirmed for {', '.join(NAMES.get(f, f) for f in who)}: “{text}”")
     if items:
@@ -285,7 +293,7 @@ def porting_guide(root: Path = ROOT) -> str:
         if measured is not None:
             path, doc = measured
             parts += _measured(root, doc["scenarios"][s.name], path.relative_to(root).as_posix(),
-                               doc["environment"]["gpu"])
+                               doc["environment"]["gpu"], frozenset(c.id for c in s.claims if c.communicates))
         elif results:
             parts.append("*Not in any committed GPU result.*")
     return "\n\n".join(parts) + "\n"

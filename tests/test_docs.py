@@ -104,3 +104,19 @@ def test_stale_docs_are_found_and_rewritten(root):
     readme.write_text(readme.read_text().replace(docs.INDEX_END, ""))
     with pytest.raises(docs.DocsError, match="no scenario index markers"):
         docs.generate(root)
+
+
+def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_one_rank():
+    def scn(ranks: int) -> dict:
+        def row(fw, s):
+            t = {"device_done": {"median": s}, "host_return": {"median": s}}
+            return {"framework": fw, "variant": "collective", "status": "ok", "timing": t, "ranks": ranks}
+        claims = [{"claim": c, "text": f"{c} text", "framework": "torch", "verdict": "confirmed", "evidence": "0 B vs 0 B"}
+                  for c in ("bytes_model", "exact")]
+        return {"variants": [{"name": "collective"}], "rows": [row("torch", 1e-5), row("jax", 1e-4)], "claims": claims}
+
+    one = "\n".join(docs._measured(ROOT, scn(1), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
+    assert "as long as" not in one and "At one rank nothing is communicated" in one
+    assert "bytes_model text" not in one and "“exact text”" in one  # a claim not about communication stands
+    two = "\n".join(docs._measured(ROOT, scn(2), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
+    assert "JAX takes 10× as long as PyTorch" in two and "bytes_model text" in two
