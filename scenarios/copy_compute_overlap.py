@@ -5,10 +5,11 @@ each is copied to the device and reduced to one row of features, mean over rows 
 baseline does it on one stream, so each copy waits for the previous step and each step for its copy.
 The concept gives the copies a stream of their own and double-buffers: two staging buffers, events
 saying "batch loaded" (the compute stream waits on it) and "buffer free again" (the copy stream waits on
-it before overwriting). In JAX, with no streams, the closest equivalent is an asynchronous device_put
-from pinned host memory issued while the jitted step of the batch before computes, with at most two
-batches alive (the host waits for step i-1 before issuing copy i+1: JAX has no event to do it on the
-device).
+it before overwriting). In JAX, with no streams or events, the closest equivalent is an
+asynchronous device_put from pinned host memory issued two batches ahead of the step: the runtime runs a
+host-to-device copy after the compute already queued (its destination may reuse memory that compute
+reads), so one batch ahead would serialise copy and step (docs/probes/jax_overlap.py traces it), and JAX
+keeps three batches alive where the streams need two staging buffers.
 
 Reported as NVIDIA's simpleMultiCopy sample does: each stage timed alone (n copies back to back; n
 steps on a resident batch, measured in the untimed prepare), the no-overlap bound (their sum), the
@@ -111,8 +112,9 @@ SCENARIO = Scenario(
         Variant("serial", "one stream: copy batch i (from pinned memory), compute it, then copy batch i+1; the host "
                           "waits for nothing (JAX: one jitted program per batch, copy then step)"),
         Variant("overlapped", "a copy stream and a compute stream, two staging buffers and events: batch i+1 is "
-                              "copied while batch i computes (JAX: device_put issued while the step before runs, the host "
-                              "waiting for step i-1 first: two batches alive)", gpu_only=("torch", "cupy")),
+                              "copied while batch i computes (JAX: device_put of batch i+2 issued right after step i; "
+                              "the runtime runs a copy after the compute queued before it, so prefetching two "
+                              "ahead is what overlaps: three batches alive, no host wait)", gpu_only=("torch", "cupy")),
     ),
     params=lambda: S.params(batches=S.dims(1, 6), rows=S.dims(1, 48), dim=S.dims(1, 48), features=S.dims(1, 48)),
     sizes={
@@ -137,7 +139,7 @@ SCENARIO = Scenario(
         "cupy": ("cupyx.empty_pinned", "ndarray.set(arr, stream=)", "cupy.cuda.Stream(non_blocking=True)",
                  "Stream.wait_event(other.record())", "cupy.cuda.Event.record"),
         "jax": ("jax.device_put(x, SingleDeviceSharding(dev, memory_kind='pinned_host'))",
-                "jax.device_put(x, device) issued while the step before runs", "jax.jit",
+                "jax.device_put(x, device) issued two steps ahead", "jax.jit",
                 "jax.device_put inside jit (memory kinds)", "jax.Array.block_until_ready"),
     },
     framework_notes={
@@ -154,19 +156,16 @@ SCENARIO = Scenario(
                 "without it the first two copies of a run could overwrite buffers the last run's steps still read, "
                 "and the run would be correct only because the harness synchronizes between runs.",
         "jax": "JAX has no user streams, events or buffers to recycle. The closest equivalent: the batches live in "
-               "pinned host memory (memory_kind='pinned_host'); overlapped issues the device_put of batch i+1 (an "
-               "asynchronous copy on a transfer stream the runtime picks) right after queuing the jitted step of "
-               "batch i, so it can run while that step computes. Nothing orders a copy after a step on the device, "
-               "so the bound on buffers is kept by the host: before issuing copy i+1 it waits (block_until_ready) for "
-               "step i-1, whose batch is then released; at most two batches are alive, as with torch's and CuPy's "
-               "two staging buffers, and step i is already queued, so the device does not idle while the host waits. "
-               "(Donating the batch to the step would not help: the step's output is one row, so XLA has nothing to "
-               "put in the donated buffer, and a copy cannot be made to write into an existing one.) The serial "
-               "baseline jits the copy (jax.device_put to the device memory kind inside jit) and the step into one "
-               "program per batch: the programs run in issue order, so copy i+1 waits for step i on the device, as on "
-               "torch's single stream, and the host waits for nothing. Before 2026-12-03 serial blocked the host after "
-               "every batch (1.43-1.67x the no-overlap bound on the H200) and overlapped issued every copy at once "
-               "(512 MiB alive): both flattered JAX's speed-up.",
+               "pinned host memory (memory_kind='pinned_host'); overlapped issues the device_put of batch i+2 (an "
+               "asynchronous copy on one of the runtime's host-to-device streams) right after queuing the jitted "
+               "step of batch i. The runtime makes such a copy wait for the work already queued on the compute "
+               "stream (the copy's destination comes from a pool that work may still read), so it runs after step "
+               "i and beside step i+1. Issued one batch ahead, each copy would wait for the step before it and "
+               "each step for its copy: no overlap at all (the H200 trace in docs/probes/jax_overlap.py shows 0 ms "
+               "of copies beside kernels that way). Three batches are alive where torch and CuPy recycle two "
+               "staging buffers, and the host never waits. The serial baseline jits the copy (jax.device_put to "
+               "the device memory kind inside jit) and the step into one program per batch: the programs run in "
+               "issue order, so copy i+1 waits for step i on the device, as on torch's single stream.",
     },
     metrics_doc={
         "copy_alone_ms": "the copy stage alone: all batches copied host-to-device back to back (measured in prepare)",

@@ -8,7 +8,11 @@ by mean(tanh(x @ W)), W 2048 x 2560). Each way is timed wall-clock to the last r
   ahead_numpy     every batch device_put from a numpy array first, then the steps (PJRT's own H2D path)
   ahead_pinned    every batch device_put from the pinned_host arrays first, then the steps (no host wait)
   one_program     one jit over all batches, device_put to device memory inside it: XLA schedules the copies
-Usage: python3 docs/probes/jax_overlap.py [out.json]
+  interleaved     device_put(batch i+1) queued right after step i, no host wait
+  depth2, depth3  device_put(batch i+k) queued right after step i, no host wait: k + 1 batches alive
+Then each way runs once under jax.profiler, and the trace's GPU plane says on which streams the copies and
+the kernels ran and how long copies and kernels overlapped in time.
+Usage: python3 docs/probes/jax_overlap.py [out.json] [trace_dir]
 """
 from __future__ import annotations
 
@@ -61,6 +65,24 @@ def main() -> None:
             return [step(b, w) for b in dev_batches]
         return run
 
+    def interleaved():
+        nxt, ys = jax.device_put(host[0], dmem), []
+        for i in range(n):
+            ys.append(step(nxt, w))
+            if i + 1 < n:
+                nxt = jax.device_put(host[i + 1], dmem)
+        return ys
+
+    def depth(k):
+        def run():  # copies k batches ahead of the step; only Python references bound the batches alive
+            ahead, ys = [jax.device_put(h, dmem) for h in host[:k]], []
+            for i in range(n):
+                ys.append(step(ahead.pop(0), w))
+                if i + k < n:
+                    ahead.append(jax.device_put(host[i + k], dmem))  # its copy waits for step i, not step i + 1
+            return ys
+        return run
+
     ways = {
         "copy_alone": lambda: [jax.device_put(h, dmem) for h in host],
         "copy_alone_numpy": lambda: [jax.device_put(b, dmem) for b in xs],
@@ -70,6 +92,9 @@ def main() -> None:
         "ahead_numpy": ahead(xs),
         "ahead_pinned": ahead(host),
         "one_program": lambda: one_program(host, w),
+        "interleaved": interleaved,
+        "depth2": depth(2),
+        "depth3": depth(3),
     }
     out = {"jax": jax.__version__, "device": str(dev), "ms": {}}
     for name, fn in ways.items():
@@ -85,9 +110,49 @@ def main() -> None:
     out["one_program_hlo_ops"] = sorted({ln.split("=")[1].split("(")[0].strip().split(" ")[-1]
                                           for ln in hlo.splitlines() if " = " in ln and "copy" in ln})[:20]
     print("one_program copy-start ops:", out["one_program_async_copies"], out["one_program_hlo_ops"])
+    trace_dir = sys.argv[2] if len(sys.argv) > 2 else "/tmp/jax_overlap_trace"
+    out["streams"] = {}
+    for name in ("serial", "overlapped", "ahead_pinned", "interleaved", "one_program", "depth2", "depth3"):
+        d = f"{trace_dir}/{name}"
+        with jax.profiler.trace(d):
+            jax.block_until_ready(ways[name]())
+        out["streams"][name] = streams(d)
+        print(name, json.dumps(out["streams"][name]), flush=True)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(out, f, indent=1)
+
+
+def streams(trace_dir: str) -> dict:
+    """Per GPU stream of the trace: events, copy and kernel busy ms; and the ms during which a copy on one
+    stream ran while a kernel ran on another."""
+    import glob
+
+    from jax.profiler import ProfileData
+
+    path = sorted(glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True))[-1]
+    data = ProfileData.from_file(path)
+    gpu = [p for p in data.planes if p.name.startswith("/device:GPU")]
+    res, copies, kernels = {}, [], []
+    for plane in gpu:
+        for line in plane.lines:
+            evs = list(line.events)
+            is_copy = [("memcpy" in e.name.lower() or "copy" in e.name.lower()) for e in evs]
+            c = [(e.start_ns, e.end_ns) for e, k in zip(evs, is_copy) if k]
+            kk = [(e.start_ns, e.end_ns) for e, k in zip(evs, is_copy) if not k]
+            copies += [(line.name, a, b) for a, b in c]
+            kernels += [(line.name, a, b) for a, b in kk]
+            res[f"{plane.name}|{line.name}"] = {"events": len(evs), "copies": len(c),
+                                               "copy_ms": round(sum(b - a for a, b in c) / 1e6, 3),
+                                               "kernel_ms": round(sum(b - a for a, b in kk) / 1e6, 3),
+                                               "names": sorted({e.name[:40] for e in evs})[:6]}
+    both = 0
+    for ln, a, b in copies:
+        for lk, x, y in kernels:
+            if lk != ln:
+                both += max(0, min(b, y) - max(a, x))
+    res["copy_kernel_overlap_ms"] = round(both / 1e6, 3)
+    return res
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@ No user streams, events or staging buffers. The batches sit in pinned host memor
 (memory_kind="pinned_host"). `serial` jits the copy and the step into one program per batch
 (jax.device_put to the device memory kind inside jit): programs run in issue order on the device, so
 copy i+1 starts after step i, as on torch's one stream, and the host never waits. `overlapped` issues
-jax.device_put(batch i+1) (an asynchronous copy on a transfer stream the runtime picks) right after
-queuing step i; with no event to order a copy after a step on the device, the host waits for step i-1
-(block_until_ready) before issuing that copy, which frees batch i-1's buffer: at most two batches are
-alive on the device, as in torch's and CuPy's double buffer.
+jax.device_put(batch i+2) (an asynchronous copy on one of the runtime's H2D streams) right after queuing
+step i. The runtime makes a host-to-device copy wait for the work already queued on the compute stream
+(its destination may reuse memory that work still reads), so a copy queued after step i runs after step
+i, beside step i+1: prefetching one batch ahead serialises copy and step, two ahead overlaps them. Three
+batches are alive (the step's, the landed one, the one in flight) where torch and CuPy need two staging
+buffers; only Python references bound them, and the host never waits.
 """
 from __future__ import annotations
 
@@ -74,17 +76,18 @@ def run_serial(state):
     return {"y": ys}
 
 
+AHEAD = 2  # a copy queued after step i waits for it: one batch ahead would serialise copy and step
+
+
 def run_overlapped(state):
     host, w, dev = state["host"], state["w"], state["dev"]
-    nxt, ys = jax.device_put(host[0], dev), []
+    ahead, ys = [jax.device_put(h, dev) for h in host[:AHEAD]], []
     for i in range(len(host)):
-        ys.append(step(nxt, w))  # returns at once; XLA orders it after its batch's copy (data flow, no event)
-        if i + 1 < len(host):
-            if i >= 1:
-                # No event can hold a copy back on the device: the host waits for step i-1, whose batch's
-                # buffer is then released (no reference left), so batches i and i+1 are the only ones alive.
-                ys[i - 1].block_until_ready()
-            nxt = jax.device_put(host[i + 1], dev)  # queued while step i computes, on a transfer stream
+        ys.append(step(ahead.pop(0), w))  # returns at once; ordered after its batch's copy by data flow
+        if i + AHEAD < len(host):
+            # Waits on the device for step i (queued before it), then runs beside step i + 1; the batch
+            # just handed to step i is freed when that step is done: three batches alive at most.
+            ahead.append(jax.device_put(host[i + AHEAD], dev))
     report(state)
     return {"y": ys}
 
