@@ -109,8 +109,8 @@ SCENARIO = Scenario(
         Variant("naive", "each step uploads its pageable batch with the plain call (torch .to(device), cupy.asarray, "
                          "jax.device_put) right before computing on it"),
         Variant("prefetched", "pinned batches; batch i+1 copied (non_blocking, side stream) while step i computes "
-                              "(JAX: device_put issued once step i is queued, the host first waiting for step i-1: "
-                              "two batches alive)", gpu_only=("torch", "cupy")),
+                              "(JAX: batch i+2's device_put issued once step i is queued, no host wait: three "
+                              "batches alive)", gpu_only=("torch", "cupy")),
         Variant("compute_only", "the same steps on batches staged on the device beforehand: the compute-only bound"),
     ),
     params=lambda: S.params(steps=st.integers(1, 8), batches=st.integers(1, 3), batch=S.dims(1, 32),
@@ -136,7 +136,7 @@ SCENARIO = Scenario(
         "cupy": ("cupyx.empty_pinned", "ndarray.set(arr, stream=)", "cupy.cuda.Stream(non_blocking=True)",
                  "Stream.record / Stream.wait_event", "cupy.cuda.Event.synchronize"),
         "jax": ("jax.device_put(x, SingleDeviceSharding(dev, memory_kind='pinned_host'))", "jax.device_put(x, device)",
-                "jax.Array.block_until_ready (flax-style prefetch_to_device, two batches alive)"),
+                "flax-style prefetch_to_device, two batches ahead"),
     },
     framework_notes={
         "torch": "DataLoader(pin_memory=True) with num_workers=0: a batch here is a slice of host memory (no decoding), "
@@ -152,11 +152,11 @@ SCENARIO = Scenario(
                 "pool has no record_stream, hence the fixed device ring.",
         "jax": "No streams: device_put is asynchronous and XLA copies on its own transfer stream. JAX cannot pin a "
                "user's numpy array; device_put to memory_kind='pinned_host' makes a page-locked copy, and "
-               "batch i+1's device_put is issued right after step i is queued, so it can run while that step "
-               "computes (flax's prefetch_to_device). No event can hold a copy back on the device: before issuing "
-               "it the host waits for step i-1's loss (block_until_ready), whose batch is then released, so at most "
-               "two batches are alive on the device, as in CuPy's two-slot ring; step i is already queued, so the "
-               "device does not idle during that wait. "
+               "batch i+2's device_put is issued right after step i is queued (flax's prefetch_to_device, size "
+               "2). The runtime runs a host-to-device copy after the compute already queued (its destination may "
+               "reuse memory that compute reads), so that copy runs beside step i+1; one batch ahead, each copy "
+               "would wait for the step before it and each step for its copy (docs/probes/jax_overlap.md). Three "
+               "batches are alive on the device where CuPy's ring has two slots; the host never waits. "
                "The naive device_put from pageable numpy may itself return before the copy is done: whatever overlap "
                "JAX finds on its own shows in the naive row.",
     },

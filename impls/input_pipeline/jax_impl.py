@@ -3,20 +3,22 @@
 There are no user streams: jax.device_put returns a future at once and XLA copies on its own transfer
 stream, so any overlap comes from dispatching the copy early enough. `naive` device_puts each pageable
 batch right before its step. `prefetched` first copies each batch into page-locked host memory
-(device_put to memory_kind="pinned_host": JAX cannot pin a user's numpy array), then issues batch i+1's
-device_put while step i computes (flax's prefetch_to_device). No event can hold a copy back on the device:
-before issuing it the host waits for step i-1 (block_until_ready on its loss), whose batch is then
-released, so at most two batches are alive on the device, as in CuPy's ring of two slots. `compute_only`
-runs the same steps on batches placed on the device beforehand.
+(device_put to memory_kind="pinned_host": JAX cannot pin a user's numpy array), then issues batch i+2's
+device_put right after step i is queued (flax's prefetch_to_device with size 2). The runtime runs a
+host-to-device copy after the compute already queued, so that copy runs beside step i+1; one batch ahead
+would serialise copy and step (docs/probes/jax_overlap.md). Three batches are alive where CuPy's ring
+has two slots, and the host never waits. `compute_only` runs the same steps on batches placed on the
+device beforehand.
 """
 from __future__ import annotations
 
+from collections import deque
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 
-DEPTH = 2  # batches alive on the device: step i's, and batch i+1 being copied
+AHEAD = 2  # a copy queued after step i runs after it: one batch ahead would serialise copy and step
 
 
 def prepare(inputs, params, device):
@@ -45,7 +47,7 @@ def train_step(w1, w2, x, y, lr):
 
 def train(state, batches):
     w1, w2 = state["w1"], state["w2"]
-    losses = state["losses"] = []  # step i's loss is ready once step i has run: what the prefetcher waits on
+    losses = []
     for x, y in batches:
         w1, w2, loss = train_step(w1, w2, x, y, state["lr"])  # one dispatch per step; returns futures
         losses.append(loss)  # stays on the device: no sync
@@ -59,16 +61,13 @@ def host_batches(state, pin):
 
 
 def to_device_ahead(state, batches):
-    """Device batches, one ahead: batch i+1's device_put is issued once step i is enqueued and step i-1 is done."""
-    ahead = None
-    for i, batch in enumerate(batches):
-        if ahead is not None:
-            yield ahead  # the caller enqueues step i-1 now
-            if i >= DEPTH:
-                state["losses"][i - DEPTH].block_until_ready()  # step i-2 is done: its batch is released
-        ahead = jax.device_put(batch, state["hbm"])  # pinned -> device memory, on XLA's transfer stream
-    if ahead is not None:
-        yield ahead
+    """Device batches, two ahead: batch i+2's device_put is issued once the caller has queued step i."""
+    ahead = deque()
+    for batch in batches:
+        ahead.append(jax.device_put(batch, state["hbm"]))  # pinned -> device, after the compute queued so far
+        if len(ahead) == AHEAD:
+            yield ahead.popleft()  # the caller queues this batch's step now; its buffer is freed after that step
+    yield from ahead
 
 
 def run_naive(state):
