@@ -86,7 +86,7 @@ SCENARIO = Scenario(
         # A job: 4096 elements = 32 blocks of 128 threads, one element per thread in all three kernels, 2^16
         # dependent steps per element (a multiply-add, a shift, an xor): at least 0.3 ms per kernel on an H200
         # (estimated from the 4.4 ns a step that CuPy's multiply-add loop took, not unrolled), device-bound, on
-        # 32 of 132 SMs. 2^16, not more: the reference runs every step on the host (~2 s on one core).
+        # 32 of 132 SMs. 2^16, not more: the reference runs every step on the host (2-6 s on one core).
         "full": {"jobs": 16, "elems": 4096, "iters": 1 << 16},
     },
     make_inputs=make_inputs,
