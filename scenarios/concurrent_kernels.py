@@ -1,11 +1,13 @@
 """concurrent_kernels — independent kernels that each fill a small part of the GPU, on N streams vs one.
 
-`jobs` independent jobs of `elems` 32-bit values each; every element runs `iters` steps of a linear
-congruential generator, v <- v * 1664525 + 1013904223 (mod 2^32). One job is one kernel of a few
-blocks (a few SMs of the H200's 132) with a long, latency-bound loop per thread: device-bound, not
-launch-bound (a tiny kernel would only measure the launch). On one stream the kernels run one after
-another; on N streams they run side by side. The third way is the one most code should use: one
-launch over all the jobs. Integer arithmetic keeps every framework bit-exact against the reference.
+`jobs` independent jobs of `elems` 32-bit values each; every element runs `iters` steps of
+v <- v * 1664525 + 1013904223 (mod 2^32), then v ^= v >> 16: a linear congruential step followed by an
+xor-shift. One job is one kernel of a few blocks (a few SMs of the H200's 132) with a long, latency-bound
+loop per thread: device-bound, not launch-bound (a tiny kernel would only measure the launch). On one
+stream the kernels run one after another; on N streams they run side by side. The third way is the one
+most code should use: one launch over all the jobs. Integer arithmetic keeps every framework bit-exact
+against the reference. The xor-shift is there so that no compiler can fold steps: an affine step alone
+(v * a + c) composes into one affine step, and each compiler folded it to its own depth.
 """
 from __future__ import annotations
 
@@ -17,18 +19,15 @@ from hypothesis import strategies as st
 from scenarios import _strategies as S
 from scenarios.spec import EXACT, Claim, Params, Scenario, Variant, Verdict, ratio_verdict
 
-A, C, MASK = 1664525, 1013904223, (1 << 32) - 1  # Numerical Recipes' 32-bit LCG
+A, C, SHIFT = 1664525, 1013904223, 16  # Numerical Recipes' 32-bit LCG, then v ^= v >> 16
 
 
-def jump(iters: int) -> tuple[int, int]:
-    """(a, c) with v after `iters` steps = (a * v + c) mod 2^32: the step composed with itself by squaring."""
-    a, c, pa, pc = 1, 0, A, C
-    while iters:
-        if iters & 1:
-            a, c = (pa * a) & MASK, (pa * c + pc) & MASK
-        pa, pc = (pa * pa) & MASK, (pa * pc + pc) & MASK
-        iters >>= 1
-    return a, c
+def step(v: np.ndarray, spare: np.ndarray) -> None:
+    """One step on a uint32 array, in place (numpy's uint32 arithmetic wraps mod 2^32); `spare` is scratch."""
+    np.multiply(v, np.uint32(A), out=v)
+    np.add(v, np.uint32(C), out=v)
+    np.right_shift(v, np.uint32(SHIFT), out=spare)
+    np.bitwise_xor(v, spare, out=v)
 
 
 def make_inputs(p: Params) -> dict[str, np.ndarray]:
@@ -37,9 +36,13 @@ def make_inputs(p: Params) -> dict[str, np.ndarray]:
 
 
 def reference(inputs: Mapping[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
-    a, c = jump(int(p["iters"]))
-    v = inputs["x"].astype(np.uint64) * np.uint64(a) + np.uint64(c)  # < 2^64: no wrap before the mask
-    return {"y": (v & np.uint64(MASK)).astype(np.int64)}
+    """Every step, vectorised over the elements: the step does not compose, so there is no shortcut
+    (~30 us a step over the full size's 64 Ki elements: ~2 s at 2^16 steps on one core)."""
+    v = np.array(inputs["x"], dtype=np.uint32)  # a copy: stepped in place
+    spare = np.empty_like(v)
+    for _ in range(int(p["iters"])):
+        step(v, spare)
+    return {"y": v.astype(np.int64)}
 
 
 def _median(rows: Mapping[str, dict], variant: str) -> float:
@@ -80,9 +83,11 @@ SCENARIO = Scenario(
     params=lambda: S.params(jobs=st.integers(1, 6), elems=S.dims(1, 300), iters=st.integers(0, 50)),
     sizes={
         "smoke": {"jobs": 4, "elems": 256, "iters": 64},
-        # A job: 4096 elements = 32 blocks of 128 threads, one element per thread in all three kernels, 2^18
-        # dependent multiply-adds per element (~0.25 ms per kernel on an H200): device-bound, 32 of 132 SMs.
-        "full": {"jobs": 16, "elems": 4096, "iters": 1 << 18},
+        # A job: 4096 elements = 32 blocks of 128 threads, one element per thread in all three kernels, 2^16
+        # dependent steps per element (a multiply-add, a shift, an xor): at least 0.3 ms per kernel on an H200
+        # (estimated from the 4.4 ns a step that CuPy's multiply-add loop took, not unrolled), device-bound, on
+        # 32 of 132 SMs. 2^16, not more: the reference runs every step on the host (2-6 s on one core).
+        "full": {"jobs": 16, "elems": 4096, "iters": 1 << 16},
     },
     make_inputs=make_inputs,
     reference=reference,
@@ -103,22 +108,23 @@ SCENARIO = Scenario(
     framework_notes={
         "torch": "torch has no operator with a long loop per element, so the kernel is written in Triton, which "
                  "torch ships and launches on its current stream: programs of 128 elements on 4 warps, one element "
-                 "per thread, the same layout and 32-bit loop as the CuPy and Pallas kernels. The same loop still "
-                 "compiles to different costs: on the H200 (2026-12-03) one_stream took 14.5 ms (Triton, trip count "
-                 "a run-time argument), 3.8 ms (CuPy, NVRTC) and 0.76 ms (Pallas, trip count static); a jiterator "
-                 "functor, four elements per thread in turn, had taken 40 ms. Most likely each compiler unrolls the "
-                 "affine recurrence and folds consecutive steps (two steps of v*a + c are one of v*a^2 + (a*c + c)) "
-                 "to its own depth (inferred, not profiled). So compare what streams do within a framework "
-                 "(one_stream against many_streams and batched), not the kernels across frameworks. Side streams "
-                 "come from a pool of 32 per device: up to 32 jobs get distinct streams. Each output is allocated "
-                 "on its job's stream and handed to the main stream: record_stream(main).",
-        "cupy": "The kernel is a cupy.RawKernel, one element per thread, 128 threads per block; streams are "
-                "non_blocking=True so that none of them syncs with the legacy default stream.",
-        "jax": "No streams. The kernel is written in Pallas (Triton on the GPU, the interpreter on the CPU). "
-               "one_stream dispatches one jitted call per job; many_streams jits one program holding every job's "
-               "kernel, and XLA decides whether independent kernels run concurrently (the timeline shows what it "
-               "did); batched is one pallas_call over every job, JAX's natural answer: batch the work, do not "
-               "schedule it.",
+                 "per thread, the same layout and 32-bit loop as the CuPy and Pallas kernels. The trip count is a "
+                 "run-time argument (Triton specializes integer arguments divisible by 16, so it knows that much). "
+                 "The step (a multiply-add mod 2^32, then v ^= v >> 16) does not compose into a cheaper one, so "
+                 "every compiler runs every step: they may unroll the loop, not shorten it (with the multiply-add "
+                 "alone, each compiler folded consecutive affine steps to its own depth and one_stream differed "
+                 "up to 17x across the three). Side streams come from a pool of "
+                 "32 per device: up to 32 jobs get distinct streams. Each output is allocated on its job's stream "
+                 "and handed to the main stream: record_stream(main).",
+        "cupy": "The kernel is a cupy.RawKernel compiled by NVRTC, one element per thread, 128 threads per block; "
+                "the trip count is a run-time argument. Streams are non_blocking=True so that none of them syncs "
+                "with the legacy default stream.",
+        "jax": "No streams. The kernel is written in Pallas (Triton on the GPU, 128 elements a program on 4 warps; "
+               "the interpreter on the CPU); the trip count is static, a constant the compiler sees (it may unroll "
+               "the lax.fori_loop, it cannot skip a step). one_stream dispatches one jitted call per job; "
+               "many_streams jits one program holding every job's kernel, and XLA decides whether independent "
+               "kernels run concurrently (the timeline shows what it did); batched is one pallas_call over every "
+               "job, JAX's natural answer: batch the work, do not schedule it.",
     },
     timeline=True,
 )

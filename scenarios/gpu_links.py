@@ -57,8 +57,18 @@ SCENARIO = Scenario(
         "jax": ("jax.device_put(x, jax.devices()[1])", "jax.device_get"),
     },
     framework_notes={
-        "torch": "Tensor.to(another GPU) uses cudaMemcpyPeerAsync; torch enables peer access where the topology allows.",
-        "cupy": "memcpyPeerAsync works without peer access too (the driver then stages the copy itself).",
-        "jax": "device_put to another device lets XLA pick the path; JAX exposes no peer-access switch.",
+        "torch": "Tensor.to(another GPU) runs cudaMemcpyPeerAsync on the source device's current stream, ordered "
+                 "after and before the destination's current stream; torch enables peer access where the topology "
+                 "allows. peer does not block the host. via_host does, for both halves: .cpu() waits for the "
+                 "download and .to('cuda:1') of a pageable tensor waits for its upload.",
+        "cupy": "memcpyPeerAsync works without peer access too (the driver then stages the copy itself). peer "
+                "enqueues it on device 0's current stream between event waits on device 1's current stream, as torch "
+                "does, and does not block the host. via_host: get() waits for the download; the upload (cp.asarray "
+                "on device 1) is asynchronous, and device 0's current stream waits on its event, so that the "
+                "harness's synchronize (device 0's) covers it. via_host's host-return therefore leaves the upload "
+                "out in CuPy and JAX and holds it in torch; device-done holds it in all three.",
+        "jax": "device_put to another device lets XLA pick the path; JAX exposes no peer-access switch. Neither "
+               "device_put blocks the host (device_get in via_host does); the harness waits on the outputs "
+               "themselves (block_until_ready), wherever they live.",
     },
 )

@@ -19,21 +19,93 @@ from scenarios import concurrent_kernels, copy_compute_overlap, get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 
 
-@given(iters=st.integers(0, 300), x=st.integers(0, (1 << 32) - 1))
-def test_lcg_jump_equals_stepping(iters, x):
-    v = x
-    for _ in range(iters):
-        v = (v * 1664525 + 1013904223) % (1 << 32)
-    a, c = concurrent_kernels.jump(iters)
-    assert (a * x + c) % (1 << 32) == v
+def _step(v: int) -> int:
+    v = (v * 1664525 + 1013904223) % (1 << 32)
+    return v ^ (v >> 16)
 
 
-def test_lcg_reference_is_exact_at_the_top_of_the_range():
-    p = {"jobs": 1, "elems": 3, "iters": 1 << 18, "seed": 0}
-    x = np.array([[1, 1 << 31, (1 << 32) - 1]], dtype=np.uint32)
-    got = concurrent_kernels.reference({"x": x}, p)["y"]
-    a, c = concurrent_kernels.jump(p["iters"])
-    assert got.tolist() == [[(a * int(v) + c) % (1 << 32) for v in x[0]]]
+def _stepped(x, iters: int) -> list[int]:
+    out = []
+    for v in np.asarray(x).ravel().tolist():
+        for _ in range(iters):
+            v = _step(v)
+        out.append(v)
+    return out
+
+
+@given(iters=st.integers(0, 300), xs=st.lists(st.integers(0, (1 << 32) - 1), min_size=1, max_size=5))
+def test_concurrent_reference_runs_every_step(iters, xs):
+    x = np.array([xs], dtype=np.uint32)
+    got = concurrent_kernels.reference({"x": x}, {"jobs": 1, "elems": len(xs), "iters": iters, "seed": 0})["y"]
+    assert got.dtype == np.int64 and got.ravel().tolist() == _stepped(x, iters)
+    assert x.tolist() == [xs]  # the input is not stepped in place
+
+
+def test_concurrent_steps_do_not_fold_into_one_affine_step():
+    """No (a, c) gives k steps as v * a + c mod 2^32, for any k: a compiler cannot replace k steps by one."""
+    x = np.array([[0, 1, 2, 3, 1 << 31, (1 << 32) - 1]], dtype=np.uint32)
+    for k in range(1, 9):
+        f = concurrent_kernels.reference({"x": x}, {"jobs": 1, "elems": x.size, "iters": k, "seed": 0})["y"][0]
+        f = [int(v) for v in f]
+        c, a = f[0], (f[1] - f[0]) % (1 << 32)  # the only affine map through (0, f(0)) and (1, f(1))
+        assert any((a * int(v) + c) % (1 << 32) != fv for v, fv in zip(x[0], f)), f"{k} steps are affine"
+
+
+def _module_constant(path: Path, name: str):
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body
+                if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == name for t in n.targets))
+
+
+def test_cupy_kernel_source_computes_the_reference_on_the_host(tmp_path):
+    """The CuPy RawKernel's C source, compiled for the host with one loop standing for the grid
+    (blocks of THREADS, as spin launches them), against the reference: CuPy itself needs a GPU."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this host")
+    src = Path(__file__).parents[1] / "impls" / "concurrent_kernels" / "cupy_impl.py"
+    code, threads = _module_constant(src, "CODE"), _module_constant(src, "THREADS")
+    host = ("struct dim_ { unsigned int x; };\nstatic dim_ blockIdx, threadIdx, blockDim;\n#define __global__\n"
+            + code + """
+extern "C" void grid(const unsigned int* x, unsigned int* y, long long n, int iters, int threads) {
+    blockDim.x = threads;
+    for (long long b = 0; b < (n + threads - 1) / threads; ++b)
+        for (int t = 0; t < threads; ++t) { blockIdx.x = b; threadIdx.x = t; lcg_spin(x, y, n, iters); }
+}
+""")
+    (tmp_path / "k.cpp").write_text(host)
+    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.cpp")],
+                   check=True, capture_output=True, timeout=120)
+    lib = ctypes.CDLL(str(tmp_path / "k.so"))
+    p = {"jobs": 2, "elems": 300, "iters": 37, "seed": 3}  # 600 elements: 5 blocks, the last one partial
+    x = concurrent_kernels.make_inputs(p)["x"]
+    y = np.full_like(x, 7)
+    ptr = ctypes.POINTER(ctypes.c_uint32)
+    lib.grid(x.ctypes.data_as(ptr), y.ctypes.data_as(ptr), ctypes.c_longlong(x.size), ctypes.c_int(p["iters"]),
+             ctypes.c_int(threads))
+    assert y.astype(np.int64).tolist() == concurrent_kernels.reference({"x": x}, p)["y"].tolist()
+
+
+def test_triton_loop_body_computes_the_reference_step():
+    """The Triton kernel's loop body (torch's GPU path; no Triton here), run on numpy uint32 arrays, which
+    wrap mod 2^32 and shift logically as Triton's uint32 does, against the reference."""
+    import textwrap
+
+    src = inspect.getsource(load_impl("concurrent_kernels", "torch").spin)
+    loop = src.split("for _ in range(iters):\n", 1)[1].split("tl.store", 1)[0]  # the first loop: the kernel's
+    body = textwrap.dedent(loop)
+    p = {"jobs": 1, "elems": 64, "iters": 9, "seed": 5}
+    x = concurrent_kernels.make_inputs(p)["x"]
+    ns = {"v": x.copy()}
+    for _ in range(p["iters"]):
+        exec(body, {}, ns)  # noqa: S102 - the kernel's own statements
+    assert ns["v"].dtype == np.uint32
+    assert ns["v"].astype(np.int64).tolist() == concurrent_kernels.reference({"x": x}, p)["y"].tolist()
 
 
 def _row(device_done: float, iqr: float = 0.0, **metrics: float) -> dict:

@@ -1,9 +1,9 @@
 """concurrent_kernels in CuPy.
 
 The job kernel is a cupy.RawKernel: one element per thread, 128 threads per block, a long loop of
-uint32 multiply-adds per thread. On one stream the jobs' kernels queue behind one another; on N side
-streams (non_blocking=True, each first waiting on the main stream where the inputs were uploaded) they
-may run together.
+uint32 steps per thread (a multiply-add, then an xor-shift: steps that no compiler can fold together).
+On one stream the jobs' kernels queue behind one another; on N side streams (non_blocking=True, each
+first waiting on the main stream where the inputs were uploaded) they may run together.
 """
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ extern "C" __global__ void lcg_spin(const unsigned int* x, unsigned int* y, long
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     unsigned int v = x[i];
-    for (int k = 0; k < iters; ++k) v = v * 1664525u + 1013904223u;
+    for (int k = 0; k < iters; ++k) {
+        v = v * 1664525u + 1013904223u;
+        v ^= v >> 16;
+    }
     y[i] = v;
 }
 """
@@ -33,7 +36,7 @@ def prepare(inputs, params, device):
 
 
 def spin(x, iters):
-    """One kernel over x: `iters` LCG steps per element, on the current stream."""
+    """One kernel over x: `iters` steps per element, on the current stream."""
     if "fn" not in _compiled:
         _compiled["fn"] = cupy.RawKernel(CODE, "lcg_spin")
     y = cupy.empty_like(x)

@@ -3,8 +3,8 @@
 No streams. The job kernel is written in Pallas, since XLA's own ops cannot hold a long loop inside one
 kernel (a lax.fori_loop outside a kernel launches its body once per iteration): a grid of 128-element
 blocks on 4 warps (one element per thread, as in the CuPy and torch kernels), each running the uint32
-loop, lowered through Triton on the GPU (Pallas's default there is Mosaic GPU, hence the explicit Triton
-compiler params) and interpreted on the CPU. one_stream dispatches
+loop (a multiply-add, then an xor-shift), lowered through Triton on the GPU (Pallas's default there is
+Mosaic GPU, hence the explicit Triton compiler params) and interpreted on the CPU. one_stream dispatches
 one jitted call per job; many_streams jits one program holding every job's kernel, and XLA decides
 what runs concurrently; batched is one pallas_call over every job.
 """
@@ -29,10 +29,13 @@ def prepare(inputs, params, device):
 
 
 def spin(x, iters, interpret):
-    """One Pallas kernel over a 1-D x of whole blocks: `iters` LCG steps per element."""
+    """One Pallas kernel over a 1-D x of whole blocks: `iters` steps per element."""
+    def step(_, v):
+        v = v * jnp.uint32(1664525) + jnp.uint32(1013904223)  # wraps mod 2^32
+        return v ^ (v >> jnp.uint32(16))  # a logical shift: v is unsigned
+
     def kernel(x_ref, y_ref):
-        step = lambda _, v: v * jnp.uint32(1664525) + jnp.uint32(1013904223)  # noqa: E731 - wraps mod 2^32
-        y_ref[...] = jax.lax.fori_loop(0, iters, step, x_ref[...])
+        y_ref[...] = jax.lax.fori_loop(0, iters, step, x_ref[...])  # iters is static: it may unroll, not fold
 
     blocks = pl.BlockSpec((BLOCK,), lambda i: (i,))
     return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // BLOCK,),

@@ -3,11 +3,11 @@
 The job kernel is a Triton kernel (torch has no operator with a long loop per element; Triton, which
 torch ships and torch.compile writes, is its way to a custom kernel): programs of 128 elements on 4 warps,
 so one element per thread, the CuPy RawKernel's and the Pallas kernel's layout, with the same 32-bit
-loop. The int32 inputs hold the uint32 bits (bitcast in the kernel); each output is viewed back as uint32
-(metadata only). Triton launches on torch's current stream. On one stream the jobs' kernels queue behind
-one another; on N side streams (which first wait for the main stream, where the inputs were uploaded)
-they may run together. On the CPU the same steps run as int64 tensor ops masked to 32 bits, and only
-one_stream and batched run.
+loop (a multiply-add, then an xor-shift). The int32 inputs hold the uint32 bits (bitcast in the kernel);
+each output is viewed back as uint32 (metadata only). Triton launches on torch's current stream. On one
+stream the jobs' kernels queue behind one another; on N side streams (which first wait for the main
+stream, where the inputs were uploaded) they may run together. On the CPU the same steps run as int64
+tensor ops masked to 32 bits, and only one_stream and batched run.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def prepare(inputs, params, device):
 
 
 def spin(x, iters):
-    """One kernel over int32 x: `iters` LCG steps per element, on the current stream; the uint32 result."""
+    """One kernel over int32 x: `iters` steps per element, on the current stream; the uint32 result."""
     if x.is_cuda:
         if "fn" not in _compiled:
             import triton
@@ -39,6 +39,7 @@ def spin(x, iters):
                 v = tl.load(x_ptr + i, mask=i < n).to(tl.uint32, bitcast=True)
                 for _ in range(iters):
                     v = v * 1664525 + 1013904223  # uint32: wraps mod 2^32
+                    v = v ^ (v >> 16)  # a logical shift: v is unsigned
                 tl.store(y_ptr + i, v.to(tl.int32, bitcast=True), mask=i < n)
 
             _compiled["fn"] = lcg_spin
@@ -48,6 +49,7 @@ def spin(x, iters):
     v = x.to(torch.int64) & 0xFFFFFFFF  # the CPU path, untimed on a GPU: int64 ops, masked to 32 bits
     for _ in range(iters):
         v = (v * 1664525 + 1013904223) & 0xFFFFFFFF  # < 2^53 before the mask: exact in int64
+        v = v ^ (v >> 16)  # v >= 0: the same bits as the uint32 shift
     return v.to(torch.int32).view(torch.uint32)  # keeps the low 32 bits
 
 
