@@ -36,20 +36,21 @@ _MESH = {}  # one 1-D device mesh per process (it wraps the default process grou
 class _Sent(TorchDispatchMode):
     """Counts the bytes a rank sends on a ring for each c10d collective under it (DDP, stage 1's calls, FSDP2)."""
 
-    OPS = {"allreduce": "all_reduce", "broadcast": "broadcast", "allgather": "all_gather", "reduce_sc": "reduce_scatter"}
+    OPS = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "broadcast": "broadcast", "allgather": "all_gather",
+           "all_gather": "all_gather", "reduce_sc": "reduce_scatter"}
 
     def __init__(self, n):
         super().__init__()
         self.n, self.sent = n, dict.fromkeys(Z.KINDS, 0.0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        kind = next((k for op, k in self.OPS.items() if op in name), None) if name.startswith("c10d.") else None
-        if kind is not None:
-            leaves = [a for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+        out, name = func(*args, **(kwargs or {})), str(func)
+        kind = next((k for op, k in self.OPS.items() if op in name), None)
+        if name.startswith(("c10d.", "_c10d_functional.")) and kind is not None:  # DTensor's are functional
+            leaves = [a for a in torch.utils._pytree.tree_leaves((args, out)) if isinstance(a, torch.Tensor)]
             big = max(a.numel() * a.element_size() for a in leaves)  # the whole buffer of a gather / scatter
             self.sent[kind] += Z.wire(kind, big, self.n)
-        return func(*args, **(kwargs or {}))
+        return out
 
 
 def prepare(inputs, params, device):
