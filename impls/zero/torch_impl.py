@@ -91,10 +91,11 @@ class _Wrapped:
             lay, r = Z.Layout(state["dims"], state["n"]), state["rank"]
             self.lay, self.flat = lay, (torch.zeros(lay.total, device=dev), torch.zeros(lay.total, device=dev))
             for i, lin in enumerate(m for m in model if isinstance(m, torch.nn.Linear)):
-                (w, b), (dw, db) = (_torch_order(lay, buf, i, lin.weight.shape) for buf in self.flat)
-                lin.weight.data, lin.bias.data, lin.weight.grad, lin.bias.grad = w, b, dw, db  # torch's (out, in)
+                (fo, fi), (p, g) = lin.weight.shape, (lay.seg(a, i) for a in self.flat)  # torch's W is (out, in)
+                lin.weight.data, lin.bias.data = p[:fo * fi].view(fo, fi), p[fo * fi:fo * fi + fo]
+                lin.weight.grad, lin.bias.grad = g[:fo * fi].view(fo, fi), g[fo * fi:fo * fi + fo]
             self.mine = [lay.own(self.flat[0], i, r) for i in range(len(lay.chunk))]
-            for q, i in zip(self.mine, range(len(lay.chunk))):
+            for i, q in enumerate(self.mine):
                 q.grad = lay.own(self.flat[1], i, r)  # the reduce-scatter's in-place result
             opt = torch.optim.Adam(self.mine, **adam)
         else:
@@ -107,8 +108,6 @@ class _Wrapped:
     def reset(self, state):
         """The initial parameters into this rank's shards, no Adam state (step 1 makes it): DDP needs no broadcast."""
         with torch.no_grad():
-            if self.flat is not None:
-                self.flat[1].zero_()  # the padding stays zero; Adam's update of it is zero
             for q, q0 in zip(self.model.parameters(), state["start"]):
                 if isinstance(q, DTensor):  # FSDP2's dim-0 chunk: ceil(d0 / N) rows a rank, the last ones may hold none
                     rows = -(-q0.shape[0] // state["n"])
@@ -157,12 +156,6 @@ class _Wrapped:
         mods = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
         full = [(a.full_tensor() if isinstance(a, DTensor) else a).detach() for m in mods for a in (m.weight, m.bias)]
         return torch.cat([a.T.reshape(-1) if a.dim() == 2 else a for a in full]).cpu().numpy()
-
-
-def _torch_order(lay, buf, i, shape):
-    """Layer i's (weight (out, in), bias) as views of its padded segment of a flat buffer."""
-    seg, (fo, fi) = lay.seg(buf, i), shape
-    return seg[:fo * fi].view(fo, fi), seg[fo * fi:fo * fi + fo]
 
 
 def _train(state, stage):
