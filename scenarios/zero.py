@@ -2,12 +2,14 @@
 
 The model: data_parallel's MLP (impls/_shared/mlp.py), `depth` layers of width x width with ReLU between
 them, mean squared error; Adam (torch.optim.Adam's formula, no weight decay) at rate `lr` with `eps`, for
-`steps` steps. Every layer the same size: torch's ZeroRedundancyOptimizer hands out whole tensors, so its
-shards only balance when there are equal tensors to share out (4 layers share evenly over 1, 2 or 4
-ranks); CuPy and JAX shard every layer by elements, as FSDP does. Each step's global batch is rows x N
-rows; rank r takes the r-th N-th. Every rank starts from the seed's draw (data_parallel's init). The output
-is each rank's full parameters after the last step, flat (W0, b0, W1, b1, ...); the reference trains on
-the global batch in float64. Every stage takes the same steps as ddp, so they must all equal it.
+`steps` steps. Every layer the same size (JAX stacks them and scans over them). Stage 1 is written out in
+all three: each layer padded to a multiple of N, rank r owning chunk r of every layer (impls/_shared/
+zero.py's layout); torch's stages 2 and 3 are FSDP2, which shards each tensor's rows. Each step's global
+batch is rows x N rows; rank r takes the r-th N-th. Every rank starts from the seed's draw (data_parallel's
+init). The output is each rank's full parameters after the last step, flat (W0, b0, W1, b1, ...), read back
+by the harness after the timed call (impls/_shared/zero.py Readback: the gather of zero2/zero3's shards and
+the unpadding are not timed); the reference trains on the global batch in float64. Every stage takes the
+same steps as ddp, so they must all equal it.
 
 Tolerance (float32 against the float64 reference). Adam divides the first moment by the root of the
 second: a parameter moves by about lr x g / (|g| + eps), about lr whatever the gradient's scale where
@@ -31,7 +33,10 @@ holds at the optimizer step, by the framework's own accounting of its arrays (to
 to_local(), the local optimizer's state; JAX: addressable shards' nbytes; CuPy: ndarray.nbytes).
 Communication per step and rank, as bytes sent on a ring: ddp all-reduces the gradient, 2(N-1)/N x 4 Psi;
 stage 1 and 2 reduce-scatter it and all-gather the parameters, the same bytes; stage 3 all-gathers the
-parameters twice (forward, backward), 1.5x.
+parameters twice (forward, backward), 1.5x. Overlap differs and is not written out the same way: DDP and
+FSDP2 issue theirs on their own streams, overlapping backward (FSDP2 also prefetches the next layer's
+gather); torch's stage 1 and every CuPy collective run on the compute stream, in order, after the work
+that produced their input (no overlap, no prefetch); in JAX, XLA schedules them within a program.
 """
 from __future__ import annotations
 
@@ -132,12 +137,15 @@ SCENARIO = Scenario(
     ),
     variants=(
         Variant("ddp", "everything replicated: the gradient all-reduced, Adam on every parameter on every rank"),
-        Variant("zero1", "Adam's moments sharded (torch ZeroRedundancyOptimizer over DDP; CuPy and JAX: "
-                         "reduce-scatter of the whole gradient, Adam on the shard, all-gather)"),
-        Variant("zero2", "gradients sharded too, reduce-scattered layer by layer (torch FSDP2 fully_shard, "
-                         "reshard_after_forward=False)"),
-        Variant("zero3", "parameters sharded too, each layer all-gathered before forward and before backward "
-                         "(torch FSDP2 reshard_after_forward=True; JAX all_gather under jax.checkpoint)"),
+        Variant("zero1", "Adam's moments sharded, written out in all three: each layer's gradient reduce-"
+                         "scattered after backward, Adam on the rank's chunks, each layer all-gathered (torch and "
+                         "CuPy on the compute stream, no overlap)"),
+        Variant("zero2", "gradients sharded too (torch FSDP2 fully_shard, reshard_after_forward=False, "
+                         "overlapped on its streams; CuPy layer by layer on the compute stream; JAX one "
+                         "reduce-scatter after backward's loop)"),
+        Variant("zero3", "parameters sharded too, each layer all-gathered before forward and again before "
+                         "backward (torch FSDP2 reshard_after_forward=True, prefetched; CuPy on the compute "
+                         "stream, no prefetch; JAX all_gather in a scanned layer under jax.checkpoint)"),
     ),
     params=lambda: S.params(width=S.dims(1, 16), depth=st.integers(1, 4), rows=st.integers(1, 4),
                             steps=st.integers(1, 3), lr=st.just(1e-3), eps=st.just(1e-4),
@@ -159,34 +167,37 @@ SCENARIO = Scenario(
     ),
     key_apis={
         "torch": ("DistributedDataParallel(gradient_as_bucket_view=True) + torch.optim.Adam",
-                  "ZeroRedundancyOptimizer(optimizer_class=torch.optim.Adam)",
+                  "dist.reduce_scatter_single / all_gather_single (in place on a flat buffer)",
                   "fully_shard(mesh=init_device_mesh(...), reshard_after_forward=)", "DTensor.to_local()",
                   "TorchDispatchMode (counts c10d collectives)"),
         "cupy": ("impls/_shared/zero.py (the stages by hand)", "NCCLBackend.reduce_scatter (in place)",
                  "NCCLBackend.all_gather (in place)", "NCCLBackend.all_reduce",
                  "get_default_memory_pool().used_bytes()"),
         "jax": ("jax.shard_map(check_vma=False)", "lax.psum_scatter(tiled=True)", "lax.all_gather(tiled=True)",
-                "jax.checkpoint (re-gather in backward)", "NamedSharding(mesh, P('r')) on moments, gradients, "
+                "lax.scan + jax.checkpoint(policy=dots_with_no_batch_dims_saveable) (re-gather in backward)", "NamedSharding(mesh, P('r')) on moments, gradients, "
                 "parameters", "compiled.memory_analysis()"),
     },
     framework_notes={
-        "torch": "Stage 1 is ZeroRedundancyOptimizer on top of DDP: DDP all-reduces the whole gradient, then each "
-                 "rank broadcasts the parameters it owns, so it sends 1.5x DDP's bytes, not the paper's 1x. It "
-                 "shards whole tensors, not elements. FSDP2 has no true stage 2: reshard_after_forward=False keeps a "
-                 "layer gathered from forward to backward (one all-gather per step, DDP's bytes), but the "
-                 "parameters are resharded after backward, so at the optimizer step a rank holds stage 3's 16 Psi/N; "
-                 "the unsharded 4 Psi lives only inside forward and backward (peak_bytes on a GPU).",
+        "torch": "Stage 1 is written out (a ZeroRedundancyOptimizer over DDP would all-reduce the whole gradient and "
+                 "then broadcast each rank's parameters: 1.5x DDP's bytes, not the paper's 1x). FSDP2 has no true "
+                 "stage 2: reshard_after_forward=False keeps a layer gathered from forward to backward (one "
+                 "all-gather per step, DDP's bytes), but the parameters are resharded after backward, so at the "
+                 "optimizer step a rank holds stage 3's 16 Psi/N; the unsharded 4 Psi lives only inside forward "
+                 "and backward (peak_bytes on a GPU). FSDP2 overlaps its collectives with compute (its own streams, "
+                 "prefetch); stage 1's run on the compute stream after backward.",
         "cupy": "Every byte is written out (impls/_shared/zero.py): in-place NCCL reduce-scatter and all-gather on "
-                "each layer's padded segment. NCCL only: skipped without a GPU per rank.",
+                "each layer's padded segment, on the compute stream in order: nothing overlaps, nothing is "
+                "prefetched (what FSDP2 and DeepSpeed's overlap_comm hide is paid here). NCCL only: skipped "
+                "without a GPU per rank.",
         "jax": "Explicit: shard_map over the processes' mesh with psum / psum_scatter / all_gather; the state lives "
-               "in global arrays sharded P('r') (one chunk per device) or replicated. Stage 3 all-gathers each layer "
-               "inside jax.checkpoint, so the program asks backward to gather it again, and the transpose of "
-               "all_gather is the reduce-scatter of its gradient. The bytes sent are read from the compiled HLO: XLA's CPU "
-               "compiler merges the re-gather with the forward one (CSE across the checkpoint), so there stage 3 "
-               "sends 1x and keeps each layer gathered from forward to backward. The H200 run of 2026-12-03 "
-               "(results/20261203T161610Z) timed an earlier version whose every run traced a new jit for the final "
-               "gather and copied the start state from the host: its JAX times (24-30 ms) are inflated; the torch "
-               "times of that run include a device sync, moved to the untimed poison since. Not yet re-measured.",
+               "in global (layers, segment) arrays sharded P(None, 'r') (each device its chunk of every layer) or "
+               "replicated. Forward is a lax.scan over the layers under jax.checkpoint saving only the matmuls: "
+               "stage 3's compiled program all-gathers each layer in forward's loop and again in backward's (the "
+               "transpose of all_gather is the reduce-scatter of its gradient), 1.5x DDP's bytes, read from the "
+               "compiled HLO with the loops' trip counts. Without the scan, XLA's CPU compiler merged the "
+               "backward re-gather with forward's (jax.checkpoint's optimization barriers removed, then CSE) and "
+               "kept each layer gathered: stage 2's schedule. The H200 run of 2026-12-03 "
+               "(results/20261203T161610Z) timed an earlier version: not yet re-measured.",
     },
     metrics_doc={"param_bytes": "parameter bytes a rank holds at the optimizer step (its local shards)",
                  "grad_bytes": "gradient bytes a rank holds at the optimizer step",
@@ -202,7 +213,10 @@ SCENARIO = Scenario(
                                "undonated outputs, CuPy's is sampled at chosen points",
                  "comm_bytes": "bytes a rank sends per step on a ring (all-reduce 2(N-1)/N of the buffer, reduce-"
                                "scatter and all-gather (N-1)/N of the whole, broadcast (N-1)/N), from the "
-                               "collectives issued: torch counted by a dispatch mode on the first run, CuPy at each "
-                               "NCCL call, JAX read from the compiled HLO"},
+                               "collectives issued: torch counted by a dispatch mode over a stage's first call, "
+                               "CuPy by the comm every NCCL call goes through, JAX read from the compiled HLO "
+                               "(a loop's collectives times its trip count)",
+                 **{f"comm_bytes_{k}": f"the part of comm_bytes sent by {k.replace('_', '-')}s"
+                    for k in ("all_reduce", "reduce_scatter", "all_gather", "broadcast")}},
     ranks=True,
 )

@@ -15,23 +15,103 @@ parameter count, S = T/N its shard):
     zero2  p T, g S, m S, v S     each layer's gradient reduce-scattered as backward finishes it
     zero3  p S, g S, m S, v S     each layer all-gathered before forward and again before backward
 Collectives are callbacks of `comm` (all_reduce(buf), reduce_scatter(src, dst), all_gather(src,
-dst), each a sum over ranks where it reduces), so this code says which bytes move when.
+dst), each a sum over ranks where it reduces), so this code says which bytes move when; Counted wraps
+a comm and counts the bytes of each call it passes on.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 from harness.metrics import emit
 from impls._shared import dp, mlp
+from impls._shared.tensor_parallel import hlo_collectives
 
 STAGES = ("ddp", "zero1", "zero2", "zero3")
 FULL_GRAD = ("ddp", "zero1")  # the stages whose ranks keep the whole gradient
+
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
 
 def wire(kind, nbytes, n):
     """Bytes one rank sends on a ring for a collective over a buffer of nbytes (the reduced buffer, a
     reduce-scatter's input, an all-gather's output): 2(N-1)/N for an all-reduce, (N-1)/N otherwise."""
     return nbytes * (n - 1) / n * (2 if kind == "all_reduce" else 1)
+
+
+class Counted:
+    """A comm (all_reduce, reduce_scatter, all_gather) whose calls add the bytes this rank sends, by kind."""
+
+    def __init__(self, comm, n):
+        self.comm, self.n, self.rank, self.sent = comm, n, comm.rank, dict.fromkeys(KINDS, 0.0)
+
+    def all_reduce(self, buf):
+        self.comm.all_reduce(buf)
+        self.sent["all_reduce"] += wire("all_reduce", buf.nbytes, self.n)
+
+    def reduce_scatter(self, src, dst):
+        self.comm.reduce_scatter(src, dst)
+        self.sent["reduce_scatter"] += wire("reduce_scatter", src.nbytes, self.n)
+
+    def all_gather(self, src, dst):
+        self.comm.all_gather(src, dst)
+        self.sent["all_gather"] += wire("all_gather", dst.nbytes, self.n)
+
+
+class Readback:
+    """A run's output, read when the harness converts it to numpy (np.asarray: untimed, after the run; every rank
+    converts the same runs' outputs, so a gather in read() is a collective every rank joins). The timed call is
+    the steps: the gather and unpadding of the result is not the stage's work. wait() blocks on what the steps
+    made (JAX: the harness waits on the outputs it is given; torch and CuPy wait on the whole device)."""
+
+    def __init__(self, read, wait=lambda: None):
+        self.read, self.wait = read, wait
+
+    def block_until_ready(self):
+        self.wait()
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        a = np.asarray(self.read())
+        return a if dtype is None else a.astype(dtype)
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.-]+) \(.*\{$")
+_CALLS = re.compile(r"\b(body|calls|to_apply|condition|true_computation|false_computation)=%?([\w.-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def hlo_sent(text, n):
+    """Bytes one rank sends on a ring in one run of a compiled XLA program (its HLO text), by kind, each
+    collective counted as often as it runs: a while loop's body times its known trip count (NaN where XLA
+    knows none)."""
+    comps, name, entry = {}, None, None
+    for line in text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head:
+            name = head.group(1)
+            comps[name] = []
+            entry = name if line.startswith("ENTRY") else entry
+        elif name is not None:
+            comps[name].append(line)
+
+    def sent(comp):
+        total = dict.fromkeys(KINDS, 0.0)
+        for line in comps[comp]:
+            for kind in KINDS:
+                if f" {kind.replace('_', '-')}" in line:
+                    total[kind] += hlo_collectives(line, n)[1]
+            for role, callee in _CALLS.findall(line):
+                if role == "body" or (role == "calls" and " call(" in line):
+                    trips = _TRIPS.search(line)
+                    times = 1 if role == "calls" else (int(trips.group(1)) if trips else float("nan"))
+                    for kind, b in sent(callee).items():
+                        total[kind] += times * b
+        return total
+
+    return sent(entry)
 
 
 class Layout:
@@ -99,7 +179,7 @@ def init_state(xp, stage, flat, lay, rank):
     n_mv = lay.total if stage == "ddp" else lay.shard_total
     zeros = lambda n: xp.zeros(n, dtype=full.dtype)  # noqa: E731
     return {"p": lay.shard(xp, full, rank) if stage == "zero3" else full, "g": zeros(n_g), "m": zeros(n_mv),
-            "v": zeros(n_mv), "k": 0, "wire": 0.0}
+            "v": zeros(n_mv), "k": 0}
 
 
 def held(st):
@@ -107,12 +187,15 @@ def held(st):
     return {"param_bytes": st["p"].nbytes, "grad_bytes": st["g"].nbytes, "optim_bytes": st["m"].nbytes + st["v"].nbytes}
 
 
-def report(held_bytes, comm_bytes, peak_bytes=None):
-    """Emit a run's metrics: what the rank held at the optimizer step, sent per step, and its peak (if measured)."""
+def report(held_bytes, sent, peak_bytes=None):
+    """Emit a run's metrics: what the rank held at the optimizer step, sent per step ({kind: bytes}), and its peak
+    (if measured)."""
     for k, v in held_bytes.items():
         emit(k, v)
     emit("model_state_bytes", sum(held_bytes.values()))
-    emit("comm_bytes", comm_bytes)
+    emit("comm_bytes", sum(sent.values()))
+    for kind in KINDS:
+        emit(f"comm_bytes_{kind}", sent[kind])
     if peak_bytes is not None:
         emit("peak_bytes", peak_bytes)
 
@@ -122,15 +205,11 @@ def step(xp, stage, st, lay, x, t, comm, lr, eps, probe=lambda: None):
     probe() is called where the held bytes peak (after a gather, after backward)."""
     n, r = lay.world, comm.rank
 
-    def count(kind, nbytes):
-        st["wire"] += wire(kind, nbytes, n)
-
     def fetch(i):
         if stage != "zero3":
             return lay.layer(lay.seg(st["p"], i), i)
         full = xp.empty(lay.padded[i], dtype=st["p"].dtype)  # this layer only, dropped after use
         comm.all_gather(lay.piece(st["p"], i), full)
-        count("all_gather", full.nbytes)
         probe()
         return lay.layer(full, i)
 
@@ -143,17 +222,14 @@ def step(xp, stage, st, lay, x, t, comm, lr, eps, probe=lambda: None):
         w[...], b[...] = dw, db
         if stage not in FULL_GRAD:  # the layer's full gradient lives only until its reduce-scatter
             comm.reduce_scatter(seg, lay.piece(st["g"], i))
-            count("reduce_scatter", seg.nbytes)
             probe()
     probe()
     if stage == "ddp":
         comm.all_reduce(st["g"])
-        count("all_reduce", st["g"].nbytes)
     st["k"] += 1
     for i in range(len(lay.lengths)):
         if stage == "zero1":  # in place: this rank's chunk of the full gradient becomes the sum
             comm.reduce_scatter(lay.seg(st["g"], i), lay.own(st["g"], i, r))
-            count("reduce_scatter", lay.seg(st["g"], i).nbytes)
         pick = (lambda a: lay.seg(a, i)) if stage == "ddp" else (lambda a: lay.piece(a, i))
         p = pick(st["p"]) if stage in ("ddp", "zero3") else lay.own(st["p"], i, r)
         g = lay.own(st["g"], i, r) if stage == "zero1" else pick(st["g"])
@@ -161,7 +237,6 @@ def step(xp, stage, st, lay, x, t, comm, lr, eps, probe=lambda: None):
         mlp.adam(xp, p, g, pick(st["m"]), pick(st["v"]), st["k"], lr, eps=eps)
         if stage in ("zero1", "zero2"):  # in place: every rank's updated chunk into the full parameters
             comm.all_gather(p, lay.seg(st["p"], i))
-            count("all_gather", lay.seg(st["p"], i).nbytes)
     probe()
 
 

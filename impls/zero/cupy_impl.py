@@ -37,12 +37,12 @@ def prepare(inputs, params, device):
     return {"x": [cp.asarray(dp.shard(a, rank, world)) for a in inputs["x"]],
             "t": [cp.asarray(dp.shard(a, rank, world)) for a in inputs["t"]],
             "init": cp.asarray(inputs["init"]), "lay": Z.Layout(sizes(params), world), "lr": float(params["lr"]),
-            "eps": float(params["eps"]), "comm": _Comm(cupy_comm(), rank), "rank": rank}
+            "eps": float(params["eps"]), "comm": Z.Counted(_Comm(cupy_comm(), rank), world), "rank": rank}
 
 
 def barrier(state):
     cp.cuda.get_current_stream().synchronize()
-    state["comm"].comm.barrier()
+    state["comm"].comm.comm.barrier()
 
 
 def poison(state):
@@ -50,18 +50,20 @@ def poison(state):
 
 
 def _train(state, stage):
-    """`steps` Adam steps of one stage from the initial parameters; emits what the rank held and sent."""
+    """`steps` Adam steps of one stage from the initial parameters; emits what the rank held and sent (counted by
+    the comm every NCCL call goes through). The harness reads the output back (gathered, unpadded) after the run."""
     pool, lay = cp.get_default_memory_pool(), state["lay"]
     base, peak = pool.used_bytes(), [0]
 
     def probe():
         peak[0] = max(peak[0], pool.used_bytes())
 
-    st = Z.init_state(cp, stage, state["init"], lay, state["rank"])
+    st, comm = Z.init_state(cp, stage, state["init"], lay, state["rank"]), state["comm"]
+    before = dict(comm.sent)
     for x, t in zip(state["x"], state["t"]):
-        Z.step(cp, stage, st, lay, x, t, state["comm"], state["lr"], state["eps"], probe)
-    Z.report(Z.held(st), st["wire"] / len(state["x"]), peak[0] - base)
-    return {"params": Z.gather_params(cp, stage, st, lay, state["comm"])}
+        Z.step(cp, stage, st, lay, x, t, comm, state["lr"], state["eps"], probe)
+    Z.report(Z.held(st), {k: (comm.sent[k] - before[k]) / len(state["x"]) for k in Z.KINDS}, peak[0] - base)
+    return {"params": Z.Readback(lambda: Z.gather_params(cp, stage, st, lay, comm).get())}
 
 
 def run_ddp(state):
