@@ -270,10 +270,10 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int, rank_time: str = "sl
 
 
 def merge_ceilings(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Every rank's raw floors as one: per key the slowest rank's time (as a row's repeats), where every
-    rank measured it; the reasons of what some rank did not measure."""
+    """Every rank's raw floors as one: per key the mean over ranks (as the collectives' rows, nccl-tests'
+    -a 1), where every rank measured it; the reasons of what some rank did not measure."""
     keys = [k for k in answers[0]["ceilings"] if all(k in a["ceilings"] for a in answers)]
-    return {"ceilings": {k: max(float(a["ceilings"][k]) for a in answers) for k in keys},
+    return {"ceilings": {k: float(np.mean([float(a["ceilings"][k]) for a in answers])) for k in keys},
             "not_measured": {k: why for a in answers for k, why in a["not_measured"].items()}}
 
 
