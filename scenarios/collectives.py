@@ -53,9 +53,9 @@ GPU_SIZES = ((4 << 10, "4 KiB"), (1 << 20, "1 MiB"), (256 << 20, "256 MiB"))
 CPU_SIZES = ((64 << 10, "64 KiB"),)  # one size per operation: CI's time
 CALLS = 20  # nccl-tests' -n default: back-to-back calls per timed sample
 GROWS = ("reduce", "all_reduce", "reduce_scatter")  # an in-place call changes what the next call reads
-NO_IN_PLACE = {"barrier": "barrier moves no data: it has no in-place form",
-               "all_to_all": "NCCL has no in-place all_to_all (a rank would overwrite chunks it has not sent "
-                             "yet); nccl-tests times it but checks nothing"}
+NO_IN_PLACE = {"barrier": "barrier moves no data: it has no in-place form"}
+NCCL_NO_IN_PLACE = {"all_to_all": "NCCL has no in-place all_to_all (a rank would overwrite chunks it has not sent "
+                                  "yet); nccl-tests times it but checks nothing"}
 
 
 def count(p: Params) -> int:
@@ -216,8 +216,10 @@ SCENARIO = Scenario(
         "jax": "No broadcast or reduce primitive: both are a psum of a masked block (JAX's own idiom), so they move "
                "an all-reduce's data: their busbw uses the all-reduce's factor 2(N-1)/N and the metric "
                "all_reduce_traffic is 1, not to be set beside NCCL's broadcast or reduce. In place is donation "
-               "(jax.jit donate_argnums): XLA may then write the output into the input's buffer; reduce_scatter, "
-               "whose output is smaller than its input, has no in-place form. barrier: a psum of one element per "
+               "(jax.jit donate_argnums): XLA may then write the output into the input's buffer; in-place "
+               "reduce_scatter is psum_scatter, then its result written into the rank's chunk of the donated "
+               "buffer (the check reads the psum_scatter's result); in-place all_to_all, which NCCL lacks, "
+               "runs in JAX alone (XLA buffers what it must). barrier: a psum of one element per "
                "rank in a jitted shard_map (the device all-reduce torch's NCCL barrier is); JAX's own "
                "multihost_utils.sync_global_devices would add a host-to-device copy of a hash, a device all-gather, "
                "a copy back to the host and a comparison. One process per device here (as torch), each handing in "

@@ -47,7 +47,7 @@ def measure(cp: Any, points: list[dict[str, Any]], comm: Any = None, nccl: Any =
             reps: int = REPS, clock: Callable[[], float] = wall) -> dict[str, dict[str, Any]]:
     """{"ceilings": {floor_key: seconds per call, "nccl_ranks": N}, "not_measured": {label: why}}. comm:
     the rank's cupyx NCCLBackend by default, or a raw NcclCommunicator (a one-rank one in the GPU test)."""
-    from scenarios.collectives import NO_IN_PLACE, calls, count, floor_key, in_place
+    from scenarios.collectives import NCCL_NO_IN_PLACE, calls, count, floor_key, in_place
 
     if nccl is None:
         from cupy.cuda import nccl
@@ -73,8 +73,8 @@ def measure(cp: Any, points: list[dict[str, Any]], comm: Any = None, nccl: Any =
         call = raw_call(nccl, raw, op, (x.data.ptr, out.data.ptr), x, k, n, stream.ptr)
         got[floor_key(p)] = per_call_s(sync, call, calls(p), reps, getattr(comm, "barrier", None), clock)
         x = out = None  # freed before the next buffers
-        if op in NO_IN_PLACE:
-            why[f"{label} in place"] = NO_IN_PLACE[op]
+        if op in NCCL_NO_IN_PLACE:
+            why[f"{label} in place"] = NCCL_NO_IN_PLACE[op]
             continue
         size, take, give = in_place(op, c, n, r)
         buf = cp.zeros(size, dtype=p["dtype"])

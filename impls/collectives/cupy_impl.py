@@ -19,7 +19,7 @@ from harness.metrics import emit
 from impls._shared.nccl import cupy_comm
 from scenarios import collectives as C
 
-LACKS: dict[str, str] = {}
+LACKS = C.NCCL_NO_IN_PLACE  # torch and CuPy call NCCL
 
 
 def cannot_run_at(variant, params):

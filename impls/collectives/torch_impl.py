@@ -21,7 +21,7 @@ from scenarios import collectives as C
 # torch 2.13 renamed the out-of-place pair (*_into_tensor / *_tensor are deprecated); older torch has only those.
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-LACKS: dict[str, str] = {}
+LACKS = C.NCCL_NO_IN_PLACE  # torch and CuPy call NCCL
 
 
 def cannot_run_at(variant, params):
