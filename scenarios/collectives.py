@@ -6,7 +6,8 @@ of the sweep per operation and size); what each rank ends with (N ranks, x_j ran
 count / N):
 
     broadcast       x_0 (from root 0)
-    reduce          sum_j x_j on root 0; the other ranks keep their own input (NCCL leaves them alone)
+    reduce          sum_j x_j on root 0; the other ranks report zeros (their buffer is unspecified: gloo
+                    leaves partial sums there), so only the root's result is checked
     all_reduce      sum_j x_j
     all_gather      x_0 | x_1 | ... | x_{N-1}
     reduce_scatter  chunk r of sum_j x_j
@@ -144,7 +145,7 @@ def reference(inputs: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]
             return {"out": np.concatenate([x(j)[part] for j in range(n)])}
         part = slice(r * c, (r + 1) * c) if op == "reduce_scatter" else slice(None)
         total = sum(x(j)[part] for j in range(n))
-        return {"out": x(r) if op == "reduce" and r != 0 else total}
+        return {"out": np.zeros_like(total) if op == "reduce" and r != 0 else total}
 
     return R.per_rank(p, one)
 

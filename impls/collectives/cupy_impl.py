@@ -34,7 +34,8 @@ def prepare(inputs, params, device):
     fill[take] = x  # nccl-tests' layout; the rest zeros, which no output element equals
     return {"x": x, "out": cp.empty(C.out_count(op, x.size, n), dtype=x.dtype), "op": op, "comm": cupy_comm(),
             "n": n, "bytes": C.nbytes(params), "factor": C.bus_factor(op, n), "fill": fill, "take": take,
-            "give": give, "ring": [cp.empty_like(fill) for _ in range(C.slots(params))], "i": 0}
+            "give": give, "ring": [cp.empty_like(fill) for _ in range(C.slots(params))], "i": 0, "rank": r,
+            "zeros": cp.zeros(C.out_count(op, x.size, n), dtype=x.dtype)}
 
 
 def barrier(state):
@@ -43,7 +44,7 @@ def barrier(state):
 
 
 def poison(state):
-    state["out"][...] = state["x"] if state["op"] == "reduce" else 0  # a rank NCCL leaves keeps x
+    state["out"][...] = 0
     for b in state["ring"]:
         b[...] = state["fill"]
     state["i"] = 0
@@ -90,13 +91,19 @@ def _emit(state):
         emit("all_reduce_traffic", 0.0)
 
 
+def _reported(state, out):
+    if state["op"] == "reduce" and state["rank"] != 0:  # unspecified there: zeros made in prepare, and the result
+        return {"out": state["zeros"], "result": out}
+    return {"out": out}
+
+
 def run_out_of_place(state):
     _emit(state)
     if state["op"] == "barrier":
         state["comm"].barrier()  # host-side, through cupyx's TCP store: no device work
         return {"out": state["x"]}
     OPS[state["op"]](state, state["x"], state["out"])
-    return {"out": state["out"]}
+    return _reported(state, state["out"])
 
 
 def run_in_place(state):
@@ -106,4 +113,4 @@ def run_in_place(state):
     src = buf[state["take"]]
     dst = src if state["take"] == state["give"] else buf[state["give"]]  # one array: the call is in place
     OPS[state["op"]](state, src, dst)
-    return {"out": dst}
+    return _reported(state, dst)

@@ -36,7 +36,8 @@ def prepare(inputs, params, device):
     fill[take] = x  # nccl-tests' layout; the rest zeros, which no output element equals
     return {"x": x, "out": torch.empty(C.out_count(op, x.numel(), n), dtype=x.dtype, device=device), "op": op,
             "bytes": C.nbytes(params), "factor": C.bus_factor(op, n), "fill": fill, "take": take, "give": give,
-            "ring": [torch.empty_like(fill) for _ in range(C.slots(params))], "i": 0}
+            "ring": [torch.empty_like(fill) for _ in range(C.slots(params))], "i": 0, "rank": r,
+            "zeros": torch.zeros(C.out_count(op, x.numel(), n), dtype=x.dtype, device=device)}
 
 
 def barrier(state):
@@ -44,7 +45,7 @@ def barrier(state):
 
 
 def poison(state):
-    state["out"].copy_(state["x"]) if state["op"] == "reduce" else state["out"].zero_()  # a rank NCCL leaves keeps x
+    state["out"].zero_()
     for b in state["ring"]:
         b.copy_(state["fill"])
     state["i"] = 0
@@ -92,13 +93,19 @@ def _emit(state):
         emit("all_reduce_traffic", 0.0)
 
 
+def _reported(state, out):
+    if state["op"] == "reduce" and state["rank"] != 0:  # unspecified there: zeros made in prepare, and the result
+        return {"out": state["zeros"], "result": out}
+    return {"out": out}
+
+
 def run_out_of_place(state):
     _emit(state)
     if state["op"] == "barrier":
         dist.barrier()  # NCCL: an all-reduce of one element, then the host waits for it; gloo: its own
         return {"out": state["x"]}
     OPS[state["op"]](state, state["x"], state["out"])
-    return {"out": state["out"]}
+    return _reported(state, state["out"])
 
 
 def run_in_place(state):
@@ -108,4 +115,4 @@ def run_in_place(state):
     src = buf[state["take"]]
     dst = src if state["take"] == state["give"] else buf[state["give"]]  # one tensor: the call is in place
     OPS[state["op"]](state, src, dst)
-    return {"out": dst}
+    return _reported(state, dst)
