@@ -53,7 +53,7 @@ OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "all
 GPU_SIZES = ((4 << 10, "4 KiB"), (1 << 20, "1 MiB"), (256 << 20, "256 MiB"))
 CPU_SIZES = ((64 << 10, "64 KiB"),)  # one size per operation: CI's time
 CALLS = 20  # nccl-tests' -n default: back-to-back calls per timed sample
-GROWS = ("reduce", "all_reduce", "reduce_scatter")  # an in-place call changes what the next call reads
+GROWS = ("reduce", "all_reduce", "reduce_scatter", "all_to_all")  # an in-place call changes what the next reads
 NO_IN_PLACE = {"barrier": "barrier moves no data: it has no in-place form"}
 NCCL_NO_IN_PLACE = {"all_to_all": "NCCL has no in-place all_to_all (a rank would overwrite chunks it has not sent "
                                   "yet); nccl-tests times it but checks nothing"}
