@@ -8,6 +8,8 @@ The impl contract (impls/<scenario>/<framework>_impl.py, same names in all three
                                                without CUDA streams or events (JAX's data flow), so
                                                they run on a CPU device too
     cannot_run(device) -> why | None (optional) what this machine lacks (gpu_links: a second GPU)
+    cannot_run_at(variant, params) -> why | None (optional) a variant the framework cannot express at
+                                               these params (collectives: no in-place all_to_all in NCCL)
 The harness, not the impl, converts to numpy, synchronizes and times.
 """
 from __future__ import annotations
@@ -24,14 +26,18 @@ def load_impl(scenario: str, framework: str) -> ModuleType:
     return importlib.import_module(f"impls.{scenario}.{framework}_impl")
 
 
-def skip_reason(scenario: Scenario, variant: Variant, backend: Backend, impl: ModuleType) -> str | None:
-    """Why this variant cannot run with this framework on this device, or None."""
+def skip_reason(scenario: Scenario, variant: Variant, backend: Backend, impl: ModuleType,
+                params: Params | None = None) -> str | None:
+    """Why this variant cannot run with this framework on this device (at these params), or None."""
     why = getattr(impl, "NOT_EXPRESSIBLE", {}).get(variant.name)
     if why:
         return f"not expressible in {backend.name}: {why}"
     lacks = impl.cannot_run(backend.device) if hasattr(impl, "cannot_run") else None
     if lacks:
         return lacks
+    at = impl.cannot_run_at(variant.name, params) if params is not None and hasattr(impl, "cannot_run_at") else None
+    if at:
+        return at
     if variant.needs_gpu(backend.name) and not backend.on_gpu:
         return f"needs a CUDA device ({backend.name} runs on the CPU here)"
     if not hasattr(impl, f"run_{variant.name}"):
@@ -51,7 +57,7 @@ def run_variants(scenario: Scenario, backend: Backend, params: Params, inputs: A
     inputs = scenario.make_inputs(params) if inputs is None else inputs
     results: dict[str, Arrays] = {}
     for v in variants if variants is not None else scenario.checked_variants:
-        if skip_reason(scenario, v, backend, impl):
+        if skip_reason(scenario, v, backend, impl, params):
             continue
         state = impl.prepare(inputs, params, backend.device)
         if hasattr(impl, "poison"):

@@ -64,7 +64,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     for v in scn.variants:
         row: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": v.name, "hazard": v.hazard,
                                "setup_s": setup_s}
-        why = skip_reason(scn, v, b, impl)
+        why = skip_reason(scn, v, b, impl, params)
         if why:
             rows.append(row | {"status": "skipped", "reason": why})
             continue
@@ -108,7 +108,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         return None if m is None else m.describe()
 
     with faults.slowed(b.name, scn.name, v.name):
-        m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard, agree=agree)
+        m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard, agree=agree,
+                    calls=scn.calls(params))
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()

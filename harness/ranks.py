@@ -5,8 +5,9 @@ environment contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; JA
 and CuPy's NCCL-id store on ports of their own; NCCL_NVLS_ENABLE=0), and talks to every rank over
 an authenticated local socket whose address and key travel in the environment. Each request goes
 to every rank; the answers are gathered: outputs stacked along a new first axis (rank), and a
-timing row's time per repeat is the slowest rank's (every rank runs a barrier before each repeat,
-untimed, so the repeats start together). The ranks repeat under the run's stopping rule as one: after
+timing row's time per repeat is the slowest rank's, or the mean over ranks where the scenario says so
+(Scenario.rank_time "mean": nccl-tests' -a 1), the slowest rank's then kept beside it (every rank
+runs a barrier before each repeat, untimed, so the repeats start together). The ranks repeat under the run's stopping rule as one: after
 each repeat rank 0's answer is broadcast (harness/backends/dist.py agree_stop), so every rank runs the
 same repeats. The interface is worker.py's: request() / close().
 
@@ -176,8 +177,12 @@ class RankGroup:
         if op == "equiv":
             outs = self._ask(op, (args[0], params), timeout)
             return {v: {k: np.stack([o[v][k] for o in outs]) for k in outs[0][v]} for v in outs[0]}
+        from scenarios import get as get_scenario
+
+        rank_time = get_scenario(args[0]).rank_time
         answers = self._ask(op, (args[0], params, *args[2:]), timeout)
-        rows = [merge_rows(list(per_variant), self.world_size) for per_variant in zip(*(a["rows"] for a in answers))]
+        rows = [merge_rows(list(per_variant), self.world_size, rank_time)
+                for per_variant in zip(*(a["rows"] for a in answers))]
         samples = [a["sample"] for a in answers]  # each rank's baseline outputs, stacked by rank
         sample = None if any(s is None for s in samples) else {k: np.stack([s[k] for s in samples]) for k in samples[0]}
         return {"rows": rows, "sample": sample}
@@ -210,16 +215,22 @@ class RankGroup:
         self.kill()
 
 
-def _slowest(rows: list[dict[str, Any]], clock: str) -> tuple[Stats, list[float]] | None:
+def _per_repeat(rows: list[dict[str, Any]], clock: str, how: str) -> tuple[Stats, list[float]] | None:
+    """Per repeat, the slowest rank's time ("slowest") or the mean over ranks ("mean")."""
     samples = [r["timing"]["samples"].get(clock) for r in rows]
     if any(s is None for s in samples):
         return None
-    slowest = np.max(np.asarray(samples, dtype=np.float64), axis=0).tolist()
-    return Stats.of(slowest), slowest
+    a = np.asarray(samples, dtype=np.float64)
+    per = (np.max(a, axis=0) if how == "slowest" else np.mean(a, axis=0)).tolist()
+    return Stats.of(per), per
 
 
-def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
-    """One row from every rank's row of a variant: per repeat, the slowest rank's time."""
+def merge_rows(rows: list[dict[str, Any]], world_size: int, rank_time: str = "slowest") -> dict[str, Any]:
+    """One row from every rank's row of a variant: per repeat, the slowest rank's time, or with
+    rank_time "mean" the mean over ranks (nccl-tests' default) and the slowest rank's beside it in
+    timing["slowest_rank"] (its samples in timing["slowest_rank_samples"])."""
+    if rank_time not in ("slowest", "mean"):
+        raise ValueError(f"rank_time is 'slowest' or 'mean', not {rank_time!r}")
     row = dict(rows[0])
     bad = next((r for r in rows if r["status"] not in ("ok", "skipped")), None)
     if bad is not None:
@@ -229,17 +240,23 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
     timing = dict(row["timing"])
     timing["samples"] = {}
     for clock in ("host_return", "device_done", "device_events"):
-        got = _slowest(rows, clock)
+        got = _per_repeat(rows, clock, rank_time)
         timing[clock] = got[0].to_dict() if got else None
         if got:
             timing["samples"][clock] = got[1]
+    if rank_time == "mean":
+        timing["rank_time"] = "mean"
+        slowest = {c: got for c in ("host_return", "device_done", "device_events")
+                   if (got := _per_repeat(rows, c, "slowest"))}
+        timing["slowest_rank"] = {c: got[0].to_dict() for c, got in slowest.items()}
+        timing["slowest_rank_samples"] = {c: got[1] for c, got in slowest.items()}
     timing["first_call_s"] = max(r["timing"]["first_call_s"] for r in rows)
     if all("host_loop_s" in r["timing"] for r in rows):
         timing["host_loop_s"] = max(r["timing"]["host_loop_s"] for r in rows)  # the slowest rank's host
     metrics = dict(timing["metrics"])
     if "bytes" in metrics and "bus_factor" in metrics:  # nccl-tests' algbw and busbw, decimal GB/s
         algbw = metrics["bytes"] / timing["device_done"]["median"] / 1e9
-        metrics |= {"algbw_GBps": algbw, "busbw_GBps": algbw * metrics.pop("bus_factor")}
+        metrics |= {"algbw_GBps": algbw, "busbw_GBps": algbw * metrics["bus_factor"]}
     timing["metrics"] = metrics
     checks = [r["check"] for r in rows]
     worst = next((f"rank {i}: {c['worst']}" for i, c in enumerate(checks) if c["worst"]), "")
@@ -253,10 +270,10 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int) -> dict[str, Any]:
 
 
 def merge_ceilings(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Every rank's raw floors as one: per key the slowest rank's time (as a row's repeats), where every
-    rank measured it; the reasons of what some rank did not measure."""
+    """Every rank's raw floors as one: per key the mean over ranks (as the collectives' rows, nccl-tests'
+    -a 1), where every rank measured it; the reasons of what some rank did not measure."""
     keys = [k for k in answers[0]["ceilings"] if all(k in a["ceilings"] for a in answers)]
-    return {"ceilings": {k: max(float(a["ceilings"][k]) for a in answers) for k in keys},
+    return {"ceilings": {k: float(np.mean([float(a["ceilings"][k]) for a in answers])) for k in keys},
             "not_measured": {k: why for a in answers for k, why in a["not_measured"].items()}}
 
 

@@ -9,7 +9,8 @@ Python loop). The row's statistics (median, quartiles) are those of the pooled r
 the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/noise.py)
 per clock, which counts the variance between processes as well as within one. A rank scenario's
 pools are groups of rank processes, one group per framework and round (harness/ranks.py Groups):
-there a "process" of timing.processes is a group of WORLD_SIZE processes of its own.
+there a "process" of timing.processes is a group of WORLD_SIZE processes of its own, and a row timed
+as the mean over ranks pools its slowest rank's repeats beside (timing.slowest_rank).
 """
 from __future__ import annotations
 
@@ -86,6 +87,11 @@ def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
     for c in CLOCKS:
         t[c] = Stats.of(samples[c]).to_dict() if c in samples else None
     t["samples"] = samples
+    if all("slowest_rank_samples" in m for m in timings):  # a rank row timed as the mean over ranks
+        slow = {c: [x for m in timings for x in m["slowest_rank_samples"][c]] for c in CLOCKS
+                if all(m["slowest_rank_samples"].get(c) for m in timings)}
+        t["slowest_rank_samples"] = slow
+        t["slowest_rank"] = {c: Stats.of(v).to_dict() for c, v in slow.items()}
     t["checked_repeats"] = sum(m["checked_repeats"] for m in timings)
     t["wrong_repeats"] = sum(m["wrong_repeats"] for m in timings)
     t["worst"] = next((m["worst"] for m in timings if m["worst"]), "")

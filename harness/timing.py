@@ -8,6 +8,9 @@ around the call give a third, device-side time; they bracket the current stream 
 
 The first call is timed apart (JAX compiles there; torch and CuPy initialize cuBLAS and friends),
 then warm-up calls, then repeats until the median is sure enough or a time cap is hit (TimingConfig).
+A repeat (a sample) may be `calls` back-to-back calls between one `before` and one sync, as nccl-tests
+times its -n iterations: every clock of the sample is then divided by `calls` (per call), and the
+outputs checked are the last call's.
 """
 from __future__ import annotations
 
@@ -154,9 +157,11 @@ Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
 
 
 def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], None] | None,
-                timer: Any) -> Repeat:
-    """One repeat: (host_return, device_done, device events or None, outputs, emitted metrics).
-    A planted slowdown (harness/faults.py, tests only) spins inside the timed region."""
+                timer: Any, calls: int = 1) -> Repeat:
+    """One repeat of `calls` back-to-back calls: (host_return, device_done, device events or None) per
+    call, the last call's outputs, emitted metrics. Earlier calls' outputs are dropped unsynchronized, as
+    nccl-tests' iterations are. A planted slowdown (harness/faults.py, tests only) spins inside the
+    timed region."""
     if before is not None:
         before()
     backend.synchronize()
@@ -164,15 +169,16 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
         if timer is not None:
             timer.start()
         t0 = wall()
-        out = call()
+        for _ in range(calls):
+            out = call()
         t1 = wall()
         if timer is not None:
             timer.stop()
         backend.synchronize(out)
         t2 = wall()
         t2 = faults.spin(t0, t2)
-    ev = timer.elapsed_s() if timer is not None else None
-    return t1 - t0, t2 - t0, ev, out, dict(emitted)
+    ev = timer.elapsed_s() / calls if timer is not None else None
+    return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted)
 
 
 def measure(
@@ -184,6 +190,7 @@ def measure(
     check: Callable[[Any], str | None] | None = None,
     check_every: bool = False,
     agree: Callable[[str | None], str | None] | None = None,
+    calls: int = 1,
 ) -> Measurement:
     """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
 
@@ -193,25 +200,29 @@ def measure(
     ``agree(stop)`` turns this process's stopping answer into the group's (ranks: rank 0's, so that
     every rank runs the same warm-up calls and repeats; harness/backends/dist.py), after each timed
     warm-up call and each repeat, outside the loop's clock.
+    ``calls``: back-to-back calls per warm-up and timed repeat (the first call is one call, timed apart);
+    every clock of a repeat is per call.
     """
+    if calls < 1:
+        raise ValueError(f"calls per repeat must be at least 1, not {calls}")
     _, first, _, out, _ = _timed_call(call, backend, before, None)
     del out
     t_warm = wall()
     for _ in range(cfg.warmup):
-        _timed_call(call, backend, before, None)
+        _timed_call(call, backend, before, None, calls)
     while True:  # warm-up by time: each rank's clock would give each rank its own count
         more = wall() - t_warm < cfg.warmup_s
         if agree is not None:
             more = agree(None if more else "noise") is None
         if not more:
             break
-        _timed_call(call, backend, before, None)
-    return _repeat(call, backend, cfg, before, check, check_every, first, agree)
+        _timed_call(call, backend, before, None, calls)
+    return _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
 
 
 def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
             check: Callable[[Any], str | None] | None, check_every: bool, first: float,
-            agree: Callable[[str | None], str | None] | None) -> Measurement:
+            agree: Callable[[str | None], str | None] | None, calls: int = 1) -> Measurement:
     timer = backend.event_timer()
     host: list[float] = []
     done: list[float] = []
@@ -221,12 +232,12 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
     worst = ""
     t_loop = wall()
     t_agree = 0.0
-    done_total = 0.0  # sum(done), kept as it grows
+    done_total = 0.0  # the device_done time spent, every call of every repeat, kept as it grows
     while True:
-        h, d, ev, out, emitted = _timed_call(call, backend, before, timer)
+        h, d, ev, out, emitted = _timed_call(call, backend, before, timer, calls)
         host.append(h)
         done.append(d)
-        done_total += d
+        done_total += d * calls
         if ev is not None:
             events.append(ev)
         for k, v in emitted.items():

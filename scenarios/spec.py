@@ -139,6 +139,12 @@ class Scenario:
     # before its timing, the CuPy rank group measures each point's raw floor (Backend.rank_ceilings),
     # and the slowest rank's joins the run's machine ceilings that `floor` reads.
     rank_ceilings: bool = False
+    # Back-to-back calls of a variant per timed sample (nccl-tests' -n): the harness makes them between one
+    # poison and one sync, divides every clock by their count and checks the last call's outputs.
+    calls: Callable[[Params], int] = lambda p: 1
+    # A rank row's time per repeat from its ranks' times: "slowest" (a step ends when every rank is done)
+    # or "mean" (nccl-tests' default -a 1), the slowest rank's kept beside it (harness/ranks.py).
+    rank_time: str = "slowest"
 
     @property
     def baseline(self) -> Variant:

@@ -55,6 +55,9 @@ class FakeComm:
     def size(self) -> int:
         return self.n
 
+    def rank_id(self) -> int:
+        return 1
+
     def barrier(self) -> None:
         self.barriers += 1
 
@@ -71,7 +74,7 @@ class FakeComm:
 def fake_cupy(clock: list):
     class Arr:
         def __init__(self, n: int, dtype: str) -> None:
-            self.a = np.ones(n, dtype)
+            self.a = np.zeros(n, dtype)
             self.size, self.itemsize, self.dtype = self.a.size, self.a.itemsize, self.a.dtype
             self.data = SimpleNamespace(ptr=self.a.ctypes.data)
 
@@ -83,15 +86,17 @@ def fake_cupy(clock: list):
             pass
 
     cuda = SimpleNamespace(Stream=lambda non_blocking=False: SimpleNamespace(ptr=99, synchronize=lambda: None),
-                           Event=Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
+                           Event=Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+                           Device=lambda: SimpleNamespace(synchronize=lambda: None))
     pool = SimpleNamespace(free_all_blocks=lambda: None)
-    return SimpleNamespace(cuda=cuda, ones=Arr, empty=Arr, get_default_memory_pool=lambda: pool)
+    return SimpleNamespace(cuda=cuda, zeros=Arr, get_default_memory_pool=lambda: pool)
 
 
 def measured(points: list[dict], n: int = 4, version: int = 22000):
     log, clock = [], [0.0]
     comm = FakeComm(n, log, clock)
-    got = nccl_floor.measure(fake_cupy(clock), points, comm=comm, nccl=FakeNccl(log, version), reps=3)
+    got = nccl_floor.measure(fake_cupy(clock), points, comm=comm, nccl=FakeNccl(log, version), reps=3,
+                             clock=lambda: clock[0])
     return got, log, comm
 
 
@@ -99,28 +104,39 @@ def measured(points: list[dict], n: int = 4, version: int = 22000):
 
 def test_each_operation_is_nccls_own_call_on_nccl_tests_buffers():
     got, log, comm = measured([point(op) for op in C.OPS])
-    c = C.count(point("all_reduce"))  # 16384 float32 per rank
-    first = {}
+    c, k = C.count(point("all_reduce")), C.CALLS  # 16384 float32 per rank; 20 calls a sample
+    calls: dict = {}
     for entry in log:
-        first.setdefault(entry[0], entry)
-    assert first["allReduce"][3:] == (c, FakeNccl.NCCL_FLOAT32, FakeNccl.NCCL_SUM, 99)
-    assert first["broadcast"][3:] == (c, FakeNccl.NCCL_FLOAT32, 0, 99)  # root 0
-    assert first["reduce"][3:] == (c, FakeNccl.NCCL_FLOAT32, FakeNccl.NCCL_SUM, 0, 99)
-    assert first["allGather"][3] == c  # per rank: the receive buffer is n x c
-    assert first["reduceScatter"][3] == c // 4  # recvcount
-    sends = [e for e in log if e[0] == "send"]
-    assert len(sends) == 4 * 4  # 4 peers x (warm-up + 3 repeats)
+        calls.setdefault(entry[0], []).append(entry)
+    samples = 4  # warm-up + 3 repeats, each k calls, out of place then in place
+    out, inp = calls["allReduce"][0], calls["allReduce"][samples * k]
+    assert out[3:] == (c, FakeNccl.NCCL_FLOAT32, FakeNccl.NCCL_SUM, 99) and out[1] != out[2]
+    assert inp[3:] == out[3:] and inp[1] == inp[2]  # in place: one buffer
+    assert len(calls["allReduce"]) == 2 * samples * k
+    assert calls["broadcast"][0][3:] == (c, FakeNccl.NCCL_FLOAT32, 0, 99)  # root 0
+    assert calls["reduce"][0][3:] == (c, FakeNccl.NCCL_FLOAT32, FakeNccl.NCCL_SUM, 0, 99)
+    gather, gather_in = calls["allGather"][0], calls["allGather"][samples * k]
+    assert gather[3] == gather_in[3] == c  # per rank: the receive buffer is n x c
+    assert gather_in[1] == gather_in[2] + 1 * c * 4  # in place: rank 1's input is chunk 1 of the output
+    scatter, scatter_in = calls["reduceScatter"][0], calls["reduceScatter"][samples * k]
+    assert scatter[3] == scatter_in[3] == c // 4  # recvcount
+    assert scatter_in[2] == scatter_in[1] + 1 * c // 4 * 4  # in place: the output is chunk 1 of the input
+    sends = calls["send"]
+    assert len(sends) == 4 * samples * k  # 4 peers; out of place only (NCCL has no in-place all_to_all)
     assert [e[2:4] for e in sends[:4]] == [(c // 4, FakeNccl.NCCL_FLOAT32)] * 4
     assert [e[4] for e in sends[:4]] == [0, 1, 2, 3]  # chunk j to rank j, at offset j x chunk
     assert [e[1] - sends[0][1] for e in sends[:4]] == [j * c // 4 * 4 for j in range(4)]
-    assert log.count(("groupStart",)) == log.count(("groupEnd",)) == 4
-    assert comm.barriers == 6 * 4  # every repeat of every measured point starts at a barrier
+    assert log.count(("groupStart",)) == log.count(("groupEnd",)) == samples * k
+    assert "all_to_all 64 KiB in place" in got["not_measured"]
+    assert comm.barriers == 11 * samples  # every sample of every measured point and placement starts at one
 
 
-def test_the_floor_is_the_median_of_the_timed_repeats_under_each_points_key():
+def test_the_floor_is_the_median_of_the_timed_repeats_per_call_under_each_points_key():
     p = point("all_reduce", 1 * MiB)
     got, _, _ = measured([p, point("barrier")])
-    assert got["ceilings"][C.floor_key(p)] == pytest.approx(C.count(p) * 4 / 1024 * 1e-6)
+    per_call = C.count(p) * 4 / 1024 * 1e-6  # the fake communicator's time of one call
+    assert got["ceilings"][C.floor_key(p)] == pytest.approx(per_call)  # a sample of 20 calls, divided by 20
+    assert got["ceilings"][C.floor_key(p, in_place=True)] == pytest.approx(per_call)
     assert got["ceilings"]["nccl_ranks"] == 4
     assert "barrier" in got["not_measured"]["barrier 64 KiB"]
     assert not any("barrier" in k for k in got["ceilings"])
@@ -139,20 +155,22 @@ def test_the_key_names_the_operation_the_size_and_the_world_size():
     assert C.floor_key(point("all_gather", MiB, 2)) == f"nccl_all_gather_{2 * MiB}B_2r_s"
 
 
-def test_the_parent_keeps_the_slowest_rank_of_what_every_rank_measured():
+def test_the_parent_keeps_the_mean_over_ranks_of_what_every_rank_measured():
     m = merge_ceilings([{"ceilings": {"a": 1.0, "b": 5.0, "c": 1.0}, "not_measured": {"x": "why"}},
                         {"ceilings": {"a": 3.0, "b": 2.0}, "not_measured": {}}])
-    assert m == {"ceilings": {"a": 3.0, "b": 5.0}, "not_measured": {"x": "why"}}
+    assert m == {"ceilings": {"a": 2.0, "b": 3.5}, "not_measured": {"x": "why"}}
 
 
 def test_rows_get_pct_of_floor_from_the_measured_floor_and_none_without_it():
     scn, p = get("collectives"), point("all_reduce", MiB, 2)
-    row = ok_row("collectives", "torch", "collective", 2e-3, 1e-5) | {"status": "ok"}
-    runner._add_floor(scn, p, {C.floor_key(p): 5e-4}, row)
-    assert row["floor_s"] == 5e-4 and row["pct_of_floor"] == pytest.approx(25.0)
+    machine = {C.floor_key(p): 5e-4, C.floor_key(p, in_place=True): 4e-4}
+    for variant, floor in (("out_of_place", 5e-4), ("in_place", 4e-4)):  # each column on its own placement's
+        row = ok_row("collectives", "torch", variant, 2e-3, 1e-5) | {"status": "ok"}
+        runner._add_floor(scn, p, machine, row)
+        assert row["floor_s"] == floor and row["pct_of_floor"] == pytest.approx(100 * floor / 2e-3)
     for machine, q in (({"hbm_Bps": 1e12}, p), ({C.floor_key(p): 5e-4}, point("all_reduce", MiB, 4)),
                        ({C.floor_key(p): 5e-4}, point("barrier", MiB, 2))):
-        bare = ok_row("collectives", "torch", "collective", 2e-3, 1e-5)
+        bare = ok_row("collectives", "torch", "out_of_place", 2e-3, 1e-5)
         runner._add_floor(scn, q, machine, bare)
         assert "floor_s" not in bare and "pct_of_floor" not in bare
 

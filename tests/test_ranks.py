@@ -58,14 +58,41 @@ def test_equivalence_at_world_size_2_is_exact(group, scenario):
     assert eq.status == "passed", eq.message
 
 
-def test_every_collective_at_a_fixed_size(group):
-    """Each operation at least once, whatever hypothesis drew."""
+def test_every_collective_at_a_fixed_size_out_of_place_and_in_place(group):
+    """Each operation at least once, whatever hypothesis drew, in both placements where the framework
+    has them: torch all but barrier and in-place all_to_all (NCCL has none), JAX all but barrier."""
     scn = get("collectives")
+    no_in_place = {"barrier"} | ({"all_to_all"} if group.fw == "torch" else set())
     for op in collectives.OPS:
         p = {"op": op, "bytes": 64, "dtype": "float32", "seed": 5, "world_size": 2}
-        got = group.request("equiv", "collectives", p, timeout=120)["collective"]["out"]
+        got = group.request("equiv", "collectives", p, timeout=120)
+        assert set(got) == {"out_of_place"} | (set() if op in no_in_place else {"in_place"}), op
         want = scn.reference(scn.make_inputs(p), p)["out"]
-        np.testing.assert_array_equal(got, want, err_msg=op)
+        for v, outs in got.items():
+            np.testing.assert_array_equal(outs["out"], want, err_msg=f"{op} {v}")
+
+
+def test_back_to_back_calls_stay_exact_and_rows_say_what_they_measure(group):
+    """A timed sample of 20 calls, in place too (each reduction on a buffer of its own), is checked
+    exact on its last call; barrier rows carry no bandwidth; JAX's broadcast and reduce say they move
+    an all-reduce's traffic, at the all-reduce's bus factor."""
+    for op in collectives.OPS:
+        p = {"op": op, "bytes": 4 * 64, "dtype": "float32", "seed": 6, "world_size": 2}
+        rows = {r["variant"]: r for r in group.request("time", "collectives", p, PRESETS["smoke"], timeout=120)["rows"]}
+        for v, r in rows.items():
+            if r["status"] == "skipped":
+                assert v == "in_place" and op in ("barrier", "all_to_all"), (op, r["reason"])
+                continue
+            assert r["status"] == "ok" and r["check"]["checked"] >= 4 and r["check"]["wrong"] == 0, (op, v, r["check"])
+            m, t = r["timing"]["metrics"], r["timing"]
+            assert t["rank_time"] == "mean" and t["slowest_rank"]["device_done"]["median"] >= t["device_done"]["median"]
+            if op == "barrier":
+                assert not {"bytes", "algbw_GBps", "busbw_GBps", "bus_factor"} & set(m), m
+                continue
+            moves_all_reduce = group.fw == "jax" and op in ("broadcast", "reduce")
+            assert m["all_reduce_traffic"] == float(moves_all_reduce), (op, m)
+            factor = collectives.bus_factor("all_reduce" if moves_all_reduce else op, 2)
+            assert m["bus_factor"] == factor and m["busbw_GBps"] == pytest.approx(m["algbw_GBps"] * factor)
 
 
 def test_ranks_share_no_state(group):
@@ -89,18 +116,36 @@ def test_timing_rows_take_the_slowest_rank_and_count_the_forgotten_sharding(grou
     assert bad["check"]["worst"].startswith("rank ")
 
 
-def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
-    def row(done, wrong):
-        t = {"first_call_s": 1.0, "metrics": {"bytes": 8e9, "bus_factor": 0.5}, "device_events": None,
-             "samples": {"host_return": done, "device_done": done}}
-        return {"variant": "collective", "status": "wrong" if wrong else "ok", "timing": t,
-                "check": {"checked": 2, "wrong": wrong, "worst": "bad" if wrong else ""}}
+def _rank_row(done, wrong):
+    t = {"first_call_s": 1.0, "metrics": {"bytes": 8e9, "bus_factor": 0.5}, "device_events": None,
+         "samples": {"host_return": done, "device_done": done}}
+    return {"variant": "out_of_place", "status": "wrong" if wrong else "ok", "timing": t,
+            "check": {"checked": 2, "wrong": wrong, "worst": "bad" if wrong else ""}}
 
-    m = merge_rows([row([1.0, 4.0, 2.0], 0), row([3.0, 1.0, 2.0], 1)], 2)
+
+def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
+    m = merge_rows([_rank_row([1.0, 4.0, 2.0], 0), _rank_row([3.0, 1.0, 2.0], 1)], 2)
     assert m["timing"]["samples"]["device_done"] == [3.0, 4.0, 2.0]
     assert m["timing"]["device_done"]["median"] == 3.0
     assert m["status"] == "wrong" and m["check"] == {"checked": 4, "wrong": 1, "worst": "rank 1: bad"}
-    assert m["timing"]["metrics"] == {"bytes": 8e9, "algbw_GBps": 8 / 3, "busbw_GBps": 4 / 3}
+    assert m["timing"]["metrics"] == {"bytes": 8e9, "bus_factor": 0.5, "algbw_GBps": 8 / 3, "busbw_GBps": 4 / 3}
+    assert "slowest_rank" not in m["timing"]  # the default: other rank scenarios' rows as they were
+
+
+def test_merge_by_the_mean_over_ranks_keeps_the_slowest_beside_and_pools_it():
+    from harness.rounds import pool_timing
+
+    m = merge_rows([_rank_row([1.0, 4.0, 2.0], 0), _rank_row([3.0, 2.0, 2.0], 0)], 2, "mean")
+    assert m["timing"]["samples"]["device_done"] == [2.0, 3.0, 2.0]
+    assert m["timing"]["device_done"]["median"] == 2.0 and m["timing"]["metrics"]["algbw_GBps"] == 4.0
+    assert m["timing"]["slowest_rank_samples"]["device_done"] == [3.0, 4.0, 2.0]
+    assert m["timing"]["slowest_rank"]["device_done"]["median"] == 3.0
+    other = merge_rows([_rank_row([5.0], 0), _rank_row([7.0], 0)], 2, "mean")["timing"]
+    for t in (m["timing"], other):
+        t |= {"checked_repeats": 1, "wrong_repeats": 0, "worst": "", "stopped": "noise", "noise": None}
+    pooled = pool_timing([m["timing"], other])
+    assert pooled["slowest_rank_samples"]["device_done"] == [3.0, 4.0, 2.0, 7.0]
+    assert pooled["slowest_rank"]["device_done"]["median"] == 3.5 and pooled["device_done"]["median"] == 2.5
 
 
 def test_bus_factors_are_nccl_tests():

@@ -24,7 +24,7 @@ from scenarios import collectives, point_to_point
 n = len(jax.devices())
 assert n == 4, jax.devices()
 mesh = Mesh(np.array(jax.devices()), ("r",))
-for op in collectives.OPS:
+for op in OPS:  # the data-moving operations (barrier has no body)
     p = {"op": op, "bytes": 4 * 24, "dtype": "float32", "seed": 9, "world_size": n}
     xs = collectives.make_inputs(p)["x"]  # every rank's block, stacked: the global view
     glob = jax.device_put(xs, NamedSharding(mesh, P("r")))

@@ -1,5 +1,6 @@
 """Raw CUDA timing through CuPy: the median of a few event-timed repeats on one stream. The machine
-ceilings (CupyBackend.ceilings) and the collectives' raw NCCL floor (nccl_floor.py) both time this way."""
+ceilings (CupyBackend.ceilings) time this way; the collectives' raw NCCL floor times on the rows' own
+clock instead (nccl_floor.py: host wall time to a full sync over back-to-back calls)."""
 from __future__ import annotations
 
 from typing import Any, Callable

@@ -1,8 +1,12 @@
-"""collectives in JAX: one process per device (jax.distributed), each collective a jitted shard_map
-over the global mesh, axis "r" = the rank. Functional: every call writes a fresh output.
+"""collectives in JAX: one process per device (jax.distributed), each call one jitted shard_map over
+the global mesh, axis "r" = the rank, on a 1-D global array whose block r is rank r's buffer.
 
-prepare assembles the global array from each process's block (make_array_from_process_local_data),
-untimed; a call dispatches asynchronously and each process reads back its own shard.
+Functional: out of place, every call writes a fresh output. In place is donation (jit's
+donate_argnums): XLA may then write the output into the input's buffer, which it does where the two
+have one shape; JAX's closest idiom, not a promise. prepare builds the global arrays from each
+process's block (make_array_from_process_local_data), untimed; a call dispatches asynchronously and
+returns this process's shard as it is (addressable_data: no program). A donated buffer is gone after
+its call: poison makes the sample's in-place buffers afresh with a jitted copy, untimed.
 """
 from __future__ import annotations
 
@@ -15,16 +19,32 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from harness.metrics import emit
-from scenarios.collectives import bus_factor, nbytes
+from scenarios import collectives as C
+
+LACKS: dict[str, str] = {}  # XLA's all_to_all may write into its donated input (it buffers what it must)
+
+
+def cannot_run_at(variant, params):
+    return C.in_place_why(variant, params, LACKS)
 
 
 def prepare(inputs, params, device):
+    op, n, r = params["op"], jax.process_count(), jax.process_index()
     mesh = Mesh(np.array(jax.devices()), ("r",))  # one device per process, in process order
-    x = jax.device_put(inputs["x"][None], device)
-    glob = jax.make_array_from_process_local_data(NamedSharding(mesh, P("r")), x)
-    fn = jax.jit(jax.shard_map(OPS[params["op"]], mesh=mesh, in_specs=P("r"), out_specs=P("r")))
-    return {"x": x, "global": glob, "fn": fn, "op": params["op"],
-            "bytes": nbytes(params), "factor": bus_factor(params["op"], jax.process_count())}
+    blocks = NamedSharding(mesh, P("r"))
+    size, take, _ = C.in_place(op, inputs["x"].size, n, r)
+    fill = np.zeros(size, inputs["x"].dtype)
+    fill[take] = inputs["x"]  # nccl-tests' layout; the rest zeros, which no output element equals
+    spmd = lambda f: jax.shard_map(f, mesh=mesh, in_specs=P("r"), out_specs=P("r"))  # noqa: E731
+    x = jax.make_array_from_process_local_data(blocks, inputs["x"])
+    return {"x": x, "x_local": x.addressable_data(0), "op": op, "bytes": C.nbytes(params),
+            "factor": C.bus_factor(TRAFFIC.get(op, op), n), "all_reduce_traffic": float(op in TRAFFIC),
+            "fn": jax.jit(spmd(OPS[op])) if op in OPS else None,
+            "fn_in_place": jax.jit(spmd(IN_PLACE.get(op, OPS.get(op))), donate_argnums=0) if op in OPS else None,
+            "one": jax.make_array_from_process_local_data(blocks, np.ones(1, inputs["x"].dtype)),
+            "arrive": jax.jit(spmd(_arrive)), "fill": jax.make_array_from_process_local_data(blocks, fill),
+            "copy": jax.jit(jnp.copy), "slots": C.slots(params), "ring": [], "i": 0, "rank": r,
+            "zeros": jax.device_put(np.zeros(C.out_count(op, inputs["x"].size, n), inputs["x"].dtype), device)}
 
 
 def barrier(state):
@@ -32,6 +52,8 @@ def barrier(state):
 
 
 def poison(state):
+    state["ring"] = [state["copy"](state["fill"]) for _ in range(state["slots"])]  # the donated ones are gone
+    state["i"] = 0
     barrier(state)  # untimed, before every repeat: the ranks start together
 
 
@@ -40,8 +62,8 @@ def _broadcast(a):
 
 
 def _reduce(a):
-    total = lax.psum(a, "r")
-    return jnp.where(lax.axis_index("r") == 0, total, jnp.zeros_like(total))  # non-roots: zeros
+    total = lax.psum(a, "r")  # no reduce primitive: a psum that the other ranks do not keep
+    return jnp.where(lax.axis_index("r") == 0, total, jnp.zeros_like(total))
 
 
 def _all_reduce(a):
@@ -49,29 +71,63 @@ def _all_reduce(a):
 
 
 def _all_gather(a):
-    return lax.all_gather(a[0], "r", tiled=True)[None]
+    return lax.all_gather(a, "r", axis=a.ndim - 1, tiled=True)
+
+
+def _all_gather_in_place(b):
+    c = b.shape[-1] // lax.axis_size("r")  # this rank's input is its chunk of the output buffer
+    return _all_gather(lax.dynamic_slice_in_dim(b, lax.axis_index("r") * c, c, axis=b.ndim - 1))
 
 
 def _reduce_scatter(a):
-    return lax.psum_scatter(a[0], "r", tiled=True)[None]
+    return lax.psum_scatter(a, "r", scatter_dimension=a.ndim - 1, tiled=True)
+
+
+def _reduce_scatter_in_place(b):
+    part = _reduce_scatter(b)  # then written into this rank's chunk of the donated buffer, as NCCL's lands
+    at = lax.axis_index("r") * part.shape[-1]
+    return lax.dynamic_update_slice_in_dim(b, part, at, axis=b.ndim - 1), part
 
 
 def _all_to_all(a):
     n = lax.axis_size("r")  # block j of this rank goes to rank j; block j received came from rank j
-    return lax.all_to_all(a.reshape(n, -1), "r", 0, 0, tiled=True).reshape(1, -1)
+    return lax.all_to_all(a.reshape(n, -1), "r", 0, 0, tiled=True).reshape(a.shape)
 
 
-def _barrier(a):
-    return a  # no device-side barrier: run_collective meets the other processes on the host
+def _arrive(one):
+    return lax.psum(one, "r")  # a barrier on the device: an all-reduce of one element, as torch's on NCCL
 
 
 OPS = {"broadcast": _broadcast, "reduce": _reduce, "all_reduce": _all_reduce, "all_gather": _all_gather,
-       "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all, "barrier": _barrier}
+       "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all}
+IN_PLACE = {"all_gather": _all_gather_in_place, "reduce_scatter": _reduce_scatter_in_place}
+TRAFFIC = {"broadcast": "all_reduce", "reduce": "all_reduce"}  # a psum moves an all-reduce's data
 
 
-def run_collective(state):
-    emit("bytes", state["bytes"])
-    emit("bus_factor", state["factor"])
+def _emit(state):
+    if state["op"] != "barrier":  # no bytes, no bandwidth
+        emit("bytes", state["bytes"])
+        emit("bus_factor", state["factor"])
+        emit("all_reduce_traffic", state["all_reduce_traffic"])
+
+
+def _reported(state, out):
+    if state["op"] == "reduce" and state["rank"] != 0:  # unspecified there: zeros made in prepare, and the result
+        return {"out": state["zeros"], "result": out}
+    return {"out": out}
+
+
+def run_out_of_place(state):
+    _emit(state)
     if state["op"] == "barrier":
-        barrier(state)  # host-side, through the coordinator
-    return {"out": state["fn"](state["global"]).addressable_data(0)[0]}  # this process's shard
+        return {"out": state["x_local"], "arrived": state["arrive"](state["one"]).addressable_data(0)}
+    return _reported(state, state["fn"](state["x"]).addressable_data(0))  # this process's shard
+
+
+def run_in_place(state):
+    _emit(state)
+    i = state["i"] % len(state["ring"])
+    state["i"] += 1
+    got = state["fn_in_place"](state["ring"][i])  # donated: the output may take its buffer
+    state["ring"][i], out = got if isinstance(got, tuple) else (got, got)  # reduce_scatter: (buffer, its chunk)
+    return _reported(state, out.addressable_data(0))

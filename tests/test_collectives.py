@@ -1,0 +1,82 @@
+"""The collectives' timing method (nccl-tests'): a sample of back-to-back calls timed as one and divided
+by their count, the last call's outputs checked; the in-place layout and its buffers; the rows' floor
+per placement. The rank groups themselves run in tests/test_ranks.py."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import timing
+from harness.timing import TimingConfig, measure
+from scenarios import collectives as C
+from scenarios import get
+
+CFG = TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)
+
+
+def _clocked(monkeypatch, cost: float = 1.0):
+    """A fake clock that moves `cost` seconds per call, and a backend that only synchronizes."""
+    clock = [0.0]
+    monkeypatch.setattr(timing, "wall", lambda: clock[0])
+    backend = SimpleNamespace(synchronize=lambda out=None: None, event_timer=lambda: None)
+    made: list[int] = []
+
+    def call():
+        clock[0] += cost
+        made.append(len(made))
+        return {"out": np.array([made[-1]])}
+
+    return backend, call, made
+
+
+def test_a_sample_of_k_calls_is_timed_per_call(monkeypatch):
+    backend, call, made = _clocked(monkeypatch)
+    m = measure(call, backend, CFG, calls=20)
+    assert m.samples["device_done"] == [1.0, 1.0, 1.0] and m.samples["host_return"] == [1.0] * 3
+    assert m.first_call_s == 1.0  # the first call is one call, timed apart
+    assert len(made) == 1 + 20 * (1 + 3)  # first, one warm-up sample, three timed samples
+
+
+def test_one_call_a_sample_is_the_default(monkeypatch):
+    backend, call, made = _clocked(monkeypatch, cost=2.0)
+    m = measure(call, backend, CFG)
+    assert m.samples["device_done"] == [2.0] * 3 and len(made) == 1 + 1 + 3
+
+
+def test_the_checked_output_is_the_samples_last_call(monkeypatch):
+    backend, call, made = _clocked(monkeypatch)
+    seen: list[int] = []
+    measure(call, backend, CFG, calls=5, check=lambda out: seen.append(int(out["out"][0])))
+    assert seen == [1 + 5 + 4, 1 + 5 + 14]  # the last call of the first and of the last timed sample
+
+
+def test_the_collectives_scenario_asks_for_nccl_tests_calls_and_the_mean_over_ranks():
+    scn = get("collectives")
+    assert scn.calls({"op": "all_reduce"}) == C.CALLS == 20 and scn.rank_time == "mean"
+    assert [v.name for v in scn.variants] == ["out_of_place", "in_place"]
+    assert get("ranks").calls({}) == 1 and get("ranks").rank_time == "slowest"  # other scenarios as they were
+
+
+@pytest.mark.parametrize("op", C.OPS)
+def test_in_place_layout_is_nccl_tests(op):
+    n, c, r = 4, 16, 2
+    size, take, give = C.in_place(op, c, n, r)
+    buf = np.arange(size)
+    if op == "all_gather":
+        assert size == n * c and list(buf[take]) == list(range(r * c, (r + 1) * c)) and buf[give].size == n * c
+    elif op == "reduce_scatter":
+        assert size == c and buf[take].size == c and list(buf[give]) == list(range(r * c // n, (r + 1) * c // n))
+    else:
+        assert size == c and buf[take].size == buf[give].size == c
+    assert C.slots({"op": op}) == (20 if op in C.GROWS else 1)
+
+
+def test_each_placement_has_its_own_floor_and_barrier_none():
+    p = {"op": "all_reduce", "bytes": 4096, "dtype": "float32", "world_size": 2}
+    machine = {C.floor_key(p): 1.0, C.floor_key(p, in_place=True): 2.0}
+    assert C.floor(p, machine, "out_of_place") == 1.0 and C.floor(p, machine, "in_place") == 2.0
+    assert C.in_place_why("in_place", {"op": "barrier"}) and C.in_place_why("out_of_place", {"op": "barrier"}) is None
+    assert C.in_place_why("in_place", {"op": "all_to_all"}, C.NCCL_NO_IN_PLACE)
+    assert C.in_place_why("in_place", {"op": "all_to_all"}) is None  # JAX: donation, XLA buffers what it must
