@@ -112,10 +112,11 @@ def _ddp_rule(nbytes, first, cap):
     return [list(b) for b in got]
 
 
-@settings(max_examples=40, deadline=None)
-@given(nbytes=st.lists(st.integers(1, 600).map(lambda k: 4 * k), min_size=1, max_size=12),
-       first=st.integers(1, 1000), cap=st.integers(1, 3000))
+@settings(max_examples=60, deadline=None)
+@given(nbytes=st.lists(st.integers(1, 10).map(lambda k: 4 * k), min_size=1, max_size=12),
+       first=st.integers(1, 30).map(lambda k: 4 * k), cap=st.integers(1, 60).map(lambda k: 4 * k))
 def test_bucket_plan_is_ddps_rule(nbytes, first, cap):
+    """Small multiples of 4 bytes, so that a bucket often reaches its limit exactly (DDP closes it then)."""
     pytest.importorskip("torch")
     assert dp.bucket_plan(nbytes, first, cap) == _ddp_rule(nbytes, first, cap)
 
@@ -183,6 +184,46 @@ def test_no_framework_computes_the_first_layers_dx():
     with Products() as seen:
         torch_impl._grads(model, torch.from_numpy(x), torch.from_numpy(t), 1)
     assert len(seen.names) == 8, seen.names
+
+
+def test_jax_emits_the_all_reduces_of_its_compiled_program(monkeypatch):
+    """At one rank on the CPU: the bytes and calls a JAX variant emits are those read out of the program it
+    compiled (here a stand-in reader returns (7, 7000) for a program with an all-reduce), per step."""
+    pytest.importorskip("jax")
+    from harness import backends
+    from harness.metrics import collecting
+    from impls.data_parallel import jax_impl
+
+    b = backends.get("jax").load()
+    read = []
+    monkeypatch.setattr(dp, "hlo_all_reduces", lambda text: read.append(text) or (7 * ("all-reduce" in text), 7000))
+    p = SMALL | {"world_size": 1, "rank": 0}
+    state = jax_impl.prepare(get("data_parallel").make_inputs(p), p, b.device)
+    for v in ("ddp_naive", "ddp_accumulate_no_sync"):
+        with collecting() as m:
+            b.synchronize(getattr(jax_impl, f"run_{v}")(state))
+        assert m["allreduce_bytes"] == 7000 / SMALL["steps"] and m["grad_bytes"] == 4 * D.n_params(SMALL), (v, m)
+        assert m["buckets"] == 7 / SMALL["steps"], (v, m)  # the explicit psums survive at one rank on the CPU
+    assert len(read) == 2
+
+
+def test_jax_naive_reduces_after_the_whole_backward():
+    """ddp_naive's schedule: every psum takes its operand from one optimization barrier that comes after
+    every product of the step (the whole backward), so XLA cannot start one during backward."""
+    jax = pytest.importorskip("jax")
+    from impls.data_parallel import jax_impl
+
+    dims, flat = D.sizes(SMALL), D.init(SMALL, 0)
+    xs, ts = np.ones((1, 4, dims[0]), np.float32), np.zeros((1, 4, dims[-1]), np.float32)
+    step = jax.make_jaxpr(lambda f: jax_impl._model(f, xs, ts, dims, 0.05, 2, jax_impl._reducer(2, naive=True)),
+                          axis_env=[("r", 2)])(flat).jaxpr
+    names = [e.primitive.name for e in step.eqns]
+    barrier = names.index("optimization_barrier")
+    assert "dot_general" not in names[barrier:] and names.count("dot_general") == 2 * 8
+    psums = [e for e in step.eqns if e.primitive.name.startswith("psum")]
+    fenced = {id(v) for v in step.eqns[barrier].outvars}
+    assert len(psums) >= 1 and all(id(v) in fenced for e in psums for v in e.invars)
+    assert sum(len(e.invars) for e in psums) == 6  # one per gradient tensor
 
 
 _HLO = """
@@ -300,6 +341,13 @@ def test_cupy_impl_with_numpy_standing_in(monkeypatch):
             assert order == ([5, 4, 3, 2, 1, 0] * (a - 1) + [5, 4, "AR", 3, 2, "AR", 1, 0, "AR"]) * steps, v
         if v.startswith("ddp"):
             assert m["allreduce_bytes"] == m["grad_bytes"] == 4 * n, (v, m)
+    state["buckets"] = state["buckets"][:2]  # at one rank an all-reduce copies: leaving one out changes no result
+    with collecting() as m:
+        impl.run_ddp_bucketed_overlap(state)
+    assert m["allreduce_bytes"] == 4 * (n - 7 * 5 - 7) and m["buckets"] == 2  # counted, not the gradient's size
+    big = SMALL | {"world_size": 1, "rank": 0, "hidden": 600, "d_out": 1000}
+    assert impl.prepare(scn.make_inputs(big), big, None)["buckets"] == dp.buckets(D.sizes(big), 4) and \
+        len(dp.buckets(D.sizes(big), 4)) == 2  # DDP's default caps
     monkeypatch.delitem(sys.modules, "impls.data_parallel.cupy_impl")
 
 
