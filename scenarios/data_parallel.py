@@ -35,7 +35,6 @@ from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, ratio_verdict
 
 
-
 def sizes(p: Params) -> list[int]:
     return [int(p["d_in"]), int(p["hidden"]), int(p["hidden"]), int(p["d_out"])]
 
@@ -214,7 +213,8 @@ SCENARIO = Scenario(
         "cupy": ("impls/_shared/mlp.py (backward by hand)", "NCCLBackend.all_reduce(stream=)", "cupy.cuda.Event",
                  "Stream.wait_event", "NCCLBackend.broadcast"),
         "jax": ("jax.grad", "jax.shard_map + lax.psum", "jit over a NamedSharding(mesh, P(None, 'r')) batch",
-                "lax.optimization_barrier", "Compiled.as_text (the all-reduces counted)"),
+                "lax.optimization_barrier", "Compiled.as_text (the all-reduces counted)",
+                "multihost_utils.broadcast_one_to_all"),
     },
     framework_notes={
         "torch": "autograd; DDP broadcasts rank 0's weights when it wraps the model, and its reducer all-reduces "
