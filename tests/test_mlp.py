@@ -64,3 +64,47 @@ def test_adam_matches_torch_optim_adam(n, steps, seed):
     for k in range(steps):
         mlp.adam(np, half[: n // 2], grads[k][: n // 2], mh[: n // 2], vh[: n // 2], k + 1, 0.01)
     np.testing.assert_array_equal(half[: n // 2], p[: n // 2])
+
+
+class _Counting(np.ndarray):
+    """numpy arrays that count the matrix products they take part in (the @ operator is np.matmul)."""
+
+    products = 0
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if ufunc is np.matmul:
+            _Counting.products += 1
+        out = getattr(ufunc, method)(*(np.asarray(a) for a in inputs), **kwargs)
+        return out.view(_Counting) if isinstance(out, np.ndarray) else out
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_backward_skips_the_first_layers_dx(depth):
+    """L layers: L products forward, 2L - 1 backward (every dW, every dx but the first layer's, which nothing
+    reads; torch's autograd skips it too), in both backward generators."""
+    sizes = [6] + [5] * (depth - 1) + [3]
+    params = [(w.view(_Counting), b.view(_Counting)) for w, b in mlp.init_params(sizes, 0)]
+    x = np.ones((4, sizes[0]), np.float32).view(_Counting)
+    for backward in (mlp.backward_layers, mlp.backward_tensors):
+        _Counting.products = 0
+        y, cache = mlp.forward(np, params, x)
+        assert _Counting.products == depth
+        _, dy = mlp.mse(np, y, np.zeros_like(y))
+        list(backward(np, params, cache, dy))
+        assert _Counting.products == depth + 2 * depth - 1, backward.__name__
+
+
+@settings(max_examples=10, deadline=None)
+@given(depth=st.integers(1, 4), width=st.integers(1, 9), seed=st.integers(0, 2**31 - 1))
+def test_backward_tensors_are_the_gradients_in_ready_order(depth, width, seed):
+    """Bias before weight, last layer first (torch's AccumulateGrad order), j the flat index (W0, b0, W1, ...)."""
+    sizes = [width + 1] + [width] * (depth - 1) + [2]
+    params = mlp.init_params(sizes, seed, np.float64)
+    x = np.random.default_rng(seed).standard_normal((5, sizes[0]))
+    y, cache = mlp.forward(np, params, x)
+    _, dy = mlp.mse(np, y, np.zeros_like(y))
+    want = [g for layer in mlp.backward(np, params, cache, dy) for g in layer]
+    got = list(mlp.backward_tensors(np, params, cache, dy))
+    assert [j for j, _ in got] == list(reversed(range(2 * depth)))
+    for j, g in got:
+        np.testing.assert_array_equal(g, want[j])

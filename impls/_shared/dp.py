@@ -4,8 +4,13 @@ runs, and what the tests run with numpy and a simulated all-reduce.
 Parameters and gradients live in one flat vector, layer by layer ([W0.ravel(), b0, W1.ravel(), b1,
 ...], the scenario's output layout); a layer's (W, b) are views into it. Collectives are callbacks,
 so the code names *when* a buffer may be reduced and leaves *how* (NCCL on a stream) to the impl.
+Also here, framework-free: torch DDP's bucket rule, a counting wrapper for a communicator, and the
+all-reduces read out of a compiled XLA program, so that every framework's bytes are counted.
 """
 from __future__ import annotations
+
+import math
+import re
 
 import numpy as np
 
@@ -36,40 +41,94 @@ def layer_ranges(sizes):
     return [(starts[2 * i], starts[2 * i + 2] if 2 * i + 2 < len(starts) else total) for i in range(len(sizes) - 1)]
 
 
-def buckets(sizes, cap_elems):
-    """Layers grouped from the last (backward produces it first) into contiguous flat ranges of about
-    cap_elems each, as torch's DDP fills its buckets: [(start, end, first_layer), ...] in reduce order."""
-    out, end, count = [], None, 0
-    for i, (a, b) in reversed(list(enumerate(layer_ranges(sizes)))):
-        end = b if end is None else end
-        count += b - a
-        if count >= cap_elems or i == 0:
-            out.append((a, end, i))
-            end, count = None, 0
-    return out
+FIRST_BUCKET_BYTES = 1 << 20  # torch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
+BUCKET_BYTES = 25 << 20  # torch DDP's bucket_cap_mb=25 default, in bytes (MiB)
 
 
-def local_grad(xp, flat, sizes, x, t, grad, accum=1, on_layer=None):
+def bucket_plan(nbytes, first=FIRST_BUCKET_BYTES, cap=BUCKET_BYTES):
+    """DDP's rule (compute_bucket_assignment_by_size, as its reducer rebuilds the buckets after the first
+    step): tensors of nbytes[k] bytes, in the order backward makes them ready, fill a bucket until it holds
+    at least its limit (first, then cap); the rest make the last bucket. [[k, ...], ...] in reduce order."""
+    out, cur, size, limit = [], [], 0, first
+    for k, n in enumerate(nbytes):
+        cur.append(k)
+        size += n
+        if size >= limit:
+            out.append(cur)
+            cur, size, limit = [], 0, cap
+    return out + [cur] if cur else out
+
+
+def buckets(sizes, itemsize, first=FIRST_BUCKET_BYTES, cap=BUCKET_BYTES):
+    """DDP's buckets over the flat gradient vector: [(start, end, j), ...] in reduce order, each a contiguous
+    flat range (ready order is the flat order reversed: b_last, W_last, ..., b0, W0); j is the flat index of
+    the bucket's last-ready tensor, after which it may be reduced."""
+    starts, total = offsets(sizes)
+    ends = [*starts[1:], total]
+    ready = list(reversed(range(len(starts))))
+    plan = bucket_plan([(ends[j] - starts[j]) * itemsize for j in ready], first, cap)
+    return [(starts[ready[g[-1]]], ends[ready[g[0]]], ready[g[-1]]) for g in plan]
+
+
+class Counted:
+    """A communicator whose every all_reduce call is counted (the bytes handed to it, the calls) and passed
+    on; everything else goes straight to the communicator."""
+
+    def __init__(self, comm):
+        self.comm, self.bytes, self.calls = comm, 0, 0
+
+    def all_reduce(self, src, dst, op="sum", stream=None):
+        self.bytes += src.nbytes
+        self.calls += 1
+        return self.comm.all_reduce(src, dst, op=op, stream=stream)
+
+    def take(self):
+        """(bytes, calls) counted since the last take."""
+        out = (self.bytes, self.calls)
+        self.bytes = self.calls = 0
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+
+_HLO_ALL_REDUCE = re.compile(r"=\s*(.*?)\s(all-reduce)(-start)?\(")
+_HLO_ARRAY = re.compile(r"\b(f64|f32|bf16|f16)\[([\d,]*)\]")
+_HLO_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
+
+
+def hlo_all_reduces(text):
+    """(calls, bytes) of the all-reduces in a compiled XLA program's text (JAX: .lower(...).compile()
+    .as_text()): the bytes each all-reduce's result holds, i.e. what it was handed. An async
+    all-reduce-start counts once (its -done does not); a combined all-reduce of a tuple counts its every
+    element, once."""
+    calls, nbytes = 0, 0
+    for result, _, _ in _HLO_ALL_REDUCE.findall(text):
+        calls += 1
+        nbytes += sum(_HLO_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d)
+                      for t, dims in _HLO_ARRAY.findall(result))
+    return calls, nbytes
+
+
+def local_grad(xp, flat, sizes, x, t, grad, accum=1, on_ready=None):
     """grad[:] = the mean-squared-error gradient over the rows of x, in `accum` equal micro-batches,
-    summed and scaled by 1/accum. on_layer(i) is called once layer i's gradient of the last
-    micro-batch is written (backward runs from the last layer to the first)."""
-    params, grads = unflatten(flat, sizes), unflatten(grad, sizes)
+    summed and scaled by 1/accum. on_ready(j) is called once the flat order's tensor j (W0, b0, W1, ...)
+    holds its gradient of the last micro-batch, in the order backward makes them ready."""
+    params, grads = unflatten(flat, sizes), [g for layer in unflatten(grad, sizes) for g in layer]
     m = x.shape[0] // accum
     for a in range(accum):
         y, cache = mlp.forward(xp, params, x[a * m:(a + 1) * m])
         _, dy = mlp.mse(xp, y, t[a * m:(a + 1) * m])
-        for i, (dw, db) in mlp.backward_layers(xp, params, cache, dy):
+        for j, g in mlp.backward_tensors(xp, params, cache, dy):
             if a == 0:
-                grads[i][0][...], grads[i][1][...] = dw, db
+                grads[j][...] = g
             else:
-                grads[i][0][...] += dw
-                grads[i][1][...] += db
+                grads[j][...] += g
             if a == accum - 1:
                 if accum > 1:
-                    grads[i][0][...] /= accum
-                    grads[i][1][...] /= accum
-                if on_layer is not None:
-                    on_layer(i)
+                    grads[j][...] /= accum
+                if on_ready is not None:
+                    on_ready(j)
     return grad
 
 

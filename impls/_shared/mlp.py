@@ -54,12 +54,27 @@ def mse(xp, y, target):
 
 def backward_layers(xp, params, cache, dy):
     """Yield (i, (dW, db)) from the last layer to the first, as backward produces them (what data
-    parallelism overlaps its all-reduces with)."""
+    parallelism overlaps its all-reduces with). The first layer's dx is not computed: nothing reads it
+    (torch's autograd skips it too when the input does not require grad)."""
     for i in reversed(range(len(params))):
         h, z = cache[i]
         dz = relu_backward(xp, z, dy) if i < len(params) - 1 else dy
-        dy, dw, db = linear_backward(xp, h, params[i][0], dz)
-        yield i, (dw, db)
+        w = params[i][0]  # fetched for every layer (ZeRO-3 gathers it here, as FSDP does before a backward)
+        dy = dz @ w.T if i > 0 else None
+        yield i, (h.T @ dz, dz.sum(axis=0))
+
+
+def backward_tensors(xp, params, cache, dy):
+    """Yield (j, gradient) for each parameter in the order torch's autograd makes them ready: from the
+    last layer to the first, a layer's bias (j = 2i + 1) before its weight (j = 2i); j is the
+    parameter's place in the flat order (W0, b0, W1, b1, ...). The first layer's dx is not computed."""
+    for i in reversed(range(len(params))):
+        h, z = cache[i]
+        dz = relu_backward(xp, z, dy) if i < len(params) - 1 else dy
+        yield 2 * i + 1, dz.sum(axis=0)
+        yield 2 * i, h.T @ dz
+        if i > 0:
+            dy = dz @ params[i][0].T
 
 
 def backward(xp, params, cache, dy):

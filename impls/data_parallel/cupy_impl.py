@@ -2,20 +2,22 @@
 impls/_shared/dp.py), and DDP is written out: cupyx.distributed's NCCL communicator, one process per GPU (no CPU path).
 
 Parameters and gradients are flat device vectors; a layer's (W, b) are views. Compute runs on the current stream.
-The bucketed variant all-reduces each bucket (a contiguous slice of the gradient vector) on its own communication
-stream, after an event recorded once backward wrote the bucket's last layer; the compute stream waits for the
-communication stream's last event before the SGD step reads the gradients, and the next step's backward is
-enqueued behind it, so no bucket is overwritten while NCCL still reads it."""
+The bucketed variants all-reduce each of DDP's buckets (impls/_shared/dp.py: a contiguous slice of the gradient
+vector) on a communication stream, after an event recorded once backward wrote the bucket's last tensor; the
+compute stream waits for the communication stream's last event before the SGD step reads the gradients, and the
+next step's backward is enqueued behind it, so no bucket is overwritten while NCCL still reads it. Every
+all-reduce goes through dp.Counted, which counts the bytes and calls."""
 from __future__ import annotations
 
 import time
 
 import cupy as cp
+import numpy as np
 
 from harness.metrics import emit
 from impls._shared import dp
 from impls._shared.nccl import cupy_comm
-from scenarios.data_parallel import BUCKETS, sizes
+from scenarios.data_parallel import sizes
 
 
 def _model(flat, comm=None):
@@ -26,26 +28,26 @@ def _model(flat, comm=None):
     return out
 
 
-def _grads(state, flat, x, t, accum=1, on_layer=None):
+def _grads(state, flat, x, t, accum=1, on_ready=None):
     """The hand-written forward and backward into state["grad"] (accum micro-batches, / accum)."""
-    return dp.local_grad(cp, flat, state["dims"], x, t, state["grad"], accum, on_layer)
+    return dp.local_grad(cp, flat, state["dims"], x, t, state["grad"], accum, on_ready)
 
 
 def _reducer(state):
-    """on_layer for backward: once a bucket's last-written layer is enqueued, the communication stream
+    """on_ready for backward: once a bucket's last-ready tensor is enqueued, the communication stream
     waits for it and all-reduces the bucket in place; then wait() orders the compute stream after it."""
     comm, side, g = state["comm"], state["comm_stream"], state["grad"]
-    first = {layer: g[a:b] for a, b, layer in state["buckets"]}  # views of the gradient vector
+    last = {j: g[a:b] for a, b, j in state["buckets"]}  # views of the gradient vector
 
-    def ready(layer):
-        if layer in first:
-            written = cp.cuda.Event()
+    def ready(j):
+        if j in last:
+            written = cp.cuda.Event(disable_timing=True)
             written.record(cp.cuda.get_current_stream())
             side.wait_event(written)  # NCCL reads the bucket only after backward wrote it
-            comm.all_reduce(first[layer], first[layer], op="sum", stream=side)
+            comm.all_reduce(last[j], last[j], op="sum", stream=side)
 
     def wait():
-        reduced = cp.cuda.Event()
+        reduced = cp.cuda.Event(disable_timing=True)
         reduced.record(side)
         cp.cuda.get_current_stream().wait_event(reduced)  # the step reads the gradients after every bucket
 
@@ -58,8 +60,8 @@ def prepare(inputs, params, device):
     return {"x": cp.asarray(inputs["x"]), "t": cp.asarray(inputs["t"]), "plain": _model(inputs["init"]),
             "synced": _model(inputs["init_own"], comm), "own": _model(inputs["init_own"]),
             "grad": cp.empty(n, dtype=cp.float32), "dims": dims, "lr": float(params["lr"]),
-            "accum": int(params["accum"]), "comm": comm, "rank": int(params["rank"]),
-            "world": int(params["world_size"]), "buckets": dp.buckets(dims, n // BUCKETS),
+            "accum": int(params["accum"]), "comm": dp.Counted(comm), "rank": int(params["rank"]),
+            "world": int(params["world_size"]), "buckets": dp.buckets(dims, 4),
             "comm_stream": cp.cuda.Stream(non_blocking=True)}
 
 
@@ -82,10 +84,30 @@ def _train(state, start, accum, mine, reduce=None):
     return {"params": flat}
 
 
-def _emit(state, calls):
-    emit("allreduce_bytes", state["grad"].nbytes)
-    emit("buckets", calls)
+def _emit(state):
+    """Per step: the bytes and all-reduce calls dp.Counted saw over the call (then reset)."""
+    nbytes, calls = state["comm"].take()
+    emit("allreduce_bytes", nbytes / state["x"].shape[0])
+    emit("buckets", calls / state["x"].shape[0])
     emit("grad_bytes", state["grad"].nbytes)
+
+
+def _comm_seconds(state):
+    """The naive step's all-reduces alone (one per gradient tensor, on the current stream), synchronized
+    before and after: the median of 5 after one warm-up, measured once, in the variant's first (untimed) call."""
+    if "comm_s" not in state:
+        bufs = [a for layer in dp.unflatten(cp.zeros_like(state["grad"]), state["dims"]) for a in layer]
+        s, spent = cp.cuda.get_current_stream(), []
+        for _ in range(6):
+            s.synchronize()
+            t0 = time.perf_counter()
+            for a in bufs:
+                state["comm"].all_reduce(a, a, op="sum")
+            s.synchronize()
+            spent.append(time.perf_counter() - t0)
+        state["comm"].take()  # not the step's traffic
+        state["comm_s"] = float(np.median(spent[1:]))
+    return state["comm_s"]
 
 
 def run_single_process(state):
@@ -97,51 +119,41 @@ def run_grad_accumulation(state):
 
 
 def _naive(state, start):
-    comm, spent = state["comm"], [0.0]
-
     def reduce(flat, x, t):
         g = _grads(state, flat, x, t)
-        cp.cuda.get_current_stream().synchronize()  # backward done: what follows is the all-reduces alone
-        t0 = time.perf_counter()
-        for w, b in dp.unflatten(g, state["dims"]):  # one tensor at a time, after backward
-            comm.all_reduce(w, w, op="sum")
-            comm.all_reduce(b, b, op="sum")
-        cp.cuda.get_current_stream().synchronize()
-        spent[0] += time.perf_counter() - t0
+        for a in (a for layer in dp.unflatten(g, state["dims"]) for a in layer):  # one tensor at a time, after
+            state["comm"].all_reduce(a, a, op="sum")  # backward, on the current stream: no overlap
         g /= state["world"]
 
     out = _train(state, start, 1, mine=True, reduce=reduce)
-    emit("comm_s", spent[0] / state["x"].shape[0])
-    _emit(state, 2 * (len(state["dims"]) - 1))
+    _emit(state)
     return out
 
 
 def run_ddp_naive(state):
+    emit("comm_s", _comm_seconds(state))
     return _naive(state, state["synced"])
 
 
-def run_ddp_bucketed_overlap(state):
+def _bucketed(state, accum):
     ready, wait = _reducer(state)
 
     def reduce(flat, x, t):
-        _grads(state, flat, x, t, on_layer=ready)  # buckets leave as backward finishes them
+        _grads(state, flat, x, t, accum, on_ready=ready)  # the last micro-batch's buckets leave as backward ends each
         wait()
         state["grad"] /= state["world"]
 
     out = _train(state, state["synced"], 1, mine=True, reduce=reduce)
-    _emit(state, len(state["buckets"]))
+    _emit(state)
     return out
+
+
+def run_ddp_bucketed_overlap(state):
+    return _bucketed(state, 1)
 
 
 def run_ddp_accumulate_no_sync(state):
-    def reduce(flat, x, t):
-        g = _grads(state, flat, x, t, state["accum"])  # accum micro-batches, no collective
-        state["comm"].all_reduce(g, g, op="sum")  # one per step, on the current stream
-        g /= state["world"]
-
-    out = _train(state, state["synced"], 1, mine=True, reduce=reduce)
-    _emit(state, 1)
-    return out
+    return _bucketed(state, state["accum"])  # accum micro-batches, only the last one's buckets all-reduced
 
 
 def run_unsynced_init(state):

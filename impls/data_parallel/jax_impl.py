@@ -1,7 +1,9 @@
 """data_parallel in JAX: jax.grad, one process per device, like torch (jax.distributed joined before prepare).
-Two idioms: explicit (a jitted shard_map over the processes' mesh, lax.psum / lax.pmean inside) and automatic
-(the step jitted over a batch sharded across the mesh with the parameters replicated: XLA inserts the all-reduce
-and schedules it). Dispatch is asynchronous; the harness waits."""
+Each variant is one jitted program that runs every step and returns the flat parameters, compiled on its first
+(untimed) call; the all-reduces in the compiled program are counted then (impls/_shared/dp.py hlo_all_reduces).
+Two idioms: explicit (a shard_map over the processes' mesh, lax.psum inside) and automatic (the steps jitted over
+a batch sharded across the mesh, the parameters replicated: XLA inserts the gradients' all-reduces and decides how
+to split, combine and schedule them; JAX has no buckets of its own). Dispatch is asynchronous; the harness waits."""
 from __future__ import annotations
 
 import time
@@ -19,15 +21,21 @@ from impls._shared import dp
 from scenarios.data_parallel import sizes
 
 HI = jax.lax.Precision.HIGHEST  # full float32 (JAX's GPU default would be TF32)
+ROWS = P(None, "r")  # (steps, rows, features): each rank's rows of every step's batch
 
 
-def _model(flat, dims, device):
-    """The parameters [(W, b), ...] on this process's device."""
-    return jax.device_put(dp.unflatten(flat, dims), device)
+def _model(flat, xs, ts, dims, lr, accum, reduce=lambda g: g):
+    """Inside a program: `steps` SGD steps of the flat parameters; reduce(g) averages a gradient over ranks."""
+    params = dp.unflatten(flat, dims)
+    for k in range(xs.shape[0]):
+        g = reduce(_grads(params, xs[k], ts[k], accum))
+        params = jax.tree.map(lambda q, d: q - lr * d, params, g)
+    return jnp.concatenate([a.ravel() for layer in params for a in layer])
 
 
 def _grads(params, x, t, accum):
-    """The mean-squared-error gradient, accum micro-batches summed and scaled by 1/accum."""
+    """The mean-squared-error gradient, accum micro-batches summed and scaled by 1/accum. Only the parameters
+    are differentiated, so no dx of the first layer is computed (tests/test_mlp.py counts the products)."""
     def loss(params, x, t):
         h = x
         for i, (w, b) in enumerate(params):
@@ -40,41 +48,28 @@ def _grads(params, x, t, accum):
     return jax.tree.map(lambda *g: sum(g) / accum, *gs)
 
 
-_sgd = jax.jit(lambda params, g, lr: jax.tree.map(lambda q, d: q - lr * d, params, g), static_argnames="lr")
-_step = jax.jit(lambda params, x, t, accum, lr: _sgd(params, _grads(params, x, t, accum), lr),
-                static_argnames=("accum", "lr"))
-_local_grads = jax.jit(_grads, static_argnames="accum")
-
-
-def _reducer(mesh, accum, lr):
-    """The explicit step: each device gets its block of the (rank-stacked) parameters and its batch
-    shard, accumulates accum micro-batches, then ONE pmean."""
-    def body(params, x, t):
-        mine = jax.tree.map(lambda a: a[0], params)
-        g = jax.lax.pmean(_grads(mine, x, t, accum), "r")  # the step's only collective
-        return jax.tree.map(lambda a: a[None], jax.tree.map(lambda q, d: q - lr * d, mine, g))
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("r"), out_specs=P("r")))
+def _reducer(world, naive):
+    """g -> g summed over the ranks / N, one psum per gradient tensor. naive: none starts before backward wrote
+    every gradient (an optimization barrier over them all); otherwise XLA schedules them."""
+    def reduce(g):
+        g = jax.lax.optimization_barrier(g) if naive else g
+        return jax.tree.map(lambda a: jax.lax.psum(a, "r") / world, g)
+    return reduce
 
 
 def prepare(inputs, params, device):
     mesh = Mesh(np.array(jax.devices()), ("r",))  # one device per process, in process order
-    rank, world, dims = jax.process_index(), jax.process_count(), sizes(params)
-    lr, accum = float(params["lr"]), int(params["accum"])
-    synced = multihost_utils.broadcast_one_to_all(inputs["init_own"])  # rank 0's draw, on every rank
-    split, rep = NamedSharding(mesh, P("r")), NamedSharding(mesh, P())
+    rank, world = jax.process_index(), jax.process_count()
+    synced = np.asarray(multihost_utils.broadcast_one_to_all(inputs["init_own"]))  # rank 0's draw, on every rank
     glob = jax.make_array_from_process_local_data  # this process's block of a global array
-    xs, ts = [dp.shard(a, rank, world) for a in inputs["x"]], [dp.shard(a, rank, world) for a in inputs["t"]]
-    return {"x": jax.device_put(inputs["x"], device), "t": jax.device_put(inputs["t"], device), "lr": lr,
-            "accum": accum, "world": world, "plain": _model(inputs["init"], dims, device),
-            "naive": _model(synced, dims, device),
-            "xs": [jax.device_put(a, device) for a in xs], "ts": [jax.device_put(a, device) for a in ts],
-            "xg": [glob(split, a) for a in xs], "tg": [glob(split, a) for a in ts],
-            "stacked": jax.tree.map(lambda a: glob(split, a[None]), dp.unflatten(synced, dims)),
-            "own": jax.tree.map(lambda a: glob(split, a[None]), dp.unflatten(inputs["init_own"], dims)),
-            "replicated": jax.tree.map(lambda a: glob(rep, a), dp.unflatten(synced, dims)),
-            "explicit": _reducer(mesh, accum, lr), "explicit1": _reducer(mesh, 1, lr),
-            "psum": jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "r"), mesh=mesh, in_specs=P("r"), out_specs=P())),
-            "split": split, "grad_bytes": 4 * dp.offsets(dims)[1]}
+    split, rows, rep = (NamedSharding(mesh, s) for s in (P("r"), ROWS, P()))
+    mine = lambda a: np.stack([dp.shard(b, rank, world) for b in a])  # noqa: E731 - this rank's rows of each step
+    return {"x": jax.device_put(inputs["x"], device), "t": jax.device_put(inputs["t"], device),
+            "xg": glob(rows, mine(inputs["x"])), "tg": glob(rows, mine(inputs["t"])),
+            "plain": jax.device_put(inputs["init"], device), "synced": glob(split, synced),
+            "own": glob(split, inputs["init_own"]), "replicated": glob(rep, synced), "mesh": mesh,
+            "dims": sizes(params), "lr": float(params["lr"]), "accum": int(params["accum"]), "world": world,
+            "steps": inputs["x"].shape[0], "grad_bytes": inputs["init"].nbytes, "programs": {}}
 
 
 def barrier(state):
@@ -85,65 +80,80 @@ def poison(state):
     barrier(state)  # untimed, before every repeat: the ranks start together
 
 
-def _train(state, params, step, xs, ts, pick=lambda a: a):
-    """`steps` calls of step(params, x, t); pick reads this process's copy of a parameter."""
-    for x, t in zip(xs, ts):
-        params = step(params, x, t)
-    return {"params": jnp.concatenate([pick(a).ravel() for layer in params for a in layer])}
+def _train(state, name, accum, args, reduce=None, spmd=False):
+    """Program `name`: `steps` steps on args (flat parameters, x, t). Explicit (reduce given): a shard_map, each
+    device its parameters' block and its rows; spmd: XLA partitions over the sharded rows; else this device
+    alone. Compiled on the first call, its all-reduces counted then. Returns this process's parameters."""
+    if name not in state["programs"]:
+        f = partial(_model, dims=state["dims"], lr=state["lr"], accum=accum, **({"reduce": reduce} if reduce else {}))
+        if reduce is not None:
+            f = jax.shard_map(f, mesh=state["mesh"], in_specs=(P("r"), ROWS, ROWS), out_specs=P("r"))
+        jitted = jax.jit(f, out_shardings=NamedSharding(state["mesh"], P())) if spmd else jax.jit(f)
+        compiled = jitted.lower(*args).compile()
+        state["programs"][name] = (compiled, dp.hlo_all_reduces(compiled.as_text()))
+    compiled, counted = state["programs"][name]
+    out = compiled(*args)
+    return {"params": out if reduce is None and not spmd else out.addressable_data(0)}, counted
 
 
-def _emit(state, calls):
-    emit("allreduce_bytes", state["grad_bytes"])
-    emit("buckets", calls)
+def _emit(state, counted):
+    """Per step: the all-reduces of the compiled program (they run once per step)."""
+    calls, nbytes = counted
+    emit("allreduce_bytes", nbytes / state["steps"])
+    emit("buckets", calls / state["steps"])
     emit("grad_bytes", state["grad_bytes"])
 
 
+def _comm_seconds(state):
+    """The naive step's all-reduces alone (one psum per gradient tensor, one program), waited for before and
+    after: the median of 5 after one warm-up, measured once, in the variant's first (untimed) call."""
+    if "comm_s" not in state:
+        split = NamedSharding(state["mesh"], P("r"))
+        bufs = [jax.make_array_from_process_local_data(split, np.zeros(s, np.float32)) for s in dp.shapes(state["dims"])]
+        psums = jax.jit(jax.shard_map(lambda g: [jax.lax.psum(a, "r") for a in g], mesh=state["mesh"],
+                                      in_specs=P("r"), out_specs=P()))
+        spent = []
+        for _ in range(6):
+            jax.block_until_ready(bufs)
+            t0 = time.perf_counter()
+            jax.block_until_ready(psums(bufs))
+            spent.append(time.perf_counter() - t0)
+        state["comm_s"] = float(np.median(spent[1:]))
+    return state["comm_s"]
+
+
 def run_single_process(state):
-    return _train(state, state["plain"], partial(_step, accum=1, lr=state["lr"]), state["x"], state["t"])
+    return _train(state, "single", 1, (state["plain"], state["x"], state["t"]))[0]
 
 
 def run_grad_accumulation(state):
-    return _train(state, state["plain"], partial(_step, accum=state["accum"], lr=state["lr"]), state["x"], state["t"])
+    return _train(state, "accum", state["accum"], (state["plain"], state["x"], state["t"]))[0]
 
 
-def _naive(state, params):
-    spent = [0.0]
-
-    def mean(g):  # one tensor: this process's block of a global array, psum over the mesh, / N
-        blocks = jax.make_array_from_process_local_data(state["split"], g[None])
-        return state["psum"](blocks).addressable_data(0)[0] / state["world"]
-
-    def step(params, x, t):
-        g = jax.block_until_ready(_local_grads(params, x, t, accum=1))  # backward done
-        t0 = time.perf_counter()
-        g = jax.block_until_ready(jax.tree.map(mean, g))  # one tensor at a time, after backward
-        spent[0] += time.perf_counter() - t0
-        return _sgd(params, g, lr=state["lr"])
-
-    out = _train(state, params, step, state["xs"], state["ts"])
-    emit("comm_s", spent[0] / len(state["xs"]))
-    _emit(state, 2 * len(params))
+def _naive(state, name, start):
+    out, counted = _train(state, name, 1, (start, state["xg"], state["tg"]), _reducer(state["world"], naive=True))
+    _emit(state, counted)
     return out
 
 
 def run_ddp_naive(state):
-    return _naive(state, state["naive"])
+    emit("comm_s", _comm_seconds(state))
+    return _naive(state, "naive", state["synced"])
 
 
 def run_ddp_bucketed_overlap(state):
-    # The global batch, sharded; parameters replicated: XLA adds (and schedules) the gradients' all-reduce.
-    out = _train(state, state["replicated"], partial(_step, accum=1, lr=state["lr"]), state["xg"], state["tg"],
-                 lambda a: a.addressable_data(0))
-    emit("grad_bytes", state["grad_bytes"])
+    # The rows sharded, the parameters replicated: XLA adds (and schedules) the gradients' all-reduces.
+    out, counted = _train(state, "spmd", 1, (state["replicated"], state["xg"], state["tg"]), spmd=True)
+    _emit(state, counted)
     return out
 
 
 def run_ddp_accumulate_no_sync(state):
-    out = _train(state, state["stacked"], state["explicit"], state["xg"], state["tg"], lambda a: a.addressable_data(0)[0])
-    _emit(state, 1)
+    out, counted = _train(state, "no_sync", state["accum"], (state["synced"], state["xg"], state["tg"]),
+                          _reducer(state["world"], naive=False))  # accum micro-batches, then the step's only psums
+    _emit(state, counted)
     return out
 
 
 def run_unsynced_init(state):
-    # bug: each rank's own draw, no broadcast
-    return _train(state, state["own"], state["explicit1"], state["xg"], state["tg"], lambda a: a.addressable_data(0)[0])
+    return _naive(state, "unsynced", state["own"])  # bug: each rank's own draw, no broadcast

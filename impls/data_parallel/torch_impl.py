@@ -3,12 +3,15 @@
 Rank processes joined the group before prepare (harness/backends/dist.py). DDP's constructor broadcasts rank 0's
 parameters; its reducer all-reduces a bucket from an autograd hook once backward wrote every gradient in it, on
 NCCL's own stream; backward() returns only after the last bucket's all-reduce is waited for on the current stream.
-On gloo every all-reduce blocks the host."""
+DDP keeps its defaults: one bucket in the first step, then buckets rebuilt in the order backward made the gradients
+ready, a first of at least 1 MiB and then 25 MiB each (impls/_shared/dp.py bucket_plan). On gloo every all-reduce
+blocks the host. Every all-reduce is counted where it is called: DDP's comm hook, the naive loop's _all_reduce."""
 from __future__ import annotations
 
 import contextlib
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -16,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.metrics import emit
 from impls._shared import dp
-from scenarios.data_parallel import BUCKETS, sizes
+from scenarios.data_parallel import sizes
 
 
 def _model(flat, dims, device):
@@ -40,11 +43,11 @@ def _grads(model, x, t, accum, sync_each=True):
             (loss / accum).backward()
 
 
-def _reducer(model, p, device, init_sync=True):
-    """DDP around model (broadcasts rank 0's parameters unless init_sync=False); a comm hook counts bucket bytes."""
-    n = sum(q.numel() for q in model.parameters())
+def _reducer(model, device, init_sync=True):
+    """DDP around model with its default buckets (broadcasts rank 0's parameters unless init_sync=False); a comm
+    hook counts each bucket's bytes."""
     kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
-    ddp = DDP(model, bucket_cap_mb=n * 4 / BUCKETS / 2**20, init_sync=init_sync, **kw)
+    ddp = DDP(model, init_sync=init_sync, **kw)
     count = {"bytes": 0, "buckets": 0}
 
     def hook(state, bucket):
@@ -61,8 +64,9 @@ def prepare(inputs, params, device):
     s = {"x": torch.from_numpy(inputs["x"]).to(device), "t": torch.from_numpy(inputs["t"]).to(device),
          "lr": float(params["lr"]), "accum": int(params["accum"]), "rank": dist.get_rank(),
          "world": dist.get_world_size(), "plain": _model(inputs["init"], sizes(params), device), "naive": own()}
-    s["ddp"], s["count"] = _reducer(own(), params, device)  # DDP broadcasts rank 0's weights
-    s["own"], s["own_count"] = _reducer(own(), params, device, init_sync=False)
+    s["ddp"], s["count"] = _reducer(own(), device)  # DDP broadcasts rank 0's weights
+    s["own"], s["own_count"] = _reducer(own(), device, init_sync=False)
+    s["naive_count"] = {"bytes": 0, "buckets": 0}
     for q in s["naive"].parameters():
         dist.broadcast(q.data, src=0)
     s["starts"] = {k: [q.detach().clone() for q in s[k].parameters()] for k in ("plain", "ddp", "own", "naive")}
@@ -107,6 +111,23 @@ def _emit(state, count):
     count["bytes"] = count["buckets"] = 0
 
 
+def _comm_seconds(state):
+    """The naive step's all-reduces alone (one per gradient tensor), synchronized before and after: the median
+    of 5 after one warm-up, measured once, in the variant's first (untimed) call."""
+    if "comm_s" not in state:
+        bufs, spent = [torch.zeros_like(q) for q in state["naive"].parameters()], []
+        sync = torch.cuda.synchronize if state["x"].is_cuda else (lambda: None)
+        for _ in range(6):
+            sync()
+            t0 = time.perf_counter()
+            for b in bufs:
+                dist.all_reduce(b)
+            sync()
+            spent.append(time.perf_counter() - t0)
+        state["comm_s"] = float(np.median(spent[1:]))
+    return state["comm_s"]
+
+
 def run_single_process(state):
     return _train(state, "plain", 1, mine=False)
 
@@ -115,26 +136,24 @@ def run_grad_accumulation(state):
     return _train(state, "plain", state["accum"], mine=False)
 
 
+def _all_reduce(count, t):
+    """dist.all_reduce(t), its bytes counted."""
+    count["bytes"] += t.numel() * t.element_size()
+    count["buckets"] += 1
+    dist.all_reduce(t)
+
+
 def _naive(state, key):
-    spent, sync = [0.0], (torch.cuda.synchronize if state["x"].is_cuda else lambda: None)
-
     def reduce(model):
-        sync()  # backward done: what follows is the all-reduces alone
-        t0 = time.perf_counter()
-        for q in model.parameters():  # one tensor at a time, after backward
-            dist.all_reduce(q.grad)
+        for q in model.parameters():  # one tensor at a time, after backward: no overlap
+            _all_reduce(state["naive_count"], q.grad)
             q.grad /= state["world"]
-        sync()
-        spent[0] += time.perf_counter() - t0
 
-    out = _train(state, key, 1, mine=True, reduce=reduce)
-    emit("comm_s", spent[0] / state["x"].shape[0])
-    steps, tensors = state["x"].shape[0], sum(1 for _ in state[key].parameters())
-    _emit(state, {"bytes": state["grad_bytes"] * steps, "buckets": tensors * steps})
-    return out
+    return _train(state, key, 1, mine=True, reduce=reduce, count=state["naive_count"])
 
 
 def run_ddp_naive(state):
+    emit("comm_s", _comm_seconds(state))
     return _naive(state, "naive")
 
 
