@@ -23,13 +23,17 @@ def prepare(inputs, params, device):
     n, data = jax.process_count(), inputs["data"]
     _OWN["mark"] = jax.device_put(jnp.asarray(jax.process_index()), device)  # the id, kept on the device
     mesh = Mesh(np.array(jax.devices()), ("r",))  # one device per process, in process order
-    # rows padded with zeros to a multiple of N (untimed, at most N-1 rows; a zero adds nothing): the
-    # rank's rows r, r+N, ... are then column r of a (rows/N, N, cols) view, selected on the device
-    padded = np.concatenate([data, np.zeros(((-len(data)) % n,) + data.shape[1:], data.dtype)])
+    padded = padded_rows(data, n)
     glob = jax.make_array_from_process_local_data(NamedSharding(mesh, P("r")), padded, (n * len(padded),) + data.shape[1:])
     ranked = lambda f: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("r"), out_specs=P()))  # noqa: E731
     return {"data": jax.device_put(data, device), "global": glob,
             "by_rank": ranked(_by_rank), "same_data": ranked(_same_data)}
+
+
+def padded_rows(data, n):
+    """data with zero rows appended up to a multiple of n (at most n-1; a zero adds nothing to a sum of
+    squares): rank r's rows r, r+n, ... are then column r of a (rows/n, n, cols) view."""
+    return np.concatenate([data, np.zeros(((-len(data)) % n,) + data.shape[1:], data.dtype)])
 
 
 def barrier(state):

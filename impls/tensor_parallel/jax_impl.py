@@ -36,7 +36,8 @@ def prepare(inputs, params, device):
     glob = {k: jax.make_array_from_process_local_data(NamedSharding(mesh, SPECS[k]), v, inputs[k].shape)
             for k, v in local.items()}  # this process hands in its shard; the global array spans the mesh
     state = {"whole": {k: jax.device_put(v, device) for k, v in inputs.items()}, "global": glob,
-             "dense": jax.jit(_Blocks.shard_of(_Blocks.grads(_Blocks.dense), s)), "n": n, "compiled": {}}
+             "dense": jax.jit(_Blocks.shard_of(_Blocks.grads(_Blocks.dense), s)), "dense_fwd": jax.jit(_Blocks.dense),
+             "n": n, "compiled": {}}
     annotated = {k: NamedSharding(mesh, v) for k, v in OUT_SPECS.items()}  # XLA partitions the rest
     state["tp_sharded"] = jax.jit(_Blocks.grads(_Blocks.dense), out_shardings=annotated)
     state["tp_sharded_fwd"] = jax.jit(_Blocks.dense, out_shardings=annotated["y"])
@@ -104,23 +105,24 @@ class _Blocks:
         return sliced
 
 
-def _step(state, name):
+def _step(state, name, inputs="global"):
     """Run the variant's program (compiled on first use, the untimed first call) and emit the collectives
     of its compiled forward alone and of forward + backward: no call here names the backward ones."""
+    a = state[inputs]
     if name not in state["compiled"]:
-        both = state[name].lower(state["global"]).compile()
-        fc, fw = tp.hlo_collectives(state[name + "_fwd"].lower(state["global"]).compile().as_text(), state["n"])
+        both = state[name].lower(a).compile()
+        fc, fw = tp.hlo_collectives(state[name + "_fwd"].lower(a).compile().as_text(), state["n"])
         tc, tw = tp.hlo_collectives(both.as_text(), state["n"])
         state["compiled"][name] = (both, {"fwd_collectives": fc, "fwd_wire_bytes": fw,
                                           "bwd_collectives": tc - fc, "bwd_wire_bytes": tw - fw})
     program, counts = state["compiled"][name]
     for k, v in counts.items():
         emit(k, v)
-    return program(state["global"])  # global arrays: the harness reads this process's shard of each
+    return program(a)  # global arrays (dense: local ones): the harness reads this process's shard of each
 
 
 def run_dense(state):
-    return state["dense"](state["whole"])  # one device, the whole block
+    return _step(state, "dense", "whole")  # one device, the whole block: no collective in its program
 
 
 def run_tp_naive(state):
