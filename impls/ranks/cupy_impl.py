@@ -18,7 +18,7 @@ extern "C" __global__ void squares_by_chunk(const float* x, long long rows, long
                                             long long chunk, float* part) {
     long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // a warp reads 32 adjacent columns
     if (col >= cols) return;
-    long long r = (long long)blockIdx.y * chunk, end = min(rows, r + chunk);
+    long long r = (long long)blockIdx.y * chunk, end = r + chunk < rows ? r + chunk : rows;
     float s = 0.0f;
     for (; r < end; ++r) {
         float v = x[r * row_stride + col];
@@ -34,8 +34,6 @@ _OWN: dict[str, object] = {}  # module state: each process has its own copy, not
 def prepare(inputs, params, device):
     _OWN["rank"] = int(params["rank"])
     _OWN["mark"] = cp.asarray(_OWN["rank"], dtype=cp.int64)  # the id, kept on the device
-    if "kernel" not in _OWN:
-        _OWN["kernel"] = cp.RawKernel(CODE, "squares_by_chunk")
     return {"data": cp.asarray(inputs["data"]), "rank": int(params["rank"]),
             "world": int(params["world_size"]), "comm": cupy_comm()}
 
@@ -53,13 +51,16 @@ def _squares(x):
     """Per column, the sum of squares of x's rows (any row stride, contiguous columns): each element
     read once by the fused kernel into partial sums of CHUNK rows, then the partials (1/CHUNK of
     the data) summed. Integer-valued sums below 2^24 are exact in any order."""
+    if "kernel" not in _OWN:  # made on first use (the untimed first call): nothing touches CUDA at import
+        _OWN["kernel"] = cp.RawKernel(CODE, "squares_by_chunk")
     rows, cols = x.shape
     assert x.dtype == cp.float32 and x.strides[1] == x.itemsize, (x.dtype, x.strides)
-    chunks = max(1, -(-rows // CHUNK))
+    chunk = max(CHUNK, -(-rows // 65535))  # a grid's y extent is at most 65535 blocks
+    chunks = max(1, -(-rows // chunk))
     part = cp.empty((chunks, cols), dtype=cp.float32)
     grid = (-(-cols // THREADS), chunks)
     _OWN["kernel"](grid, (THREADS,), (x, np.int64(rows), np.int64(cols), np.int64(x.strides[0] // x.itemsize),
-                                      np.int64(CHUNK), part))
+                                      np.int64(chunk), part))
     return part.sum(axis=0)
 
 
