@@ -57,9 +57,9 @@ ranks = get("ranks")
 for rows in (5, 8, 3):  # not a multiple of n, a multiple, fewer rows than ranks
     p = {"rows": rows, "cols": 7, "dtype": "float32", "seed": rows, "world_size": n}
     data = ranks.make_inputs(dict(p, rank=0))["data"]
-    glob = put(np.concatenate([ranks_jax.padded_rows(data, n)] * n), P("r"))  # every rank holds the data set
+    glob = put(np.concatenate([ranks_jax._Ranked.padded(data, n)] * n), P("r"))  # every rank holds the data set
     want = ranks.reference(ranks.make_inputs(p), p)["total"][0]
-    for body, times in ((ranks_jax._by_rank, 1), (ranks_jax._same_data, n)):
+    for body, times in ((ranks_jax._Ranked.by_rank, 1), (ranks_jax._Ranked.same_data, n)):
         got = np.asarray(jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("r"), out_specs=P()))(glob))
         assert np.array_equal(got, times * want), (rows, body.__name__, got, want)
 tp = get("tensor_parallel")
