@@ -73,15 +73,27 @@ SCENARIO = Scenario(
     ),
     key_apis={
         "torch": ("torch.distributed.init_process_group", "dist.get_rank()", "dist.all_reduce", "torchrun"),
-        "cupy": ("cupyx.distributed.init_process_group", "NCCLBackend.all_reduce", "RANK / WORLD_SIZE"),
+        "cupy": ("cupyx.distributed.init_process_group", "NCCLBackend.all_reduce", "RANK / WORLD_SIZE",
+                 "cupy.RawKernel (the fused sum of squares)"),
         "jax": ("jax.distributed.initialize", "jax.process_index()", "jax.make_array_from_process_local_data",
-                "jax.shard_map + lax.psum"),
+                "jax.shard_map + lax.axis_index + lax.psum"),
     },
     framework_notes={
-        "torch": "gloo on the CPU, NCCL on GPUs; init_process_group reads torchrun's environment.",
-        "cupy": "NCCL only (no CPU path): skipped without a GPU per rank. Rank 0 serves a TCP store for the NCCL id.",
+        "torch": "gloo on the CPU, NCCL on GPUs; init_process_group reads torchrun's environment. (x * x).sum(0) is "
+                 "two kernels in eager torch: the squares written out as big as the data, then read back by the "
+                 "column sum, three passes over memory where JAX and CuPy make one (eager torch has no fused sum "
+                 "of squares: linalg.vector_norm fuses but ends in a square root, not exact; torch.compile would "
+                 "fuse). A rank's share data[r::N] is a strided view, read in place.",
+        "cupy": "NCCL only (no CPU path): skipped without a GPU per rank. Rank 0 serves a TCP store for the NCCL id. "
+                "The sum of squares is a cupy.RawKernel that squares each element as it reads it (one pass, as "
+                "XLA's fusion) into partial sums of 256 rows, then sums the partials: CuPy's own (x * x).sum(0) "
+                "makes three passes and its column reduction runs one block per 32 columns, 32 blocks for 1024 "
+                "columns, which leaves most of a GPU idle. It reads the strided share data[r::N] in place.",
         "jax": "One process per device here, like torch. JAX's usual model is one process per host driving all "
-               "its devices through a Mesh; a collective is then a shard_map over the global mesh.",
+               "its devices through a Mesh; a collective is then a shard_map over the global mesh. by_rank is one "
+               "program: the shard_map selects the rank's rows with lax.axis_index (a dynamic index into a "
+               "(rows/N, N, cols) view; prepare pads the data set with at most N-1 zero rows so that N divides "
+               "its rows), squares and sums them in one fused pass and psums the result.",
     },
     ranks=True,
 )

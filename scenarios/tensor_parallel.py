@@ -159,7 +159,8 @@ SCENARIO = Scenario(
                  "counted by a TorchDispatchMode that lets DTensor desugar first (as CommDebugMode does). gloo's "
                  "all_gather_into_tensor wants its output concatenated along dim 0, not stacked on a new axis.",
         "cupy": "No autograd and no sharding layer: forward and backward by hand, with NCCL all-reduces where "
-                "f and g sit; tp_sharded is not expressible. NCCL only: skipped without a GPU per rank.",
+                "f and g sit; tp_sharded is not expressible. dense runs the six GEMMs autograd runs (two forward; "
+                "dh, dW2, dx, dW1 backward), as tp_megatron does. NCCL only: skipped without a GPU per rank.",
         "jax": "Inside shard_map, jax.grad transposes psum for you: the backward all-reduce of f comes from "
                "autodiff. With sharding annotations alone, XLA's partitioner chooses and inserts the collectives. "
                "Trap: lax.all_gather's result is typed 'varying' over the mesh axis, so jax.grad differentiates N "

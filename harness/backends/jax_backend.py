@@ -61,6 +61,8 @@ class JaxBackend(Backend):
         return self.fw.device_put(a, self.device)
 
     def _array_to_numpy(self, x: Any) -> np.ndarray:
+        if not x.is_fully_addressable:  # a rank's global array (a shard_map's result): this process's shard
+            x = x.addressable_data(0)  # one device per process; a view, no program dispatched
         return np.asarray(self.fw.device_get(x))
 
     def synchronize(self, outputs: Any = None) -> None:

@@ -83,13 +83,14 @@ def naive_step(xp, shard, x, target, comm, rank):
 
 
 def dense_step(xp, whole, x, target, cols):
-    """One device, the whole block; reports the gradients of the shard `cols` (a slice of hidden)."""
-    params = [(whole["w1"], whole["b1"]), (whole["w2"], whole["b2"])]
-    y, cache = mlp.forward(xp, params, x)
-    dy = y - target
-    (dw1, db1), (dw2, db2) = mlp.backward(xp, params, cache, dy)
-    dx = mlp.relu_backward(xp, cache[0][1], dy @ whole["w2"].T) @ whole["w1"].T
-    return {"y": y, "dx": dx, "dw1": dw1[:, cols], "db1": db1[cols], "dw2": dw2[cols], "db2": db2}
+    """One device, the whole block; reports the gradients of the shard `cols` (a slice of hidden).
+    Six GEMMs, as autograd runs them: two forward, and dh, dW2, dx, dW1 backward (mlp.backward drops
+    the first layer's dx, which the block reports)."""
+    z1 = mlp.linear(xp, x, whole["w1"], whole["b1"])
+    h = mlp.relu(xp, z1)
+    y = mlp.linear(xp, h, whole["w2"], whole["b2"])
+    dx, g = _grads(xp, whole, x, target, z1, h, y)  # the whole hidden layer: dx is whole, not a partial sum
+    return {"y": y, "dx": dx, "dw1": g["dw1"][:, cols], "db1": g["db1"][cols], "dw2": g["dw2"][cols], "db2": g["db2"]}
 
 
 _HLO_COLLECTIVE = re.compile(r"=\s*(.*?)\s(all-reduce|all-gather|reduce-scatter)(-start)?\(")

@@ -1,7 +1,9 @@
 """point_to_point in JAX: lax.ppermute inside a shard_map over the global mesh, one process per device.
 
 JAX has no per-process send or recv: ppermute is a collective that every process enters, and what it
-returns is a future jax.Array. Dispatch is asynchronous; the wait is reading the result.
+returns is a future jax.Array. prepare assembles the global input from each process's block; a call
+is one jitted program whose result is a global jax.Array, of which the harness reads this process's
+shard. Dispatch is asynchronous; the wait is reading the result.
 """
 from __future__ import annotations
 
@@ -20,11 +22,12 @@ NOT_EXPRESSIBLE = {
 
 def prepare(inputs, params, device):
     mesh = Mesh(np.array(jax.devices()), ("r",))  # one device per process, in process order
-    n = jax.process_count()
-    x = jax.device_put(inputs["x"][None], device)
+    n, x = jax.process_count(), inputs["x"]
     ring = [(j, (j + 1) % n) for j in range(n)]  # (source, destination): each to its right
     shift = jax.shard_map(lambda a: lax.ppermute(a, "r", ring), mesh=mesh, in_specs=P("r"), out_specs=P("r"))
-    return {"global": jax.make_array_from_process_local_data(NamedSharding(mesh, P("r")), x), "fn": jax.jit(shift)}
+    # the global array is every process's block end to end; this process's shard is its own x
+    glob = jax.make_array_from_process_local_data(NamedSharding(mesh, P("r")), x, (n * x.shape[0],))
+    return {"global": glob, "fn": jax.jit(shift)}
 
 
 def barrier(state):
@@ -40,4 +43,4 @@ def _ring(state):
 
 
 def run_nonblocking(state):
-    return {"received": _ring(state).addressable_data(0)[0]}  # this process's shard: from its left
+    return {"received": _ring(state)}  # a global array; this process's shard came from its left

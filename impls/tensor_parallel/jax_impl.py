@@ -35,17 +35,18 @@ def prepare(inputs, params, device):
     local = dict(inputs, w1=inputs["w1"][:, s], b1=inputs["b1"][s], w2=inputs["w2"][s])
     glob = {k: jax.make_array_from_process_local_data(NamedSharding(mesh, SPECS[k]), v, inputs[k].shape)
             for k, v in local.items()}  # this process hands in its shard; the global array spans the mesh
-    state = {"whole": {k: jax.device_put(v, device) for k, v in inputs.items()}, "global": glob, "cols": s,
-             "dense": jax.jit(_Blocks.grads(_Blocks.dense)), "n": n, "compiled": {}}
+    state = {"whole": {k: jax.device_put(v, device) for k, v in inputs.items()}, "global": glob,
+             "dense": jax.jit(_Blocks.shard_of(_Blocks.grads(_Blocks.dense), s)), "dense_fwd": jax.jit(_Blocks.dense),
+             "n": n, "compiled": {}}
     annotated = {k: NamedSharding(mesh, v) for k, v in OUT_SPECS.items()}  # XLA partitions the rest
     state["tp_sharded"] = jax.jit(_Blocks.grads(_Blocks.dense), out_shardings=annotated)
     state["tp_sharded_fwd"] = jax.jit(_Blocks.dense, out_shardings=annotated["y"])
     hazard = functools.partial(_Blocks.megatron, reduce=False)
-    for name, block in (("tp_naive", _Blocks.naive), ("tp_megatron", _Blocks.megatron), ("hazard", hazard)):
-        state[name] = jax.jit(jax.shard_map(_Blocks.stacked(_Blocks.grads(block)), mesh=mesh, in_specs=(SPECS,),
-                                            out_specs={k: P("r") for k in OUT_SPECS}))
-        state[name + "_fwd"] = jax.jit(jax.shard_map(_Blocks.stacked(block), mesh=mesh, in_specs=(SPECS,),
-                                                     out_specs=P("r")))
+    for name, block, y in (("tp_naive", _Blocks.naive, P()), ("tp_megatron", _Blocks.megatron, P()),
+                           ("hazard", hazard, P("r"))):  # the hazard's y differs per rank: its rows end to end
+        state[name] = jax.jit(jax.shard_map(_Blocks.grads(block), mesh=mesh, in_specs=(SPECS,),
+                                            out_specs=dict(OUT_SPECS, y=y)))
+        state[name + "_fwd"] = jax.jit(jax.shard_map(block, mesh=mesh, in_specs=(SPECS,), out_specs=y))
     return state
 
 
@@ -97,29 +98,31 @@ class _Blocks:
         return step
 
     @staticmethod
-    def stacked(fn):  # outputs with a leading rank axis: out_specs P("r") holds varying and invariant values
-        return lambda a: jax.tree.map(lambda v: v[None], fn(a))
+    def shard_of(step, s):  # dense reports the gradients of this rank's shard, sliced inside the program
+        def sliced(a):
+            g = step(a)
+            return dict(g, dw1=g["dw1"][:, s], db1=g["db1"][s], dw2=g["dw2"][s])
+        return sliced
 
 
-def _step(state, name, stacked=True):
+def _step(state, name, inputs="global"):
     """Run the variant's program (compiled on first use, the untimed first call) and emit the collectives
     of its compiled forward alone and of forward + backward: no call here names the backward ones."""
+    a = state[inputs]
     if name not in state["compiled"]:
-        both = state[name].lower(state["global"]).compile()
-        fc, fw = tp.hlo_collectives(state[name + "_fwd"].lower(state["global"]).compile().as_text(), state["n"])
+        both = state[name].lower(a).compile()
+        fc, fw = tp.hlo_collectives(state[name + "_fwd"].lower(a).compile().as_text(), state["n"])
         tc, tw = tp.hlo_collectives(both.as_text(), state["n"])
         state["compiled"][name] = (both, {"fwd_collectives": fc, "fwd_wire_bytes": fw,
                                           "bwd_collectives": tc - fc, "bwd_wire_bytes": tw - fw})
     program, counts = state["compiled"][name]
     for k, v in counts.items():
         emit(k, v)
-    out = program(state["global"])
-    return {k: v.addressable_data(0)[0] if stacked else v.addressable_data(0) for k, v in out.items()}
+    return program(a)  # global arrays (dense: local ones): the harness reads this process's shard of each
 
 
 def run_dense(state):
-    out, s = state["dense"](state["whole"]), state["cols"]  # one device, the whole block
-    return dict(out, dw1=out["dw1"][:, s], db1=out["db1"][s], dw2=out["dw2"][s])
+    return _step(state, "dense", "whole")  # one device, the whole block: no collective in its program
 
 
 def run_tp_naive(state):
@@ -131,7 +134,7 @@ def run_tp_megatron(state):
 
 
 def run_tp_sharded(state):
-    return _step(state, "tp_sharded", stacked=False)  # this process's shard of each annotated output
+    return _step(state, "tp_sharded")
 
 
 def run_row_parallel_without_reduce(state):
