@@ -35,6 +35,11 @@ class _Counted(memory_hook.MemoryHook):
         self.live -= kw["mem_size"]
 
 
+def update(p, g, lr):
+    """One SGD step, into a new buffer."""
+    return STEP_NEW(p, g, lr)  # one kernel into a new buffer
+
+
 def prepare(inputs, params, device):
     # The initial parameters and the gradient uploaded once, untimed; poison() restores p before every run.
     with device:
@@ -68,7 +73,7 @@ def run_new_buffer(state):
     p = state["p"]
     with allocated(state):
         head = p[:HEAD].copy()  # the logger's copy, taken before the step
-        new = STEP_NEW(p, state["g"], state["lr"])  # one kernel into a new buffer: two copies held
+        new = update(p, state["g"], state["lr"])  # one kernel into a new buffer: two copies held
     return {"p": new, "head": head}
 
 

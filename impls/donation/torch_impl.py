@@ -14,6 +14,11 @@ from harness.metrics import emit
 from scenarios.donation import HEAD
 
 
+def update(p, g, lr):
+    """One SGD step, into a new buffer."""
+    return torch.add(p, g, alpha=-lr)  # one kernel into a new buffer
+
+
 def prepare(inputs, params, device):
     # The initial parameters and the gradient uploaded once, untimed; poison() restores p before every run.
     p0 = torch.from_numpy(inputs["p"]).to(device)
@@ -50,7 +55,7 @@ def run_new_buffer(state):
     p = state["p"]
     with allocated(state):
         head = p[:HEAD].clone()  # the logger's copy, taken before the step
-        new = torch.add(p, state["g"], alpha=-state["lr"])  # one kernel into a new buffer: two copies held
+        new = update(p, state["g"], state["lr"])  # one kernel into a new buffer: two copies held
     return {"p": new, "head": head}
 
 
