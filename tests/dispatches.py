@@ -57,7 +57,8 @@ def eager_programs(names: list[str]) -> list[str]:
     from jax import lax
     from jax._src import core
 
-    prims = {v.name for m in list(sys.modules.values()) if m and m.__name__.startswith(("jax._src", "jax.lax"))
+    prims = {v.name for m in list(sys.modules.values())
+             if m and getattr(m, "__name__", "").startswith(("jax._src", "jax.lax"))  # CuPy puts an object in sys.modules
              for v in vars(m).values() if isinstance(v, core.Primitive)}
     library = prims | set(dir(jnp)) | set(dir(lax))  # jnp.ravel and friends are jitted library functions
     return [n for n in names if n in TRANSFERS or (n.startswith("jit(") and n[4:-1] in library)]
