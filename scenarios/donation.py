@@ -140,11 +140,14 @@ SCENARIO = Scenario(
                 "a temporary as large as p. One ElementwiseKernel with out=p (or cupy.fuse) is the in-place step. "
                 "CuPy's pool has no peak counter: a cupy.cuda.MemoryHook records the pool's used bytes after "
                 "every allocation inside the call (a Python call per allocation).",
-        "jax": "donate_argnums=0: XLA aliases the output to the input's buffer and the input array is deleted; "
-               "reading it raises `RuntimeError: Array has been deleted with shape=float32[n].`, and passing it "
-               "to a jitted function again raises `Buffer has been deleted or donated`. Where XLA cannot reuse a "
-               "donated buffer (shape or dtype differ) it warns 'Some donated buffers were not usable'; the CPU "
-               "backend of jax 0.10 honours donation. JAX's runtime peak counter "
+        "jax": "donate_argnums=0: XLA aliases the output to the input's buffer and the input array is deleted "
+               "at dispatch; reading it raises `RuntimeError: Array has been deleted with shape=float32[n].`, and "
+               "passing it to a jitted function again raises `ValueError: ... Buffer has been deleted or donated.` "
+               "(and logs it on stderr). Where XLA cannot reuse a donated buffer (shape or dtype differ) it warns "
+               "'Some donated buffers were not usable'; the CPU backend of jax 0.10 honours donation. Donation "
+               "is not a promise of one copy: a donated step that also returned a slice of its input (the "
+               "logger's head) compiled, on the CPU, with a temporary as large as the input; the head is read by "
+               "a program of its own before the step. JAX's runtime peak counter "
                "(memory_stats()['peak_bytes_in_use']) cannot be reset, so peak_bytes is XLA's own account of the "
                "compiled step (output + temporaries - aliased bytes); added_bytes (GPU) is measured.",
     },
