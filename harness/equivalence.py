@@ -54,10 +54,12 @@ class Mismatch:
         )
 
 
-def tolerance_for(scenario: Scenario, params: Params, want: np.ndarray) -> tuple[float, float]:
+def tolerance_for(scenario: Scenario, params: Params, want: np.ndarray, variant: str | None = None) -> tuple[float, float]:
+    """(rtol, atol) for an output: the variant's own tolerance where it has one (TF32, bf16), else the scenario's."""
     if want.dtype.kind in "iub":
         return (0.0, 0.0)
-    return scenario.tolerance.for_dtype(str(params.get("dtype", "float32")))
+    own = scenario.variant(variant).tolerance if variant is not None else None
+    return (own or scenario.tolerance).for_dtype(str(params.get("dtype", "float32")))
 
 
 def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: float, widen: float = 1.0,
@@ -182,22 +184,23 @@ def compare_distribution(key: str, got: Any, want: np.ndarray, dist: Distributio
 
 
 def compare_key(scenario: Scenario, params: Params, key: str, got: Any, want: Any, widen: float = 1.0,
-                scale: np.ndarray | None = None) -> Mismatch | None:
-    """One output: by distribution where the scenario declares it random, else elementwise."""
+                scale: np.ndarray | None = None, variant: str | None = None) -> Mismatch | None:
+    """One output: by distribution where the scenario declares it random, else elementwise (at the
+    variant's tolerance where it has its own)."""
     w = np.asarray(want)
     dist = scenario.distributions.get(key)
     if dist is not None:
         return compare_distribution(key, got, w, dist)
-    rtol, atol = tolerance_for(scenario, params, w)
+    rtol, atol = tolerance_for(scenario, params, w, variant)
     return compare_arrays(key, got, w, rtol, atol, widen, scale)
 
 
 def compare_outputs(scenario: Scenario, params: Params, got: Arrays, want: Arrays, widen: float = 1.0,
-                    scale: Arrays | None = None) -> Mismatch | None:
+                    scale: Arrays | None = None, variant: str | None = None) -> Mismatch | None:
     for key, w in want.items():
         if key not in got:
             return Mismatch(key, "missing")
-        m = compare_key(scenario, params, key, got[key], w, widen, None if scale is None else scale.get(key))
+        m = compare_key(scenario, params, key, got[key], w, widen, None if scale is None else scale.get(key), variant)
         if m is not None:
             return m
     return None
@@ -213,7 +216,7 @@ def check_example(scenario: Scenario, params: Params, reference: Arrays,
     """Raise EquivalenceFailure on the first (framework, variant) that misses the reference, or the
     first pair of frameworks that disagree on a variant."""
     for (fw, variant), got in outputs.items():
-        m = compare_outputs(scenario, params, got, reference)
+        m = compare_outputs(scenario, params, got, reference, variant=variant)
         if m is not None:
             raise EquivalenceFailure(
                 f"{scenario.name}/{fw}/{variant} differs from the float64 reference: {m.describe()}\n"
@@ -225,7 +228,8 @@ def check_example(scenario: Scenario, params: Params, reference: Arrays,
         for fb, vb in keys[i + 1:]:
             if va != vb or fa == fb:
                 continue
-            m = compare_outputs(scenario, params, outputs[(fa, va)], outputs[(fb, vb)], widen=2.0, scale=reference)
+            m = compare_outputs(scenario, params, outputs[(fa, va)], outputs[(fb, vb)], widen=2.0, scale=reference,
+                                variant=va)
             if m is not None:
                 raise EquivalenceFailure(
                     f"{scenario.name}/{va}: {fa} and {fb} disagree: {m.describe()}\n"

@@ -69,7 +69,8 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             rows.append(row | {"status": "skipped", "reason": why})
             continue
         progress(v.name)
-        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree)
+        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree,
+                                   against == "reference")
         timed["timing"]["host_loop_s"] = host_loop
         timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
         if expected is None and v is scn.baseline:
@@ -87,24 +88,30 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
 
 def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
                   want: Arrays | None, cfg: TimingConfig, census: bool = True,
-                  agree: Callable[[str | None], str | None] | None = None) -> tuple[dict[str, Any], Arrays]:
-    """(the row's timing, check and sync fields; the first checked repeat's numpy outputs)."""
+                  agree: Callable[[str | None], str | None] | None = None,
+                  want_is_reference: bool = False) -> tuple[dict[str, Any], Arrays]:
+    """(the row's timing, check and sync fields; the first checked repeat's numpy outputs). The
+    scenario's output_metrics, where it has them, are computed untimed from the first checked outputs
+    when ``want`` is the float64 reference."""
     t_variant = time.perf_counter()
     fn = variant_call(impl, v)
     state = impl.prepare(inputs, params, b.device)
     poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
     captured: list[Arrays] = []
     rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
+    from_outputs: dict[str, float] = {}
 
     def check(out: Any) -> str | None:
         got = b.to_numpy(out)
         if not captured:
             captured.append(got)
+            if scn.output_metrics is not None and want_is_reference and want is not None and not v.hazard:
+                from_outputs.update(scn.output_metrics(got, want, params))
         if want is None:
             return None
         if not v.hazard:
             rel_errs.append(relative_error(got, want))
-        m = compare_outputs(scn, params, got, want)
+        m = compare_outputs(scn, params, got, want, variant=v.name)
         return None if m is None else m.describe()
 
     with faults.slowed(b.name, scn.name, v.name):
@@ -113,9 +120,11 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()
+    timing = m.to_dict()
+    timing["metrics"].update(from_outputs)
     return {
         "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
-        "timing": m.to_dict(),
+        "timing": timing,
         "check": {"checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst,
                   "max_rel_err": max(rel_errs) if rel_errs else None},
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),

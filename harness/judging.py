@@ -101,7 +101,7 @@ def cross_check(scn: Scenario, params: Params, samples: list[tuple[str, dict[str
     (fa, a), problems = samples[0], []
     for fb, b in samples[1:]:
         for key, va in a.items():
-            m = compare_key(scn, params, key, b.get(key, np.array([])), va, widen=2.0)
+            m = compare_key(scn, params, key, b.get(key, np.array([])), va, widen=2.0, variant=scn.baseline.name)
             if m is not None:
                 problems.append(f"{fa} vs {fb}: {m.describe()}")
     return {"frameworks": [f for f, _ in samples], "status": "agree" if not problems else "disagree",

@@ -97,7 +97,7 @@ def standalone(fw: str, env: RankEnv, scenarios: list[str], size: str) -> int:
             want = scn.reference(inputs, params)
             outs = run_variants(scn, get_backend(fw), params, inputs)
             wrong = [f"{v}: {m.describe()}" for v, got in outs.items()
-                     if (m := compare_outputs(scn, params, got, want)) is not None]
+                     if (m := compare_outputs(scn, params, got, want, variant=v)) is not None]
             bad += bool(wrong)
             print(f"rank {env.rank}/{env.world_size} {fw} {name} {p.get('label', '')}: "
                   f"{'WRONG ' + '; '.join(wrong) if wrong else f'{len(outs)} variants exact'} ({info['env']['group']})",

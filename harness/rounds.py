@@ -70,6 +70,7 @@ def _merge_row(per: list[dict[str, Any]]) -> dict[str, Any]:
         row["status"], row["check"] = "wrong", bad["check"]
     else:
         row["check"] = dict(row["check"], checked=sum(r["check"]["checked"] for r in per),
+                            wrong=sum(r["check"]["wrong"] for r in per),  # a hazard's wrong runs: every process's
                             max_rel_err=max((r["check"]["max_rel_err"] for r in per
                                              if r["check"]["max_rel_err"] is not None), default=None))
     row["wall_s"] = sum(r["wall_s"] for r in per)

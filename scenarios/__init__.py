@@ -23,6 +23,8 @@ ORDER: tuple[str, ...] = (
     "data_parallel",
     "zero",
     "tensor_parallel",
+    "matmul_precision",
+    "donation",
 )
 
 _cache: dict[str, Scenario] = {}

@@ -25,12 +25,15 @@ class Variant:
     device (streams, events, pinned memory) and are skipped, with that reason, on a CPU device. A tuple
     of framework names limits that to those frameworks, where one framework's idiom for the variant
     runs on the CPU and another's needs CUDA (JAX's loop inside jit vs a CUDA graph).
+    ``tolerance``: the variant's own, where it computes at a lower precision on purpose (TF32, bf16
+    operands) and the scenario's tolerance would fail it; None: the scenario's.
     """
 
     name: str
     doc: str
     hazard: bool = False
     gpu_only: bool | tuple[str, ...] = False
+    tolerance: "Tolerance | None" = None
 
     def needs_gpu(self, framework: str) -> bool:
         if isinstance(self.gpu_only, tuple):
@@ -130,6 +133,10 @@ class Scenario:
     # One extra, untimed run per variant that records what ran when on which stream (harness/timeline.py):
     # drawn as a PNG and written as a Chrome/Perfetto trace next to the result file.
     timeline: bool = False
+    # (outputs, reference, params) -> numbers the harness computes, untimed, from a timed variant's first
+    # checked outputs and the float64 reference (a GEMM's error against float64), reported beside the
+    # metrics the impl emits. Only where the timed outputs were checked against the reference.
+    output_metrics: Callable[[Arrays, Arrays, Params], Mapping[str, float]] | None = None
     # Output keys compared by distribution (random draws) instead of elementwise; see Distribution.
     distributions: Mapping[str, Distribution] = field(default_factory=dict)
     # Run by a group of WORLD_SIZE rank processes (harness/ranks.py): params carry "world_size" (and

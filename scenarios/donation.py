@@ -1,0 +1,160 @@
+"""donation — updating a large parameter buffer in place.
+
+One SGD step on a flat parameter buffer, p <- p - lr * g, with a logger that keeps the first `head`
+parameters as they were before the step. Into a new buffer, the update holds two copies of the
+parameters at its peak; in place it holds one. torch and CuPy update in place by writing into p; JAX's
+arrays are immutable, and jit(donate_argnums=0) lets XLA write the result into the donated input's buffer.
+The hazard reads the old parameters after the step: JAX raises (the buffer was donated), torch and CuPy
+show the new values through the alias without a word.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+from hypothesis import strategies as st
+
+from scenarios import _strategies as S
+from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict
+
+HEAD = 256  # parameters the logger keeps from before the step
+
+
+def make_inputs(p: Params) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(p["seed"])
+    n = int(p["n"])
+    return {"p": rng.standard_normal(n, dtype=np.float32), "g": rng.standard_normal(n, dtype=np.float32),
+            "lr": np.asarray(1e-2, dtype=np.float32)}
+
+
+def reference(inputs: Mapping[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
+    w = inputs["p"].astype(np.float64)
+    return {"p": w - float(inputs["lr"]) * inputs["g"].astype(np.float64), "head": w[:HEAD].copy()}
+
+
+def floor(p: Params, machine: Mapping[str, float], variant: str) -> float | None:
+    if "hbm_Bps" not in machine:
+        return None
+    # Read p and g, write p: the same bytes into a new buffer or in place.
+    return 3 * int(p["n"]) * np.dtype(p["dtype"]).itemsize / machine["hbm_Bps"]
+
+
+def _peak(rows: Mapping[str, dict], variant: str) -> float | None:
+    return rows[variant]["timing"]["metrics"].get("peak_bytes")
+
+
+def _param_bytes(p: Params) -> int:
+    return int(p["n"]) * np.dtype(p["dtype"]).itemsize
+
+
+def _copies(claim: str, want_extra: bool, variant: str):
+    def judge(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
+        peak, size = _peak(rows, variant), _param_bytes(p)
+        if peak is None:
+            return Verdict(claim, fw, "inconclusive", f"{variant}: no device allocator counter here "
+                           "(torch and CuPy count only CUDA memory)")
+        copies = 1 + peak / size  # the parameters held before the step, plus what the step allocated
+        ok = peak >= 0.99 * size if want_extra else peak < 0.01 * size
+        return Verdict(claim, fw, "confirmed" if ok else "refuted",
+                       f"{variant}: the step allocated {peak / 2**20:.3g} MiB above what it held, for "
+                       f"{size / 2**20:.3g} MiB of parameters: {copies:.2f} copies at the peak",
+                       {"peak_bytes": peak, "param_bytes": size, "copies": copies})
+    return judge
+
+
+def _stale_read(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
+    row = rows["read_after_update"]
+    raised = row["timing"]["metrics"].get("read_raised")
+    checked, wrong = row["check"]["checked"], row["check"]["wrong"]
+    if raised is None or not checked:
+        return Verdict("stale_read", fw, "inconclusive", "the hazard's read was not counted or not checked")
+    loud = fw == "jax"
+    ok = wrong == checked and (raised == 1.0) == loud
+    how = "raised" if raised == 1.0 else "returned the updated values without an error"
+    return Verdict("stale_read", fw, "confirmed" if ok else "refuted",
+                   f"the read of the old parameters {how}; {wrong} of {checked} checked runs wrong",
+                   {"read_raised": raised, "wrong": wrong, "checked": checked})
+
+
+def _same_time(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
+    a, b = rows["new_buffer"]["timing"]["device_done"], rows["in_place"]["timing"]["device_done"]
+    diff = b["median"] - a["median"]
+    noise = (a["iqr"] + b["iqr"]) / 2 + 0.05 * a["median"]  # within 5%, or the rows' spread
+    ok = abs(diff) <= noise
+    return Verdict("same_time", fw, "confirmed" if ok else "refuted",
+                   f"in place {100 * diff / a['median']:+.1f}% against a new buffer "
+                   f"({b['median'] * 1e3:.3g} ms vs {a['median'] * 1e3:.3g} ms; allowed ±{noise * 1e3:.2g} ms)",
+                   {"new_buffer_s": a["median"], "in_place_s": b["median"]})
+
+
+SCENARIO = Scenario(
+    name="donation",
+    title="Updating parameters in place: donation, and reading what was donated",
+    concept=(
+        "An update into a new buffer holds the old and the new parameters at once: twice the memory at the "
+        "peak. torch and CuPy write into the old buffer instead; JAX's arrays are immutable, so its way is "
+        "donation: jit(update, donate_argnums=0) lets XLA reuse the input's buffer for the output, and the "
+        "donated array is deleted. Reading it afterwards fails loudly in JAX; in torch and CuPy the same "
+        "mistake (holding the old parameters by reference across an in-place update) silently reads the new ones."
+    ),
+    variants=(
+        Variant("new_buffer", "the step writes a new buffer (torch.add / a CuPy elementwise kernel / jit "
+                "without donation); the logger's copy of the head is taken before"),
+        Variant("in_place", "the step writes into the old buffer (p.add_ / the kernel with out=p / jit with "
+                "donate_argnums=0); the logger's copy of the head is taken before"),
+        Variant("read_after_update", "in place, but the logger holds the head by reference (torch, CuPy: a "
+                "view; JAX: the donated array) and reads it after the step", hazard=True),
+    ),
+    params=lambda: S.params(n=S.dims(1, 4096), dtype=S.float_dtypes("float32")),
+    sizes={
+        "smoke": {"n": 1 << 16, "dtype": "float32"},
+        # 1 GiB of float32 parameters: ~0.7 ms a step at the H200's HBM rate, and a second copy is 1 GiB.
+        "full": {"n": 1 << 28, "dtype": "float32"},
+    },
+    make_inputs=make_inputs,
+    reference=reference,
+    tolerance=Tolerance({"float32": (2e-6, 1e-7)}),
+    claims=(
+        Claim("two_copies", "Into a new buffer (in JAX: without donation), the step holds two copies of the "
+              "parameters at its peak.", _copies("two_copies", True, "new_buffer")),
+        Claim("one_copy", "In place (in JAX: with donation), it holds one.", _copies("one_copy", False, "in_place")),
+        Claim("stale_read", "Reading the old parameters after the step fails loudly in JAX (the array was "
+              "donated) and silently returns the new values in torch and CuPy (an alias of an updated buffer).",
+              _stale_read),
+        Claim("same_time", "Donation saves memory, not time: in place takes the same time as into a new buffer "
+              "(within 5% or the rows' spread).", _same_time),
+    ),
+    floor=floor,
+    key_apis={
+        "torch": ("Tensor.add_(g, alpha=-lr)", "torch.add(p, g, alpha=-lr)", "torch.cuda.max_memory_allocated()",
+                  "torch.cuda.reset_peak_memory_stats()"),
+        "cupy": ("cupy.ElementwiseKernel(..., out=p)", "cupy.cuda.MemoryHook", "MemoryPool.used_bytes()"),
+        "jax": ("jax.jit(update, donate_argnums=0)", "jax.Array.is_deleted()",
+                "jitted.lower(...).compile().memory_analysis()", "Device.memory_stats()"),
+    },
+    framework_notes={
+        "torch": "p.add_(g, alpha=-lr) is one kernel with no temporary. `p -= lr * g` allocates lr * g first. "
+                 "peak_bytes: torch.cuda.max_memory_allocated() after reset_peak_memory_stats() (untimed, "
+                 "before the call), above memory_allocated() at the call's start; CUDA only.",
+        "cupy": "`p -= lr * g` and cupy.add(p, -lr * g, out=p) are in place only in their last step: lr * g is "
+                "a temporary as large as p. One ElementwiseKernel with out=p (or cupy.fuse) is the in-place step. "
+                "CuPy's pool has no peak counter: a cupy.cuda.MemoryHook records the pool's used bytes after "
+                "every allocation inside the call (a Python call per allocation).",
+        "jax": "donate_argnums=0: XLA aliases the output to the input's buffer and the input array is deleted "
+               "at dispatch; reading it raises `RuntimeError: Array has been deleted with shape=float32[n].`, and "
+               "passing it to a jitted function again raises `ValueError: ... Buffer has been deleted or donated.` "
+               "(and logs it on stderr). Where XLA cannot reuse a donated buffer (shape or dtype differ) it warns "
+               "'Some donated buffers were not usable'; the CPU backend of jax 0.10 honours donation. Donation "
+               "is not a promise of one copy: a donated step that also returned a slice of its input (the "
+               "logger's head) compiled, on the CPU, with a temporary as large as the input; the head is read by "
+               "a program of its own before the step. JAX's runtime peak counter "
+               "(memory_stats()['peak_bytes_in_use']) cannot be reset, so peak_bytes is XLA's own account of the "
+               "compiled step (output + temporaries - aliased bytes); added_bytes (GPU) is measured.",
+    },
+    metrics_doc={
+        "peak_bytes": "bytes the step allocated above what was allocated before it, at its peak (torch: CUDA "
+                      "peak counter; CuPy: a memory hook; JAX: XLA's compiled memory analysis)",
+        "added_bytes": "bytes still allocated after the step above before it, by the allocator (GPU)",
+        "read_raised": "1 where reading the old parameters after the step raised (the hazard), else 0",
+    },
+)

@@ -1,0 +1,107 @@
+"""matmul_precision: full float32 meets its float64 tolerance on the CPU, the tolerances tell TF32 from
+float32, each variant escapes the harness's pinned precision and restores it, and JAX's timed calls
+dispatch only the impl's programs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.equivalence import compare_outputs
+from harness.execute import load_impl, skip_reason
+from scenarios import get
+from tests.conftest import backend_or_skip
+from tests.dispatches import eager_programs, jax_programs
+
+SCN = get("matmul_precision")
+P = SCN.params_for_size("smoke") | {"seed": 5}
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """x rounded to TF32 (10 explicit mantissa bits, to nearest even), kept in float32."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + (1 << 12) - 1 + ((u >> 13) & 1)) >> 13) << 13
+    return u.astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("fw", ["torch", "cupy", "jax"])
+def test_matched_fp32_agrees_with_float64_within_its_tolerance(fw):
+    b = backend_or_skip(fw)
+    impl = load_impl(SCN.name, fw)
+    inputs = SCN.make_inputs(P)
+    want = SCN.reference(inputs, P)
+    got = b.to_numpy(impl.run_matched_fp32(impl.prepare(inputs, P, b.device)))
+    assert compare_outputs(SCN, P, got, want, variant="matched_fp32") is None
+    rtol, atol = SCN.tolerance.for_dtype("float32")
+    assert SCN.output_metrics(got, want, P)["err_max"] < atol  # the output is at unit scale (make_inputs)
+
+
+def test_the_float32_tolerance_rejects_tf32_and_the_tf32_tolerance_accepts_it():
+    """TF32 rounding that crept into a 'float32' GEMM fails it; the TF32 variants allow it, no more."""
+    inputs = SCN.make_inputs(P)
+    want = SCN.reference(inputs, P)
+    tf32 = {"c": _tf32(inputs["a"]).astype(np.float64) @ _tf32(inputs["b"]).astype(np.float64)}
+    assert compare_outputs(SCN, P, tf32, want, variant="matched_fp32") is not None
+    assert compare_outputs(SCN, P, tf32, want, variant="matched_tf32") is None
+    assert compare_outputs(SCN, P, tf32, want, variant="framework_default") is None
+    e = SCN.output_metrics(tf32, want, P)
+    assert 1e-5 < e["err_median"] < 1e-3, e  # TF32's class, between float32's (~1e-7) and bf16's (~2e-3)
+    wrong = {"c": inputs["a"].astype(np.float64) @ inputs["b"].astype(np.float64)[::-1]}
+    assert compare_outputs(SCN, P, wrong, want, variant="bf16") is not None  # the loosest still catches a wrong product
+
+
+def test_tf32_needs_a_gpu_and_says_why_on_the_cpu():
+    for fw in ("torch", "jax"):
+        b = backend_or_skip(fw)
+        why = skip_reason(SCN, SCN.variant("matched_tf32"), b, load_impl(SCN.name, fw))
+        assert (why is None) == b.on_gpu and (b.on_gpu or "needs a CUDA device" in why)
+
+
+def test_torch_variants_set_their_precision_for_the_call_and_restore_the_harness_pin():
+    torch = pytest.importorskip("torch")
+    backend_or_skip("torch")
+    impl = load_impl(SCN.name, "torch")
+    seen = []
+    mm = torch.Tensor.__matmul__
+    torch.Tensor.__matmul__ = lambda a, b: seen.append(torch.get_float32_matmul_precision()) or mm(a, b)
+    try:
+        state = impl.prepare(SCN.make_inputs(P), P, torch.device("cpu"))
+        for v in ("framework_default", "matched_fp32", "matched_tf32", "bf16"):
+            getattr(impl, f"run_{v}")(state)
+            assert torch.get_float32_matmul_precision() == "highest", v  # the harness's pin is back
+    finally:
+        torch.Tensor.__matmul__ = mm
+    assert seen == ["highest", "highest", "high", "highest"]  # torch's default is full float32
+
+
+def test_jax_default_escapes_the_harness_pin_and_is_compiled_apart():
+    """The harness pins jax_default_matmul_precision='highest'; the default variant must trace under
+    JAX's own default (DEFAULT precision), and full float32 under HIGHEST: two programs."""
+    b = backend_or_skip("jax")
+    import jax
+
+    impl = load_impl(SCN.name, "jax")
+    state = impl.prepare(SCN.make_inputs(P), P, b.device)
+    texts = {}
+    for level in (impl.DEFAULT, impl.FP32):
+        with impl.precision(level):
+            texts[level] = impl.GEMM.lower(state["a"], state["b"]).as_text()
+    assert "HIGHEST" not in texts[impl.DEFAULT] and "DEFAULT" in texts[impl.DEFAULT]
+    assert "HIGHEST" in texts[impl.FP32]
+    assert jax.config.jax_default_matmul_precision == "highest"  # restored
+    if not b.on_gpu:
+        with pytest.raises(ValueError, match="TF32_TF32_F32"), impl.precision(impl.TF32):
+            impl.GEMM(state["a"], state["b"])  # the CPU has no TF32: why the variant is gpu_only
+
+
+@pytest.mark.parametrize("variant", [v.name for v in SCN.variants])
+def test_a_timed_jax_variant_dispatches_only_its_own_programs(variant):
+    b = backend_or_skip("jax")
+    impl = load_impl(SCN.name, "jax")
+    if skip_reason(SCN, SCN.variant(variant), b, impl):
+        pytest.skip(skip_reason(SCN, SCN.variant(variant), b, impl))
+    state = impl.prepare(SCN.make_inputs(P), P, b.device)
+    call = getattr(impl, f"run_{variant}")
+    b.synchronize(call(state))
+    with jax_programs() as ran:
+        b.synchronize(call(state))
+    assert ran and not eager_programs(ran), ran
