@@ -242,6 +242,31 @@ def _traps(root: Path, s: Any) -> list[str]:
     return traps
 
 
+def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Part 7: per scenario that measures a default (its spec's agree_by), the setting that makes the three
+    agree and what the newest GPU result measured (its claims' verdicts and numbers)."""
+    from scenarios import all_scenarios
+
+    out = []
+    for s in (s for s in all_scenarios() if s.agree_by):
+        out.append(f"### [{s.title}](#{s.name})\n\n"
+                   + "| | " + " | ".join(NAMES[f] for f in FRAMEWORKS) + " |\n|---|---|---|---|\n"
+                   + "| **to agree** | " + " | ".join(_cell(s.agree_by.get(f, "—")) for f in FRAMEWORKS) + " |")
+        measured = measured_by(results, s.name)
+        if measured is None:
+            out.append("Not yet measured on a GPU.")
+            continue
+        path, doc = measured
+        claims = doc["scenarios"][s.name].get("claims", [])
+        lines = [f"{c['verdict']} for {NAMES.get(c['framework'], c['framework'])}"
+                 + (f" at {c['label']}" if c.get("label") else "") + f": {c['evidence']}"
+                 for c in claims if c["verdict"] in ("confirmed", "refuted")]
+        out.append(f"Measured ([{path.name}](../{path.relative_to(root).as_posix()})):\n\n"
+                   + ("\n".join(f"- {_cell(t)}" for t in lines) or "- every claim inconclusive in that run"))
+    return ["The defaults below are measured as scenarios of their own (part 7): each framework runs with its "
+            "real default, then with the setting that makes the three agree."] + out if out else []
+
+
 def porting_guide(root: Path = ROOT) -> str:
     from scenarios import all_scenarios
 
@@ -260,6 +285,7 @@ def porting_guide(root: Path = ROOT) -> str:
         "a port has to pin them too.",
         "| | PyTorch | CuPy | JAX |\n|---|---|---|---|\n" + "\n".join(
             f"| **{_cell(topic)}** | {_cell(t)} | {_cell(c)} | {_cell(j)} |" for topic, t, c, j in DEFAULTS),
+        *_defaults_that_differ(root, results),
         "## Concepts",
         "\n".join(f"{n}. [`{s.name}`](#{s.name}) — {s.title}" for n, s in enumerate(all_scenarios(), 1)),
     ]

@@ -125,6 +125,11 @@ SCENARIO = Scenario(
               "(within 5% or the rows' spread).", _same_time),
     ),
     floor=floor,
+    agree_by={
+        "torch": "`p.add_(g, alpha=-lr)`, not `p = p - lr * g` (a second copy)",
+        "cupy": "one ElementwiseKernel (or `cupy.fuse`) writing into p; `p -= lr * g` allocates `lr * g` first",
+        "jax": "`jax.jit(update, donate_argnums=0)`, and never read the donated array again",
+    },
     key_apis={
         "torch": ("Tensor.add_(g, alpha=-lr)", "torch.add(p, g, alpha=-lr)", "torch.cuda.max_memory_allocated()",
                   "torch.cuda.reset_peak_memory_stats()"),

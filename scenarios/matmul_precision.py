@@ -129,6 +129,12 @@ SCENARIO = Scenario(
         Claim("tf32_speedup", "TF32 makes the float32 matmul over twice as fast.", _tf32_speedup),
     ),
     floor=floor,
+    agree_by={
+        "torch": "full float32 is the default; `torch.set_float32_matmul_precision('high')` for TF32",
+        "cupy": "full float32 is the default; `CUPY_TF32=1` before the first float32 matmul for TF32",
+        "jax": "`jax.config.update('jax_default_matmul_precision', 'highest')` for full float32 (the default "
+               "is TF32-class on Ampere and later), or `precision=` per call",
+    },
     key_apis={
         "torch": ("torch.set_float32_matmul_precision('highest' | 'high')", "torch.backends.cuda.matmul.allow_tf32",
                   "Tensor.bfloat16()"),

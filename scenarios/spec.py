@@ -129,6 +129,9 @@ class Scenario:
     cheap_reference: Callable[[Params], bool] = lambda p: True
     key_apis: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     framework_notes: Mapping[str, str] = field(default_factory=dict)  # what differs, per framework
+    # A default that differs between the frameworks (part 7): per framework, the one-line setting that
+    # makes the three agree; the porting guide's "Defaults that differ" section is built from it.
+    agree_by: Mapping[str, str] = field(default_factory=dict)
     metrics_doc: Mapping[str, str] = field(default_factory=dict)  # extra metrics the impls emit
     # One extra, untimed run per variant that records what ran when on which stream (harness/timeline.py):
     # drawn as a PNG and written as a Chrome/Perfetto trace next to the result file.

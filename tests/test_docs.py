@@ -120,3 +120,19 @@ def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_o
     assert "bytes_model text" not in one and "“exact text”" in one  # a claim not about communication stands
     two = "\n".join(docs._measured(ROOT, scn(2), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
     assert "JAX takes 10× as long as PyTorch" in two and "bytes_model text" in two
+
+
+def test_defaults_that_differ_give_each_settings_and_what_the_gpu_measured(tmp_path):
+    from scenarios import all_scenarios
+
+    part7 = [s for s in all_scenarios() if s.agree_by]
+    assert {"matmul_precision", "donation"} <= {s.name for s in part7}
+    s = part7[0]
+    doc = {"scenarios": {s.name: {"rows": [{}], "claims": [
+        {"claim": "x", "framework": "jax", "verdict": "confirmed", "evidence": "median error 2.1e-4 vs 1.2e-7"},
+        {"claim": "y", "framework": "torch", "verdict": "inconclusive", "evidence": "inside the noise"}]}}}
+    section = "\n".join(docs._defaults_that_differ(tmp_path, [(tmp_path / "results" / "r.json", doc)]))
+    for setting in s.agree_by.values():
+        assert docs._cell(setting) in section
+    assert "confirmed for JAX: median error 2.1e-4 vs 1.2e-7" in section and "inside the noise" not in section
+    assert "Not yet measured on a GPU." in "\n".join(docs._defaults_that_differ(tmp_path, []))
