@@ -6,10 +6,13 @@ through `load` only, which validates it as a whole against harness/schema/result
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,8 @@ def result_name(doc: dict[str, Any]) -> str:
 
 def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
     """base, or base with -1, -2, ... before its suffix: the first name not taken in folder (with_folder:
-    nor the folder named after its stem, where the result's pictures go)."""
+    nor the folder named after its stem, where the result's pictures go). Only a hint: claim_name is
+    what makes a name one run's alone."""
     path = folder / base
     stem, suffix = path.stem, path.suffix
     n = 1
@@ -60,15 +64,56 @@ def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
     return path.name
 
 
+def claim_name(folder: Path, doc: dict[str, Any]) -> str:
+    """Claim the result's name in folder for this run alone: its pictures' folder (stem/, os.mkdir) and
+    an empty placeholder file (O_CREAT|O_EXCL), both atomic, so that two runs writing into one folder
+    at the same moment never share or replace each other's files. write_atomic(..., claimed=True)
+    then replaces the placeholder. A folder that takes nothing (full, read-only): the first free name,
+    unclaimed, for write_or_rescue to deal with."""
+    base = Path(result_name(doc))
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return unused_name(folder, base.name, with_folder=True)
+    for n in range(10_000):
+        stem = base.stem if n == 0 else f"{base.stem}-{n}"
+        try:
+            os.mkdir(folder / stem)
+        except FileExistsError:
+            continue
+        except OSError:
+            return unused_name(folder, base.name, with_folder=True)
+        try:
+            os.close(os.open(folder / f"{stem}{base.suffix}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            os.rmdir(folder / stem)
+            continue
+        except OSError:
+            os.rmdir(folder / stem)
+            return unused_name(folder, base.name, with_folder=True)
+        return f"{stem}{base.suffix}"
+    raise OSError(f"{folder}: no free name for {base.name} after 10000 tries")
+
+
+def release_folder(folder: Path, name: str) -> None:
+    """Remove the pictures' folder that claim_name made for name where nothing was put in it."""
+    with contextlib.suppress(OSError):
+        os.rmdir(Path(folder) / Path(name).stem)
+
+
 def as_written(doc: dict[str, Any]) -> dict[str, Any]:
     """doc as a reader of its file gets it back (numpy scalars, tuples and infinities as JSON has them),
     without the schema check: what `compare` renders its report from."""
     return json.loads(json.dumps(_jsonable(doc), allow_nan=False))
 
 
-def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> Path:
-    """Write doc as JSON into folder under a new name; never replaces an existing file."""
+def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, claimed: bool = False) -> Path:
+    """Write doc as JSON into folder under a new name; never replaces an existing file, except the
+    placeholder of a name this run claimed (claim_name; claimed=True)."""
     data = (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    if claimed and name is not None and _is_placeholder(Path(folder) / name):
+        return files.write_files(folder, {name: data})[0]
     while True:
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -77,13 +122,26 @@ def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> 
             continue
 
 
-def write_or_rescue(doc: dict[str, Any], folder: Path, name: str) -> tuple[Path, str | None]:
-    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
-    (the rescue copy, the one-line reason): measurements that were made are never thrown away."""
+def _is_placeholder(path: Path) -> bool:
     try:
-        return write_atomic(doc, folder, name), None
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+
+
+def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool = False) -> tuple[Path, str | None]:
+    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
+    (the rescue copy, the one-line reason): measurements that were made are never thrown away.
+    claimed: name was claimed by claim_name (its placeholder is replaced, or removed on a rescue)."""
+    try:
+        return write_atomic(doc, folder, name, claimed=claimed), None
     except OSError as e:
         why = f"could not write the result into {folder}: {e.strerror or e}"
+        if claimed and _is_placeholder(Path(folder) / name):
+            with contextlib.suppress(OSError):
+                os.unlink(Path(folder) / name)
+            release_folder(folder, name)
     for rescue in files.rescue_folders():
         try:
             return write_atomic(doc, rescue, name), why
