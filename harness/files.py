@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -85,3 +86,29 @@ def rescue_folders() -> list[Path]:
     """Where a result goes when its own folder cannot take it (full disk, read-only): the system's
     temporary folder, then the current folder."""
     return [Path(tempfile.gettempdir()) / "triptych-rescue", Path.cwd()]
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of path, a regular file of at most `limit` bytes, or OSError / ValueError with one line:
+    a FIFO, a device (/dev/zero), a folder or a file too large is refused before anything is read.
+    Opened without blocking (a FIFO with no writer would hang an open) and checked on the open file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{st.st_size} bytes, more than the {limit} a file here may have")
+        chunks, left = [], limit + 1
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise ValueError(f"more than the {limit} bytes a file here may have")
+        return data
+    finally:
+        os.close(fd)

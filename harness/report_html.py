@@ -26,6 +26,7 @@ from harness.report_render import Block, machine_line, render_html, render_md, t
 
 VERDICT_MARK = {"confirmed": "✓", "refuted": "✗", "inconclusive": "?"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TIMELINE_MAX_BYTES = 64 << 20  # a timeline picture is a few hundred kB
 
 
 def default_out(result_path: Path) -> Path:
@@ -217,11 +218,19 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
     tl = scn.get("timelines")
     if not isinstance(tl, dict) or not tl.get("png"):
         return None, ""
-    path = result_dir / str(tl["png"])
+    from harness.files import read_regular
+    from harness.results import ResultError
+
+    path = result_dir / str(tl["png"])  # the schema allows no '..' and no absolute path in it
+    if not path.exists() and not path.is_symlink():
+        return None, f"timeline picture `{tl['png']}` could not be read next to the result (no such file)"
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        return None, f"timeline picture `{tl['png']}` could not be read next to the result ({e.strerror or e})"
+        if not path.resolve().is_relative_to(result_dir.resolve()):
+            raise ValueError("it leads outside the result's folder")
+        data = read_regular(path, TIMELINE_MAX_BYTES)
+    except (OSError, ValueError) as e:
+        raise ResultError(f"{path}: the timeline picture the result names is refused: "
+                          f"{getattr(e, 'strerror', None) or e}") from None
     if not data.startswith(PNG_MAGIC):
         return None, f"timeline picture `{tl['png']}` is not a PNG"
     return data, ""

@@ -6,10 +6,13 @@ through `load` only, which validates it as a whole against harness/schema/result
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,8 @@ def result_name(doc: dict[str, Any]) -> str:
 
 def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
     """base, or base with -1, -2, ... before its suffix: the first name not taken in folder (with_folder:
-    nor the folder named after its stem, where the result's pictures go)."""
+    nor the folder named after its stem, where the result's pictures go). Only a hint: claim_name is
+    what makes a name one run's alone."""
     path = folder / base
     stem, suffix = path.stem, path.suffix
     n = 1
@@ -60,15 +64,56 @@ def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
     return path.name
 
 
+def claim_name(folder: Path, doc: dict[str, Any]) -> str:
+    """Claim the result's name in folder for this run alone: its pictures' folder (stem/, os.mkdir) and
+    an empty placeholder file (O_CREAT|O_EXCL), both atomic, so that two runs writing into one folder
+    at the same moment never share or replace each other's files. write_atomic(..., claimed=True)
+    then replaces the placeholder. A folder that takes nothing (full, read-only): the first free name,
+    unclaimed, for write_or_rescue to deal with."""
+    base = Path(result_name(doc))
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return unused_name(folder, base.name, with_folder=True)
+    for n in range(10_000):
+        stem = base.stem if n == 0 else f"{base.stem}-{n}"
+        try:
+            os.mkdir(folder / stem)
+        except FileExistsError:
+            continue
+        except OSError:
+            return unused_name(folder, base.name, with_folder=True)
+        try:
+            os.close(os.open(folder / f"{stem}{base.suffix}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            os.rmdir(folder / stem)
+            continue
+        except OSError:
+            os.rmdir(folder / stem)
+            return unused_name(folder, base.name, with_folder=True)
+        return f"{stem}{base.suffix}"
+    raise OSError(f"{folder}: no free name for {base.name} after 10000 tries")
+
+
+def release_folder(folder: Path, name: str) -> None:
+    """Remove the pictures' folder that claim_name made for name where nothing was put in it."""
+    with contextlib.suppress(OSError):
+        os.rmdir(Path(folder) / Path(name).stem)
+
+
 def as_written(doc: dict[str, Any]) -> dict[str, Any]:
     """doc as a reader of its file gets it back (numpy scalars, tuples and infinities as JSON has them),
     without the schema check: what `compare` renders its report from."""
     return json.loads(json.dumps(_jsonable(doc), allow_nan=False))
 
 
-def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> Path:
-    """Write doc as JSON into folder under a new name; never replaces an existing file."""
+def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, claimed: bool = False) -> Path:
+    """Write doc as JSON into folder under a new name; never replaces an existing file, except the
+    placeholder of a name this run claimed (claim_name; claimed=True)."""
     data = (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    if claimed and name is not None and _is_placeholder(Path(folder) / name):
+        return files.write_files(folder, {name: data})[0]
     while True:
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -77,13 +122,26 @@ def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None) -> 
             continue
 
 
-def write_or_rescue(doc: dict[str, Any], folder: Path, name: str) -> tuple[Path, str | None]:
-    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
-    (the rescue copy, the one-line reason): measurements that were made are never thrown away."""
+def _is_placeholder(path: Path) -> bool:
     try:
-        return write_atomic(doc, folder, name), None
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+
+
+def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool = False) -> tuple[Path, str | None]:
+    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
+    (the rescue copy, the one-line reason): measurements that were made are never thrown away.
+    claimed: name was claimed by claim_name (its placeholder is replaced, or removed on a rescue)."""
+    try:
+        return write_atomic(doc, folder, name, claimed=claimed), None
     except OSError as e:
         why = f"could not write the result into {folder}: {e.strerror or e}"
+        if claimed and _is_placeholder(Path(folder) / name):
+            with contextlib.suppress(OSError):
+                os.unlink(Path(folder) / name)
+            release_folder(folder, name)
     for rescue in files.rescue_folders():
         try:
             return write_atomic(doc, rescue, name), why
@@ -92,90 +150,131 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str) -> tuple[Path,
     raise OSError(f"{why}; no rescue folder ({', '.join(map(str, files.rescue_folders()))}) could take it either")
 
 
+MAX_BYTES = 256 << 20  # a full run of every scenario is a few MB
+MAX_DEPTH = 32  # a result nests about ten deep
+MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20
+
+
 def load(path: str | Path) -> dict[str, Any]:
     """Load and validate a result file as a whole; ResultError with one line naming what is wrong."""
     p = Path(path)
-    if p.is_dir():
-        raise ResultError(f"{p}: is a folder, not a result file")
-    if p.suffix != ".json":
+    if p.suffix != ".json" and not p.is_dir():
         raise ResultError(f"{p}: not a result file (their names end in .json)")
-    if not p.exists():
-        raise ResultError(f"{p}: no such file")
     try:
-        text = p.read_bytes().decode("utf-8")
+        data = files.read_regular(p, MAX_BYTES)
+    except IsADirectoryError:
+        raise ResultError(f"{p}: is a folder, not a result file") from None
+    except FileNotFoundError:
+        raise ResultError(f"{p}: no such file") from None
     except OSError as e:
         raise ResultError(f"{p}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ResultError(f"{p}: {'is a folder, not a result file' if p.is_dir() else e}") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ResultError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason}); not a result file") from None
     if not text.strip():
         raise ResultError(f"{p}: empty file")
     try:
-        doc = json.loads(text, parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant, parse_int=_int, parse_float=_float,
+                         object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise ResultError(f"{p}: not JSON (line {e.lineno}: {e.msg}); truncated?") from None
+    except RecursionError:
+        raise ResultError(f"{p}: nested deeper than a result file ever is") from None
     except ValueError as e:
         raise ResultError(f"{p}: {e}") from None
     validate(doc, str(p))
     return doc
 
 
-_WARNED: list[bool] = []
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError(f"not a result file: an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
 
 
-def _required_keys(doc: dict, schema: dict, where: str) -> None:
-    """The fallback without jsonschema: the keys the schema requires of the document and of each row."""
-    if not _WARNED:
-        _WARNED.append(True)
-        print("harness: jsonschema is not installed: result files are checked for their schema's required keys "
-              "only (pip install jsonschema for the whole schema)", file=sys.stderr)
-    missing = [k for k in schema["required"] if k not in doc]
-    if missing or not isinstance(doc["scenarios"], dict):
-        raise ResultError(f"{where}: the top level: missing {', '.join(missing) or 'a scenarios object'}")
-    for name, scn in doc["scenarios"].items():
-        if not isinstance(scn, dict) or not isinstance(scn.get("rows"), list):
-            raise ResultError(f"{where}: scenarios.{name}: no rows list")
-        for i, row in enumerate(scn["rows"]):
-            gone = [k for k in schema["$defs"]["row"]["required"] if not isinstance(row, dict) or k not in row]
-            if gone:
-                raise ResultError(f"{where}: scenarios.{name}.rows[{i}]: missing {', '.join(gone)}")
+def _float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"not a result file: the number {text[:40]} is too large for a float")
+    return x
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"not a result file: the key {dup[:60]!r} appears twice in one object")
+    return out
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"not a result file: JSON has no {name} (a result writes NaN as null)")
 
 
-def _where(path: Any) -> str:
-    """scenarios.sync_points.rows[3].timing: a jsonschema error's place, as a reader writes it."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "the top level"
+def _depth(doc: Any) -> int:
+    deepest, todo = 0, [(doc, 1)]
+    while todo:
+        x, d = todo.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        if isinstance(x, dict):
+            todo += [(v, d + 1) for v in x.values()]
+        elif isinstance(x, list):
+            todo += [(v, d + 1) for v in x]
+    return deepest
+
+
+_CHECKER: list[Any] = []
 
 
 def validate(doc: Any, where: str = "result") -> None:
-    """The whole document against harness/schema/result.schema.json (jsonschema, imported here only:
-    `compare` renders from the document it built and never needs it), then what a schema cannot say.
-    Without jsonschema (the GPU image has none, and must still run `regress` and `report`): the schema
-    tag and the schema's required keys of the document and of every row, said once on stderr."""
+    """The whole document against harness/schema/result.schema.json (harness/schema_check.py: the same
+    check with or without jsonschema installed), then what a schema cannot say: a row's point within
+    the scenario's points, one row per framework x variant x point, samples that agree with their
+    counts. ResultError with one line naming the field."""
+    from harness.schema_check import Checker, SchemaError
+
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise ResultError(f"{where}: not a triptych result (schema {got!r} is not {SCHEMA!r})")
-    schema = json.loads((Path(__file__).parent / "schema" / "result.schema.json").read_text())
+        raise ResultError(f"{where}: not a triptych result (schema {got if not isinstance(got, str) else got[:60]!r} "
+                          f"is not {SCHEMA!r})")
+    if _depth(doc) > MAX_DEPTH:
+        raise ResultError(f"{where}: nested deeper than a result file ever is ({MAX_DEPTH} levels)")
+    if not _CHECKER:
+        _CHECKER.append(Checker(json.loads((Path(__file__).parent / "schema" / "result.schema.json").read_text())))
     try:
-        import jsonschema
-    except ImportError:
-        _required_keys(doc, schema, where)
-    else:
-        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-        if error is not None:
-            raise ResultError(f"{where}: {_where(error.absolute_path)}: {error.message}"[:400])
+        _CHECKER[0].check(doc)
+    except SchemaError as e:
+        raise ResultError(f"{where}: {e}"[:400]) from None
     for name, scn in doc["scenarios"].items():
         points = len(scn.get("points") or [])
+        seen: set[tuple[str, str, int]] = set()
         for i, row in enumerate(scn["rows"]):
             at = f"{where}: scenarios.{name}.rows[{i}]"
+            if row.get("scenario", name) != name:
+                raise ResultError(f"{at}.scenario: {row['scenario']!r} in the rows of {name}")
             if points and row.get("point", 0) >= points:
                 raise ResultError(f"{at}.point: {row['point']} names a point of {points}")
-            t = row.get("timing") or {}
-            for clock, v in (t.get("samples") or {}).items():
-                if clock != "device_events" and clock in t and len(v) != t[clock]["n"]:
-                    raise ResultError(f"{at}.timing.samples.{clock}: {len(v)} samples where n is {t[clock]['n']}")
+            key = (row["framework"], row["variant"], row.get("point", 0))
+            if key in seen:
+                raise ResultError(f"{at}: a second row for {key[0]}/{key[1]} at point {key[2]}")
+            seen.add(key)
+            _check_samples(row.get("timing") or {}, at)
+        for i, c in enumerate(scn.get("claims") or []):
+            if points and c.get("point", 0) >= points:
+                raise ResultError(f"{where}: scenarios.{name}.claims[{i}].point: {c['point']} names a point of {points}")
+
+
+def _check_samples(t: dict[str, Any], at: str) -> None:
+    counts = [p["n"] for p in t.get("processes") or []]
+    for clock, v in (t.get("samples") or {}).items():
+        if clock != "device_events" and clock in t and len(v) != t[clock]["n"]:
+            raise ResultError(f"{at}.timing.samples.{clock}: {len(v)} samples where n is {t[clock]['n']}")
+        if counts and clock != "device_events" and sum(counts) != len(v):
+            raise ResultError(f"{at}.timing.processes: their n add up to {sum(counts)}, "
+                              f"but samples.{clock} has {len(v)}")

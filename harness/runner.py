@@ -14,15 +14,12 @@ measures the host's speed at its start (harness/calibrate.py), recorded beside t
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import os
-import signal
-import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
-from harness import cpus, point_cache, rounds
+from harness import cpus, point_cache, rounds, stops
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
@@ -30,6 +27,7 @@ from harness.machine import host_env
 from harness.options import STARTUP_TIMEOUT_S, CompareOptions, UI
 from harness.ranks import Groups
 from harness.results import SCHEMA
+from harness.stops import Stopped
 from harness.timing import preset
 from harness.worker import WorkerError, WorkerLost, make_worker
 from scenarios import get as get_scenario
@@ -39,36 +37,15 @@ __all__ = ["CompareOptions", "UI", "Stopped", "run_compare"]
 Pools = list[dict[str, Any]]  # per process round: {framework: worker}; pools[0] also runs equivalence
 
 
-class Stopped(BaseException):  # like KeyboardInterrupt: no `except Exception` may swallow it
-    """SIGTERM during a run (SIGINT arrives as KeyboardInterrupt): finish what is done, start nothing."""
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """A run stopped from outside (a job's time limit, `timeout`) keeps the scenarios it finished:
-    SIGTERM raises Stopped in the main thread instead of ending the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        _STOP_SIGNAL[0] = signal.Signals(signum).name
-        raise Stopped(_STOP_SIGNAL[0])
-
-    _STOP_SIGNAL[0] = None
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-# The signal that raised Stopped, kept because code the signal lands in may swallow the exception:
-# hypothesis, interrupted mid-example, reports an internal AssertionError instead of re-raising it.
-_STOP_SIGNAL: list[str | None] = [None]
-
-
 def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
+    """The run's result document, also when it was stopped (Ctrl-C, SIGTERM) at any moment after it
+    started measuring. It returns with stops deferred (harness/stops.py) where a caller's
+    stops.handling() holds them, so that the caller writes the document before any signal is honoured."""
+    with stops.handling():
+        return _run_compare(opts, ui)
+
+
+def _run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     started = _dt.datetime.now(_dt.timezone.utc)
     if opts.gpu_memory_fraction is not None:
         os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
@@ -89,33 +66,41 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     affinity, ticks = cpus.allowed(), cpus.cpu_times()
     placed = cpus.not_placed(opts.cpus)
     cache: str | None = None
+    started_up = False
     try:
         placed = cpus.place(opts.cpus, ui.step)  # before any process starts: each inherits the CPUs kept
         cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
-        with _stop_on_sigterm():
-            _start_phase(pools, opts, ui, fw_env, available, machine)
-            for scn in scenarios:
-                if stopped is None and opts.budget_s is not None and time.perf_counter() - t_start >= opts.budget_s:
-                    stopped = f"the --budget of {opts.budget_s:g} s was spent before it started"
-                    ui.note(f"budget spent: {', '.join(x.name for x in scenarios[len(out_scenarios):])} not run")
-                if stopped is not None:
-                    not_run.append({"scenario": scn.name, "why": stopped})
-                    continue
-                try:
-                    t_scn = time.perf_counter()
-                    done = _run_scenario(scn, *rank_groups.for_scenario(scn, pools, available, fw_env),
-                                         machine, opts, ui)
-                    _raise_if_stopped()  # swallowed on the way: this scenario's rows are not whole
-                    out_scenarios[scn.name] = done
-                    out_scenarios[scn.name]["wall_s"] = time.perf_counter() - t_scn
-                except (Stopped, KeyboardInterrupt) as e:
-                    stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
-                    not_run.append({"scenario": scn.name, "why": stopped})
-                    ui.note(f"{stopped}: the scenarios finished before it are kept")
-    except (Stopped, KeyboardInterrupt) as e:  # while the frameworks started
-        stopped = f"the run was stopped ({str(e) or 'SIGINT'}) while the frameworks started"
-        not_run = [{"scenario": x.name, "why": stopped} for x in scenarios]
+        _start_phase(pools, opts, ui, fw_env, available, machine)
+        started_up = True
+        for scn in scenarios:
+            if stopped is None and opts.budget_s is not None and time.perf_counter() - t_start >= opts.budget_s:
+                stopped = f"the --budget of {opts.budget_s:g} s was spent before it started"
+                ui.note(f"budget spent: {', '.join(x.name for x in scenarios[len(out_scenarios):])} not run")
+            if stopped is not None:
+                not_run.append({"scenario": scn.name, "why": stopped})
+                continue
+            try:
+                t_scn = time.perf_counter()
+                done = _run_scenario(scn, *rank_groups.for_scenario(scn, pools, available, fw_env),
+                                     machine, opts, ui)
+                stops.raise_if_stopped()  # swallowed on the way: this scenario's rows are not whole
+                out_scenarios[scn.name] = done
+                out_scenarios[scn.name]["wall_s"] = time.perf_counter() - t_scn
+            except (Stopped, KeyboardInterrupt) as e:
+                stops.defer()
+                stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
+                not_run.append({"scenario": scn.name, "why": stopped})
+                ui.note(f"{stopped}: the scenarios finished before it are kept")
+        stops.defer()  # measured: from here on a signal waits until the result is written
+    except (Stopped, KeyboardInterrupt) as e:  # while the frameworks started, or between two scenarios
+        stops.defer()
+        stopped = (f"the run was stopped ({str(e) or 'SIGINT'}) "
+                   + ("between two scenarios" if started_up else "while the frameworks started"))
+        done_or_said = set(out_scenarios) | {n["scenario"] for n in not_run}
+        not_run += [{"scenario": x.name, "why": stopped} for x in scenarios if x.name not in done_or_said]
     finally:
+        stops.defer()
+        stops.pause("shutdown")
         grace = 10.0 if stopped is None else 1.0  # a stopped run ends now: busy workers are killed
         for pool in pools:
             for w in pool.values():
@@ -129,16 +114,12 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
     return _document(opts, started, fw_env, machine, out_scenarios, not_run, placed)
 
 
-def _raise_if_stopped() -> None:
-    if _STOP_SIGNAL[0] is not None:
-        raise Stopped(_STOP_SIGNAL[0])
-
-
 def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, Any],
                  available: list[str], machine: dict[str, Any]) -> None:
     """Start every worker side by side; each measures the host's speed; on a full-size GPU run, the
     first CuPy worker measures the GPU's ceilings."""
     ui.step(f"starting {', '.join(pools[0])}" + (f" ({len(pools)} processes each)" if len(pools) > 1 else ""))
+    stops.pause("startup")
     for fw, info in _start_all(pools, opts).items():
         fw_env[fw] = info
         if info["available"]:
@@ -148,6 +129,7 @@ def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, A
         ui.advance()
     if opts.timing:
         ui.step("measuring the host's speed in every process (tiny op, Python loop)")
+        stops.pause("calibration")
         machine["calibration"] = {fw: [_calibrate(pool[fw], opts) for pool in pools] for fw in available}
     if "cupy" in available and opts.timing and opts.size == "full":
         ui.step("measuring the machine's ceilings (raw CUDA via CuPy)")
@@ -193,7 +175,7 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
                                            else list(v.gpu_only)} for v in scn.variants]}
     if opts.equivalence:
         ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
-        entry["equivalence"] = eq = equivalence(scn, pools[0], available, opts, _raise_if_stopped)
+        entry["equivalence"] = eq = equivalence(scn, pools[0], available, opts, stops.raise_if_stopped)
         if eq["status"] == "failed":
             ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
         ui.advance()
@@ -247,7 +229,7 @@ def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dic
     where = f"{scn.name}{' · ' + label if label else ''}"
     running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
     got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
-                            lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
+                            lambda fw, text: (ui.step(f"{where} · {fw} · {text}"), stops.pause("timing")),
                             lambda fw, text: ui.detail(f"{where} · {fw} · {text}"))
     rows: list[dict[str, Any]] = []
     samples: list[tuple[str, dict[str, Any]]] = []

@@ -22,6 +22,9 @@ from harness import backends, faults
 from harness.handlers import HANDLERS, Progress
 
 
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
 class WorkerError(RuntimeError):
     """The request failed inside the worker; str(self) is a one-line summary, status "error" or "oom"."""
 
@@ -58,9 +61,12 @@ def _died(fw: str, code: int | None) -> str:
 def _serve(conn: Any, fw: str | None = None) -> None:
     """Child process main loop: answer ("ok", result) / ("error", summary, traceback, status) per
     request; ("progress", text) messages may come before the answer."""
-    # Ctrl-C reaches the whole process group: the parent decides what stops (it closes or kills us),
-    # so an idle worker prints no KeyboardInterrupt traceback.
+    # Ctrl-C (and a SIGTERM sent to the process group) reaches every worker too: the parent decides what
+    # stops (it closes or kills us), so a worker neither dies under a request nor prints a traceback.
+    # They were blocked from its start (ProcessWorker._start) until now: one that came meanwhile is dropped.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     if fw is not None:
         faults.arm_worker(fw)
     while True:
@@ -120,7 +126,13 @@ class ProcessWorker:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
-        self._proc.start()
+        # The child inherits this thread's signal mask: blocked, a Ctrl-C to the group while it imports
+        # is not a KeyboardInterrupt traceback in it; _serve ignores both and unblocks them.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        try:
+            self._proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         self._conn = parent
 

@@ -40,14 +40,17 @@ def _leftovers(folder: Path) -> list[str]:
 
 def test_a_full_disk_at_the_final_write_keeps_the_measurements_elsewhere(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
-    real_link = os.link
+    real_link, real_replace = os.link, os.replace
 
-    def full(src, dst):
-        if Path(dst).parent == out:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_link(src, dst)
+    def full(real):
+        def put(src, dst):
+            if Path(dst).parent == out:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(src, dst)
+        return put
 
-    monkeypatch.setattr(writer.os, "link", full)
+    monkeypatch.setattr(writer.os, "link", full(real_link))
+    monkeypatch.setattr(writer.os, "replace", full(real_replace))
     monkeypatch.setattr(writer, "rescue_folders", lambda: [tmp_path / "rescue"])
     assert _compare(tmp_path, monkeypatch, doc([row("torch", "async")]), "--no-report") == 1
     err = capsys.readouterr()
@@ -55,6 +58,7 @@ def test_a_full_disk_at_the_final_write_keeps_the_measurements_elsewhere(tmp_pat
     assert f"the measurements are kept in {kept}" in err.err and "No space left" in err.err
     assert "async_dispatch" in err.out  # the table is printed all the same
     assert json.loads(kept.read_text())["scenarios"]["async_dispatch"]["rows"]
+    assert list(out.iterdir()) == []  # the claimed name and folder are given back
 
 
 @pytest.mark.parametrize("where", ["timelines", "report"])

@@ -21,7 +21,7 @@ COMMANDS = {"list": "cmd_list", "compare": "cmd_compare", "report": "cmd_report"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.runner import Stopped
+    from harness.stops import Stopped
 
     argv = list(sys.argv[1:] if argv is None else argv)
     previous = signal.getsignal(signal.SIGTERM)
@@ -43,6 +43,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stop(signum: int, frame: object) -> None:
-    from harness.runner import Stopped
+    from harness.stops import Stopped
 
     raise Stopped(signal.Signals(signum).name)

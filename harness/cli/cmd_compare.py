@@ -65,24 +65,36 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) -> tuple[int, Path | None]:
-    """Run, write the result before anything that can fail after it, then draw; (exit status, result)."""
+    """Run, write the result before anything that can fail after it, then draw; (exit status, result).
+    A stop at any moment after measuring began ends in a written result (harness/stops.py): signals
+    that arrive while the run shuts down and its result is written wait until it is on disk."""
+    from harness import stops
+
+    with stops.handling():
+        return _measure_and_write(opts, out, quiet, report)
+
+
+def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple[int, Path | None]:
+    from harness import stops
     from harness.progress import make_ui
     from harness.report import make_console, render_terminal, summary_status
-    from harness.results import result_name, unused_name, write_or_rescue
-    from harness.runner import Stopped, run_compare
+    from harness.results import claim_name, release_folder, write_or_rescue
+    from harness.runner import run_compare
+    from harness.stops import Stopped
     from harness.timeline import plan_timelines
 
-    doc = run_compare(opts, make_ui(quiet))
-    stops = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # a stop now waits until the result is on disk
+    doc = run_compare(opts, make_ui(quiet))  # returns with stops deferred
+    stops.pause("result")
+    name = claim_name(out, doc)  # the result's name and its pictures' folder, both ours alone
+    stem = Path(name).stem
+    drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
+    path, rescued = write_or_rescue(doc, out, name, claimed=True)
+    late = stops.resume()
+    if late is not None:  # the run had measured everything when it was stopped
+        release_folder(out, name)
+        print(f"harness: stopped ({late}) after the result was written: {path} is complete", file=sys.stderr)
+        return 128 + signal.Signals[late].value, path
     try:
-        name = unused_name(out, result_name(doc), with_folder=True)
-        stem = Path(name).stem
-        drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
-        path, rescued = write_or_rescue(doc, out, name)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-    try:  # SIGTERM raises runner.Stopped here as everywhere in a command (harness.cli.main)
         render_terminal(doc, make_console())
         ok, problems = summary_status(doc)
         print(f"result: {path}", flush=True)
@@ -92,9 +104,12 @@ def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) ->
         _draw(doc, path, stem, drawn, problems, report)
         ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
     except (KeyboardInterrupt, Stopped) as e:
-        name = str(e) if isinstance(e, Stopped) else "SIGINT"
-        print(f"harness: stopped ({name}) after the result was written: {path} is complete", file=sys.stderr)
-        return 128 + signal.Signals[name].value, path
+        stops.defer()  # a second signal now is ignored
+        sig = str(e) if isinstance(e, Stopped) else "SIGINT"
+        print(f"harness: stopped ({sig}) after the result was written: {path} is complete", file=sys.stderr)
+        return 128 + signal.Signals[sig].value, path
+    finally:
+        release_folder(out, name)  # the claimed folder, where no timeline or report went
     for p in problems:  # a scenario left out is missing, not failed; a refuted claim is a finding
         print(f"{p.kind.upper()} {p}", file=sys.stderr)
     return (0 if ok else 1), path
@@ -104,11 +119,15 @@ def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems
     from harness.report import Problem
     from harness.timeline import write_timelines
 
+    from harness import stops
+
     if drawn:
+        stops.pause("timelines")
         written = write_timelines(doc, path.parent, stem)
         print(f"timelines: {path.parent / stem}/ ({len(written) // 2} of {len(drawn)} scenarios, PNG + Chrome trace)",
               flush=True)
     if report:
+        stops.pause("report")
         from harness.report_html import make_report
         from harness.results import as_written
 

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from typing import Any
 
 from harness.backends import FRAMEWORKS
 from harness.cli.parser import DEFAULT_OUT, UsageError, default, gpu_present
+
+
+class CandidateStopped(Exception):
+    """The fresh candidate run was stopped: what it measured is written, nothing is compared."""
+
+    def __init__(self, signal_name: str, path: Any) -> None:
+        super().__init__(signal_name)
+        self.signal_name, self.path = signal_name, path
 
 
 def _load(path: Any, option: str) -> dict[str, Any]:
@@ -51,7 +61,12 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     cand = _load(a.candidate, "--candidate") if a.candidate is not None else None
     variants = _variants(a, base)
     if cand is None:
-        cand, cand_name = _fresh_candidate(a, base, argv)
+        try:
+            cand, cand_name = _fresh_candidate(a, base, argv)
+        except CandidateStopped as e:
+            print(f"harness: stopped ({e.signal_name}) during the candidate run: nothing compared; what it "
+                  f"measured is kept in {e.path}", file=sys.stderr)
+            return 128 + signal.Signals[e.signal_name].value
     else:
         cand_name = str(a.candidate)
     try:
@@ -66,9 +81,10 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 
 def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], str]:
     """Time the baseline's scenarios and frameworks at its size and seed, now; write the result."""
+    from harness import stops
     from harness.cli.cmd_compare import start_checks
     from harness.progress import make_ui
-    from harness.results import result_name, write_or_rescue
+    from harness.results import claim_name, release_folder, write_or_rescue
     from harness.runner import CompareOptions, run_compare
     from scenarios import ORDER
 
@@ -97,9 +113,15 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
                           gpu_memory_fraction=fraction, cpus="auto" if auto else "all",
                           processes=processes)
-    doc = run_compare(opts, make_ui(a.quiet))
-    path, rescued = write_or_rescue(doc, out, result_name(doc))
+    with stops.handling():
+        doc = run_compare(opts, make_ui(a.quiet))  # returns with stops deferred: the candidate is written first
+        name = claim_name(out, doc)
+        path, rescued = write_or_rescue(doc, out, name, claimed=True)
+        release_folder(out, name)  # a candidate draws no pictures
+        stopped = stops.stopped_by() or stops.resume()
     print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)
+    if stopped is not None:
+        raise CandidateStopped(stopped, path)
     return _load(path, "--candidate"), str(path)
 
 
