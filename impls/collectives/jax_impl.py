@@ -10,6 +10,8 @@ its call: poison makes the sample's in-place buffers afresh with a jitted copy, 
 """
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,7 +44,8 @@ def prepare(inputs, params, device):
             "fn": jax.jit(spmd(OPS[op])) if op in OPS else None,
             "fn_in_place": jax.jit(spmd(IN_PLACE.get(op, OPS.get(op))), donate_argnums=0) if op in OPS else None,
             "one": jax.make_array_from_process_local_data(blocks, np.ones(1, inputs["x"].dtype)),
-            "arrive": jax.jit(spmd(_arrive)), "fill": jax.make_array_from_process_local_data(blocks, fill),
+            "arrive": jax.jit(spmd(_all_reduce)),  # barrier: an all-reduce of one element, as torch's on NCCL
+            "fill": jax.make_array_from_process_local_data(blocks, fill),
             "copy": jax.jit(jnp.copy), "slots": C.slots(params), "ring": [], "i": 0, "rank": r,
             "zeros": jax.device_put(np.zeros(C.out_count(op, inputs["x"].size, n), inputs["x"].dtype), device)}
 
@@ -70,23 +73,19 @@ def _all_reduce(a):
     return lax.psum(a, "r")
 
 
-def _all_gather(a):
+def _all_gather(a, in_place=False):
+    if in_place:  # this rank's input is its chunk of the (donated) output buffer
+        c = a.shape[-1] // lax.axis_size("r")
+        a = lax.dynamic_slice_in_dim(a, lax.axis_index("r") * c, c, axis=a.ndim - 1)
     return lax.all_gather(a, "r", axis=a.ndim - 1, tiled=True)
 
 
-def _all_gather_in_place(b):
-    c = b.shape[-1] // lax.axis_size("r")  # this rank's input is its chunk of the output buffer
-    return _all_gather(lax.dynamic_slice_in_dim(b, lax.axis_index("r") * c, c, axis=b.ndim - 1))
-
-
-def _reduce_scatter(a):
-    return lax.psum_scatter(a, "r", scatter_dimension=a.ndim - 1, tiled=True)
-
-
-def _reduce_scatter_in_place(b):
-    part = _reduce_scatter(b)  # then written into this rank's chunk of the donated buffer, as NCCL's lands
-    at = lax.axis_index("r") * part.shape[-1]
-    return lax.dynamic_update_slice_in_dim(b, part, at, axis=b.ndim - 1), part
+def _reduce_scatter(a, in_place=False):
+    part = lax.psum_scatter(a, "r", scatter_dimension=a.ndim - 1, tiled=True)
+    if not in_place:
+        return part
+    at = lax.axis_index("r") * part.shape[-1]  # written into this rank's chunk of the donated buffer, as NCCL's lands
+    return lax.dynamic_update_slice_in_dim(a, part, at, axis=a.ndim - 1), part
 
 
 def _all_to_all(a):
@@ -94,13 +93,9 @@ def _all_to_all(a):
     return lax.all_to_all(a.reshape(n, -1), "r", 0, 0, tiled=True).reshape(a.shape)
 
 
-def _arrive(one):
-    return lax.psum(one, "r")  # a barrier on the device: an all-reduce of one element, as torch's on NCCL
-
-
 OPS = {"broadcast": _broadcast, "reduce": _reduce, "all_reduce": _all_reduce, "all_gather": _all_gather,
        "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all}
-IN_PLACE = {"all_gather": _all_gather_in_place, "reduce_scatter": _reduce_scatter_in_place}
+IN_PLACE = {"all_gather": partial(_all_gather, in_place=True), "reduce_scatter": partial(_reduce_scatter, in_place=True)}
 TRAFFIC = {"broadcast": "all_reduce", "reduce": "all_reduce"}  # a psum moves an all-reduce's data
 
 

@@ -135,7 +135,7 @@ def run_ddp_naive(state):
     return _naive(state, state["synced"])
 
 
-def _bucketed(state, accum):
+def run_ddp_bucketed_overlap(state, accum=1):
     ready, wait = _reducer(state)
 
     def reduce(flat, x, t):
@@ -148,12 +148,8 @@ def _bucketed(state, accum):
     return out
 
 
-def run_ddp_bucketed_overlap(state):
-    return _bucketed(state, 1)
-
-
 def run_ddp_accumulate_no_sync(state):
-    return _bucketed(state, state["accum"])  # accum micro-batches, only the last one's buckets all-reduced
+    return run_ddp_bucketed_overlap(state, state["accum"])  # accum micro-batches, only the last one's buckets all-reduced
 
 
 def run_unsynced_init(state):

@@ -136,17 +136,13 @@ def run_grad_accumulation(state):
     return _train(state, "plain", state["accum"], mine=False)
 
 
-def _all_reduce(count, t):
-    """dist.all_reduce(t), its bytes counted."""
-    count["bytes"] += t.numel() * t.element_size()
-    count["buckets"] += 1
-    dist.all_reduce(t)
-
-
 def _naive(state, key):
     def reduce(model):
-        for q in model.parameters():  # one tensor at a time, after backward: no overlap
-            _all_reduce(state["naive_count"], q.grad)
+        count = state["naive_count"]
+        for q in model.parameters():  # one tensor at a time, after backward: no overlap; its bytes counted
+            count["bytes"] += q.grad.numel() * q.grad.element_size()
+            count["buckets"] += 1
+            dist.all_reduce(q.grad)
             q.grad /= state["world"]
 
     return _train(state, key, 1, mine=True, reduce=reduce, count=state["naive_count"])
