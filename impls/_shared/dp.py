@@ -5,15 +5,18 @@ Parameters and gradients live in one flat vector, layer by layer ([W0.ravel(), b
 ...], the scenario's output layout); a layer's (W, b) are views into it. Collectives are callbacks,
 so the code names *when* a buffer may be reduced and leaves *how* (NCCL on a stream) to the impl.
 Also here, framework-free: torch DDP's bucket rule, a counting wrapper for a communicator, and the
-all-reduces read out of a compiled XLA program, so that every framework's bytes are counted.
+all-reduces read out of a compiled XLA program, so that every framework's bytes are counted; the
+per-step metrics every impl emits and the timing of the naive step's all-reduces alone.
 """
 from __future__ import annotations
 
 import math
 import re
+import time
 
 import numpy as np
 
+from harness.metrics import emit
 from impls._shared import mlp
 
 
@@ -70,23 +73,34 @@ def buckets(sizes, itemsize, first=FIRST_BUCKET_BYTES, cap=BUCKET_BYTES):
     return [(starts[ready[g[-1]]], ends[ready[g[0]]], ready[g[-1]]) for g in plan]
 
 
-class Counted:
-    """A communicator whose every all_reduce call is counted (the bytes handed to it, the calls) and passed
-    on; everything else goes straight to the communicator."""
+class Tally:
+    """The all-reduces an impl counts where it calls them: the bytes handed to each, and the calls."""
 
-    def __init__(self, comm):
-        self.comm, self.bytes, self.calls = comm, 0, 0
+    def __init__(self):
+        self.bytes, self.calls = 0, 0
 
-    def all_reduce(self, src, dst, op="sum", stream=None):
-        self.bytes += src.nbytes
+    def add(self, nbytes):
+        self.bytes += nbytes
         self.calls += 1
-        return self.comm.all_reduce(src, dst, op=op, stream=stream)
 
     def take(self):
         """(bytes, calls) counted since the last take."""
         out = (self.bytes, self.calls)
         self.bytes = self.calls = 0
         return out
+
+
+class Counted(Tally):
+    """A communicator whose every all_reduce call is counted (the bytes handed to it, the calls) and passed
+    on; everything else goes straight to the communicator."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        super().__init__()
+
+    def all_reduce(self, src, dst, op="sum", stream=None):
+        self.add(src.nbytes)
+        return self.comm.all_reduce(src, dst, op=op, stream=stream)
 
     def __getattr__(self, name):
         return getattr(self.comm, name)
@@ -108,6 +122,26 @@ def hlo_all_reduces(text):
         nbytes += sum(_HLO_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d)
                       for t, dims in _HLO_ARRAY.findall(result))
     return calls, nbytes
+
+
+def emit_per_step(steps, nbytes, calls, grad_bytes):
+    """Per step: the bytes handed to all-reduces and the all-reduce calls counted over a call of `steps` steps;
+    and the gradient's bytes."""
+    emit("allreduce_bytes", nbytes / steps)
+    emit("buckets", calls / steps)
+    emit("grad_bytes", grad_bytes)
+
+
+def median_seconds(wait, run, repeats=6):
+    """The median wall time of run() (which returns once its work is done) over the calls after the first (a
+    warm-up), wait() called before each, outside the time: the device idle when run() starts."""
+    spent = []
+    for _ in range(repeats):
+        wait()
+        t0 = time.perf_counter()
+        run()
+        spent.append(time.perf_counter() - t0)
+    return float(np.median(spent[1:]))
 
 
 def local_grad(xp, flat, sizes, x, t, grad, accum=1, on_ready=None):

@@ -139,10 +139,10 @@ class Layout:
         """Layer i's chunk inside a rank's shard buffer."""
         return shard[self.shard_offset[i]:self.shard_offset[i + 1]]
 
-    def layer(self, seg, i):
-        """(W, b) as views of a padded segment."""
+    def layer(self, seg, i, out_in=False):
+        """(W, b) as views of a padded segment; W is (in, out), or (out, in) as torch keeps it with out_in."""
         fi, fo = self.sizes[i], self.sizes[i + 1]
-        return seg[:fi * fo].reshape(fi, fo), seg[fi * fo:fi * fo + fo]
+        return seg[:fi * fo].reshape((fo, fi) if out_in else (fi, fo)), seg[fi * fo:fi * fo + fo]
 
     def pad(self, xp, flat):
         buf = xp.zeros(self.total, dtype=flat.dtype)
@@ -155,6 +155,12 @@ class Layout:
 
     def shard(self, xp, full, rank):
         return xp.concatenate([self.own(full, i, rank) for i in range(len(self.lengths))])
+
+
+def dim0_chunk(d0, rank, n):
+    """Rank's rows of a tensor's dim 0 as FSDP2 shards it: ceil(d0 / N) rows a rank, the last ones may hold none."""
+    rows = -(-d0 // n)
+    return slice(rank * rows, (rank + 1) * rows)
 
 
 class _Layers:

@@ -9,10 +9,7 @@ next step's backward is enqueued behind it, so no bucket is overwritten while NC
 all-reduce goes through dp.Counted, which counts the bytes and calls."""
 from __future__ import annotations
 
-import time
-
 import cupy as cp
-import numpy as np
 
 from harness.metrics import emit
 from impls._shared import dp
@@ -86,10 +83,7 @@ def _train(state, start, accum, mine, reduce=None):
 
 def _emit(state):
     """Per step: the bytes and all-reduce calls dp.Counted saw over the call (then reset)."""
-    nbytes, calls = state["comm"].take()
-    emit("allreduce_bytes", nbytes / state["x"].shape[0])
-    emit("buckets", calls / state["x"].shape[0])
-    emit("grad_bytes", state["grad"].nbytes)
+    dp.emit_per_step(state["x"].shape[0], *state["comm"].take(), state["grad"].nbytes)
 
 
 def _comm_seconds(state):
@@ -97,16 +91,14 @@ def _comm_seconds(state):
     before and after: the median of 5 after one warm-up, measured once, in the variant's first (untimed) call."""
     if "comm_s" not in state:
         bufs = [a for layer in dp.unflatten(cp.zeros_like(state["grad"]), state["dims"]) for a in layer]
-        s, spent = cp.cuda.get_current_stream(), []
-        for _ in range(6):
-            s.synchronize()
-            t0 = time.perf_counter()
+        s = cp.cuda.get_current_stream()
+
+        def run():
             for a in bufs:
                 state["comm"].all_reduce(a, a, op="sum")
             s.synchronize()
-            spent.append(time.perf_counter() - t0)
+        state["comm_s"] = dp.median_seconds(s.synchronize, run)
         state["comm"].take()  # not the step's traffic
-        state["comm_s"] = float(np.median(spent[1:]))
     return state["comm_s"]
 
 
@@ -149,7 +141,8 @@ def run_ddp_bucketed_overlap(state, accum=1):
 
 
 def run_ddp_accumulate_no_sync(state):
-    return run_ddp_bucketed_overlap(state, state["accum"])  # accum micro-batches, only the last one's buckets all-reduced
+    # accum micro-batches, only the last one's buckets all-reduced
+    return run_ddp_bucketed_overlap(state, state["accum"])
 
 
 def run_unsynced_init(state):

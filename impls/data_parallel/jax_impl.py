@@ -6,7 +6,6 @@ a batch sharded across the mesh, the parameters replicated: XLA inserts the grad
 to split, combine and schedule them; JAX has no buckets of its own). Dispatch is asynchronous; the harness waits."""
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import jax
@@ -83,7 +82,8 @@ def poison(state):
 def _train(state, name, accum, args, reduce=None, spmd=False):
     """Program `name`: `steps` steps on args (flat parameters, x, t). Explicit (reduce given): a shard_map, each
     device its parameters' block and its rows; spmd: XLA partitions over the sharded rows; else this device
-    alone. Compiled on the first call, its all-reduces counted then. Returns this process's parameters."""
+    alone. Compiled on the first call, its all-reduces counted then; a call of a program over the ranks emits them
+    (_emit). Returns this process's parameters."""
     if name not in state["programs"]:
         f = partial(_model, dims=state["dims"], lr=state["lr"], accum=accum, **({"reduce": reduce} if reduce else {}))
         if reduce is not None:
@@ -93,15 +93,16 @@ def _train(state, name, accum, args, reduce=None, spmd=False):
         state["programs"][name] = (compiled, dp.hlo_all_reduces(compiled.as_text()))
     compiled, counted = state["programs"][name]
     out = compiled(*args)
-    return {"params": out if reduce is None and not spmd else out.addressable_data(0)}, counted
+    if reduce is not None or spmd:
+        _emit(state, counted)
+        out = out.addressable_data(0)  # this process's block
+    return {"params": out}
 
 
 def _emit(state, counted):
     """Per step: the all-reduces of the compiled program (they run once per step)."""
     calls, nbytes = counted
-    emit("allreduce_bytes", nbytes / state["steps"])
-    emit("buckets", calls / state["steps"])
-    emit("grad_bytes", state["grad_bytes"])
+    dp.emit_per_step(state["steps"], nbytes, calls, state["grad_bytes"])
 
 
 def _comm_seconds(state):
@@ -109,31 +110,25 @@ def _comm_seconds(state):
     after: the median of 5 after one warm-up, measured once, in the variant's first (untimed) call."""
     if "comm_s" not in state:
         split = NamedSharding(state["mesh"], P("r"))
-        bufs = [jax.make_array_from_process_local_data(split, np.zeros(s, np.float32)) for s in dp.shapes(state["dims"])]
+        glob = jax.make_array_from_process_local_data  # this process's block of a global array
+        bufs = [glob(split, np.zeros(s, np.float32)) for s in dp.shapes(state["dims"])]
         psums = jax.jit(jax.shard_map(lambda g: [jax.lax.psum(a, "r") for a in g], mesh=state["mesh"],
                                       in_specs=P("r"), out_specs=P()))
-        spent = []
-        for _ in range(6):
-            jax.block_until_ready(bufs)
-            t0 = time.perf_counter()
-            jax.block_until_ready(psums(bufs))
-            spent.append(time.perf_counter() - t0)
-        state["comm_s"] = float(np.median(spent[1:]))
+        state["comm_s"] = dp.median_seconds(lambda: jax.block_until_ready(bufs),
+                                            lambda: jax.block_until_ready(psums(bufs)))
     return state["comm_s"]
 
 
 def run_single_process(state):
-    return _train(state, "single", 1, (state["plain"], state["x"], state["t"]))[0]
+    return _train(state, "single", 1, (state["plain"], state["x"], state["t"]))
 
 
 def run_grad_accumulation(state):
-    return _train(state, "accum", state["accum"], (state["plain"], state["x"], state["t"]))[0]
+    return _train(state, "accum", state["accum"], (state["plain"], state["x"], state["t"]))
 
 
 def _naive(state, name, start):
-    out, counted = _train(state, name, 1, (start, state["xg"], state["tg"]), _reducer(state["world"], naive=True))
-    _emit(state, counted)
-    return out
+    return _train(state, name, 1, (start, state["xg"], state["tg"]), _reducer(state["world"], naive=True))
 
 
 def run_ddp_naive(state):
@@ -143,16 +138,12 @@ def run_ddp_naive(state):
 
 def run_ddp_bucketed_overlap(state):
     # The rows sharded, the parameters replicated: XLA adds (and schedules) the gradients' all-reduces.
-    out, counted = _train(state, "spmd", 1, (state["replicated"], state["xg"], state["tg"]), spmd=True)
-    _emit(state, counted)
-    return out
+    return _train(state, "spmd", 1, (state["replicated"], state["xg"], state["tg"]), spmd=True)
 
 
 def run_ddp_accumulate_no_sync(state):
-    out, counted = _train(state, "no_sync", state["accum"], (state["synced"], state["xg"], state["tg"]),
-                          _reducer(state["world"], naive=False))  # accum micro-batches, then the step's only psums
-    _emit(state, counted)
-    return out
+    return _train(state, "no_sync", state["accum"], (state["synced"], state["xg"], state["tg"]),
+                  _reducer(state["world"], naive=False))  # accum micro-batches, then the step's only psums
 
 
 def run_unsynced_init(state):

@@ -9,16 +9,14 @@ blocks the host. Every all-reduce is counted where it is called: DDP's comm hook
 from __future__ import annotations
 
 import contextlib
-import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.metrics import emit
 from impls._shared import dp
+from impls._shared import torch_dist as T
 from scenarios.data_parallel import sizes
 
 
@@ -39,20 +37,16 @@ def _grads(model, x, t, accum, sync_each=True):
     m = x.shape[0] // accum
     for a in range(accum):
         with model.no_sync() if not sync_each and a < accum - 1 else contextlib.nullcontext():
-            loss = torch.nn.functional.mse_loss(model(x[a * m:(a + 1) * m]), t[a * m:(a + 1) * m])
-            (loss / accum).backward()
+            (torch.nn.functional.mse_loss(model(x[a * m:(a + 1) * m]), t[a * m:(a + 1) * m]) / accum).backward()
 
 
 def _reducer(model, device, init_sync=True):
     """DDP around model with its default buckets (broadcasts rank 0's parameters unless init_sync=False); a comm
     hook counts each bucket's bytes."""
-    kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
-    ddp = DDP(model, init_sync=init_sync, **kw)
-    count = {"bytes": 0, "buckets": 0}
+    ddp, count = T.ddp(model, device, init_sync=init_sync), dp.Tally()
 
-    def hook(state, bucket):
-        state["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
-        state["buckets"] += 1
+    def hook(tally, bucket):
+        tally.add(bucket.buffer().numel() * bucket.buffer().element_size())
         return default_hooks.allreduce_hook(None, bucket)  # DDP's own: all-reduce, divide by world size
 
     ddp.register_comm_hook(count, hook)
@@ -66,7 +60,7 @@ def prepare(inputs, params, device):
          "world": dist.get_world_size(), "plain": _model(inputs["init"], sizes(params), device), "naive": own()}
     s["ddp"], s["count"] = _reducer(own(), device)  # DDP broadcasts rank 0's weights
     s["own"], s["own_count"] = _reducer(own(), device, init_sync=False)
-    s["naive_count"] = {"bytes": 0, "buckets": 0}
+    s["naive_count"] = dp.Tally()
     for q in s["naive"].parameters():
         dist.broadcast(q.data, src=0)
     s["starts"] = {k: [q.detach().clone() for q in s[k].parameters()] for k in ("plain", "ddp", "own", "naive")}
@@ -98,33 +92,26 @@ def _train(state, key, accum, mine, sync_each=True, reduce=lambda model: None, c
         opt.step()
     if count is not None:
         _emit(state, count)
-    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    return {"params": torch.cat([a for m in mods for a in (m.weight.detach().T.reshape(-1), m.bias.detach())])}
+    return {"params": T.flat_params(model)}
 
 
 def _emit(state, count):
     """Per step: the bytes and all-reduce calls counted over the call (then reset)."""
-    steps = state["x"].shape[0]
-    emit("allreduce_bytes", count["bytes"] / steps)
-    emit("buckets", count["buckets"] / steps)
-    emit("grad_bytes", state["grad_bytes"])
-    count["bytes"] = count["buckets"] = 0
+    dp.emit_per_step(state["x"].shape[0], *count.take(), state["grad_bytes"])
 
 
 def _comm_seconds(state):
     """The naive step's all-reduces alone (one per gradient tensor), synchronized before and after: the median
     of 5 after one warm-up, measured once, in the variant's first (untimed) call."""
     if "comm_s" not in state:
-        bufs, spent = [torch.zeros_like(q) for q in state["naive"].parameters()], []
+        bufs = [torch.zeros_like(q) for q in state["naive"].parameters()]
         sync = torch.cuda.synchronize if state["x"].is_cuda else (lambda: None)
-        for _ in range(6):
-            sync()
-            t0 = time.perf_counter()
+
+        def run():
             for b in bufs:
                 dist.all_reduce(b)
             sync()
-            spent.append(time.perf_counter() - t0)
-        state["comm_s"] = float(np.median(spent[1:]))
+        state["comm_s"] = dp.median_seconds(sync, run)
     return state["comm_s"]
 
 
@@ -138,10 +125,8 @@ def run_grad_accumulation(state):
 
 def _naive(state, key):
     def reduce(model):
-        count = state["naive_count"]
         for q in model.parameters():  # one tensor at a time, after backward: no overlap; its bytes counted
-            count["bytes"] += q.grad.numel() * q.grad.element_size()
-            count["buckets"] += 1
+            state["naive_count"].add(q.grad.numel() * q.grad.element_size())
             dist.all_reduce(q.grad)
             q.grad /= state["world"]
 

@@ -19,38 +19,14 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from impls._shared import dp
+from impls._shared import torch_dist as T
 from impls._shared import zero as Z
 from impls.data_parallel.torch_impl import _model
 from scenarios.zero import sizes
 
-# torch 2.13 renamed these (the old names are deprecated); older torch has only the old ones.
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _MESH = {}  # one 1-D device mesh per process (it wraps the default process group)
-
-
-class _Sent(TorchDispatchMode):
-    """Counts the bytes a rank sends on a ring for each c10d collective under it (DDP, stage 1's calls, FSDP2)."""
-
-    OPS = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "broadcast": "broadcast", "allgather": "all_gather",
-           "all_gather": "all_gather", "reduce_sc": "reduce_scatter"}
-
-    def __init__(self, n):
-        super().__init__()
-        self.n, self.sent = n, dict.fromkeys(Z.KINDS, 0.0)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out, name = func(*args, **(kwargs or {})), str(func)
-        kind = next((k for op, k in self.OPS.items() if op in name), None)
-        if name.startswith(("c10d.", "_c10d_functional.")) and kind is not None:  # DTensor's are functional
-            leaves = [a for a in torch.utils._pytree.tree_leaves((args, out)) if isinstance(a, torch.Tensor)]
-            big = max(a.numel() * a.element_size() for a in leaves)  # the whole buffer of a gather / scatter
-            self.sent[kind] += Z.wire(kind, big, self.n)
-        return out
 
 
 def prepare(inputs, params, device):
@@ -58,11 +34,10 @@ def prepare(inputs, params, device):
     if device.type not in _MESH:  # a CPU mesh on the CPU: without one FSDP2 would pick CUDA where present
         _MESH[device.type] = init_device_mesh(device.type, (n,))
     shard = lambda a: [torch.from_numpy(dp.shard(b, rank, n).copy()).to(device) for b in a]  # noqa: E731
-    state = {"x": shard(inputs["x"]), "t": shard(inputs["t"]), "init": inputs["init"], "dims": sizes(params),
-             "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "rank": rank, "sent": {}}
-    state["start"] = [q.detach() for q in _model(inputs["init"], state["dims"], device).parameters()]
-    state["wrapped"] = {}  # a stage's wrapper, built by its first (untimed) run
-    return state
+    return {"x": shard(inputs["x"]), "t": shard(inputs["t"]), "init": inputs["init"], "dims": sizes(params),
+            "device": device, "lr": float(params["lr"]), "eps": float(params["eps"]), "n": n, "rank": rank, "sent": {},
+            "start": [q.detach() for q in _model(inputs["init"], sizes(params), device).parameters()],
+            "wrapped": {}}  # a stage's wrapper, built by its first (untimed) run
 
 
 def barrier(state):
@@ -81,59 +56,48 @@ class _Wrapped:
 
     def __init__(self, state, stage):
         model, dev = _model(state["init"], state["dims"], state["device"]), state["device"]
-        adam = {"lr": state["lr"], "eps": state["eps"]}
         self.flat = None
         if stage == "ddp":
-            kw = {"device_ids": [dev.index]} if dev.type == "cuda" else {}
-            model = DDP(model, gradient_as_bucket_view=True, **kw)  # the gradients are views of DDP's buckets
-            opt = torch.optim.Adam(model.parameters(), **adam)
+            model = T.ddp(model, dev, gradient_as_bucket_view=True)  # the gradients are views of DDP's buckets
         elif stage == "zero1":  # the parameters and their .grad views of two padded flat buffers; Adam on the chunks
             lay, r = Z.Layout(state["dims"], state["n"]), state["rank"]
             self.lay, self.flat = lay, (torch.zeros(lay.total, device=dev), torch.zeros(lay.total, device=dev))
             for i, lin in enumerate(m for m in model if isinstance(m, torch.nn.Linear)):
-                (fo, fi), (p, g) = lin.weight.shape, (lay.seg(a, i) for a in self.flat)  # torch's W is (out, in)
-                lin.weight.data, lin.bias.data = p[:fo * fi].view(fo, fi), p[fo * fi:fo * fi + fo]
-                lin.weight.grad, lin.bias.grad = g[:fo * fi].view(fo, fi), g[fo * fi:fo * fi + fo]
+                lin.weight.data, lin.bias.data = lay.layer(lay.seg(self.flat[0], i), i, out_in=True)  # W: (out, in)
+                lin.weight.grad, lin.bias.grad = lay.layer(lay.seg(self.flat[1], i), i, out_in=True)
             self.mine = [lay.own(self.flat[0], i, r) for i in range(len(lay.chunk))]
             for i, q in enumerate(self.mine):
                 q.grad = lay.own(self.flat[1], i, r)  # the reduce-scatter's in-place result
-            opt = torch.optim.Adam(self.mine, **adam)
         else:
             for layer in (m for m in model if isinstance(m, torch.nn.Linear)):  # an all-gather / reduce-scatter each
                 fully_shard(layer, mesh=_MESH[dev.type], reshard_after_forward=stage == "zero3")
             fully_shard(model, mesh=_MESH[dev.type], reshard_after_forward=stage == "zero3")
-            opt = torch.optim.Adam(model.parameters(), **adam)
-        self.model, self.opt, self.buckets = model, opt, stage == "ddp"
+        self.opt = torch.optim.Adam(self.mine if stage == "zero1" else model.parameters(),
+                                    lr=state["lr"], eps=state["eps"])
+        self.model, self.buckets = model, stage == "ddp"
 
     def reset(self, state):
         """The initial parameters into this rank's shards, no Adam state (step 1 makes it): DDP needs no broadcast."""
         with torch.no_grad():
-            for q, q0 in zip(self.model.parameters(), state["start"]):
-                if isinstance(q, DTensor):  # FSDP2's dim-0 chunk: ceil(d0 / N) rows a rank, the last ones may hold none
-                    rows = -(-q0.shape[0] // state["n"])
-                    q.to_local().copy_(q0[state["rank"] * rows:(state["rank"] + 1) * rows])
-                else:
-                    q.copy_(q0)
+            for q, q0 in zip(self.model.parameters(), state["start"]):  # a DTensor: FSDP2's dim-0 chunk of q0
+                part = q0[Z.dim0_chunk(q0.shape[0], state["rank"], state["n"])] if isinstance(q, DTensor) else q0
+                T.local(q).copy_(part)
         if self.flat is None:
             self.opt.zero_grad(set_to_none=True)
         self.opt.state.clear()
 
     def resident(self):
         """Bytes this stage keeps allocated between runs: its parameters (local shards) and its gradient buffers."""
-        if self.flat is not None:
-            return sum(a.nbytes for a in self.flat)
-        params = sum((q.to_local() if isinstance(q, DTensor) else q).nbytes for q in self.model.parameters())
-        return params * (2 if self.buckets else 1)
+        return sum(T.local(a).nbytes for a in (self.flat or self.model.parameters())) * (2 if self.buckets else 1)
 
     def held(self):
         """Bytes of this rank's parameters, gradients and optimizer state (local shards), at the optimizer step."""
-        local = lambda a: a.to_local() if isinstance(a, DTensor) else a  # noqa: E731
         ps = list(self.model.parameters())
-        optim = sum(local(v).nbytes for s in self.opt.state.values() for v in s.values() if torch.is_tensor(v))
+        optim = sum(T.local(v).nbytes for s in self.opt.state.values() for v in s.values() if torch.is_tensor(v))
         if self.flat is not None:  # the flat buffers the parameters and gradients are views of
             return {"param_bytes": self.flat[0].nbytes, "grad_bytes": self.flat[1].nbytes, "optim_bytes": optim}
-        return {"param_bytes": sum(local(q).nbytes for q in ps),
-                "grad_bytes": sum(local(q.grad).nbytes for q in ps if q.grad is not None), "optim_bytes": optim}
+        return {"param_bytes": sum(T.local(q).nbytes for q in ps),
+                "grad_bytes": sum(T.local(q.grad).nbytes for q in ps if q.grad is not None), "optim_bytes": optim}
 
     def step(self, state, x, t):
         """One step; stage 1: the gradient summed into this rank's chunks, Adam on them, every chunk gathered."""
@@ -144,33 +108,26 @@ class _Wrapped:
         torch.nn.functional.mse_loss(self.model(x), t).backward()
         if self.flat is not None:
             for i in range(len(self.lay.chunk)):  # in place: recv = send + rank x count
-                _REDUCE_SCATTER(self.lay.own(self.flat[1], i, state["rank"]), self.lay.seg(self.flat[1], i))
+                T.REDUCE_SCATTER(self.lay.own(self.flat[1], i, state["rank"]), self.lay.seg(self.flat[1], i))
             torch._foreach_div_([q.grad for q in self.mine], float(state["n"]))
         self.opt.step()
         if self.flat is not None:
             for i, q in enumerate(self.mine):  # in place: send = recv + rank x count
-                _ALL_GATHER(self.lay.seg(self.flat[0], i), q)
-
-    def read(self):
-        """The full parameters, flat (W0, b0, W1, b1, ...; W as (in, out)); FSDP2's DTensors all-gathered."""
-        mods = [m for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
-        full = [(a.full_tensor() if isinstance(a, DTensor) else a).detach() for m in mods for a in (m.weight, m.bias)]
-        return torch.cat([a.T.reshape(-1) if a.dim() == 2 else a for a in full]).cpu().numpy()
+                T.ALL_GATHER(self.lay.seg(self.flat[0], i), q)
 
 
 def _train(state, stage):
     """`steps` Adam steps; a stage's first run counts every collective of the call after the wrapper's construction
-    under _Sent (per step: what the timed call sends, a gather of the result included if it did one)."""
-    if stage not in state["wrapped"]:
-        state["wrapped"][stage] = _Wrapped(state, stage)
-    cuda, w = state["device"].type == "cuda", state["wrapped"][stage]
-    sent = _Sent(state["n"]) if stage not in state["sent"] else None
+    under T.Sent (per step: what the timed call sends, a gather of the result included if it did one)."""
+    w = state["wrapped"][stage] = state["wrapped"].get(stage) or _Wrapped(state, stage)
+    cuda = state["device"].type == "cuda"
+    sent = T.Sent(state["n"]) if stage not in state["sent"] else None
     with sent if sent is not None else contextlib.nullcontext():
         w.reset(state)
         base = torch.cuda.memory_allocated() - w.resident() if cuda else 0  # the allocator's count: no sync
         for x, t in zip(state["x"], state["t"]):
             w.step(state, x, t)
-        out = {"params": Z.Readback(w.read)}  # gathered when the harness reads it back, untimed
+        out = {"params": Z.Readback(lambda: T.flat_params(w.model).cpu().numpy())}  # gathered when read back, untimed
     if sent is not None:
         state["sent"][stage] = {k: b / len(state["x"]) for k, b in sent.sent.items()}
     Z.report(w.held(), state["sent"][stage], torch.cuda.max_memory_allocated() - base if cuda else None)
