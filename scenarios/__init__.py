@@ -23,6 +23,8 @@ ORDER: tuple[str, ...] = (
     "data_parallel",
     "zero",
     "tensor_parallel",
+    "memory_pools",
+    "cold_start",
 )
 
 _cache: dict[str, Scenario] = {}
