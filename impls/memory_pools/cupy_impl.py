@@ -76,7 +76,7 @@ def run_raw(state):
     stream = cupy.cuda.get_current_stream()
     for k in range(len(state["host_x"])):
         ptr = cupy.cuda.runtime.malloc(nbytes)  # cudaMalloc
-        mem = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, nbytes, None), 0)
+        mem = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, nbytes, None, state["ordinal"]), 0)
         a = cupy.ndarray((state["n"],), cupy.float32, mem)
         a[...] = state["x"][k]
         peaks.append(a.max())
