@@ -128,7 +128,9 @@ SCENARIO = Scenario(
         "jax": "The program is one jax.jit (XLA fuses the tanh into the reduction's kernel). The cache folder is set "
                "with jax.config.update('jax_compilation_cache_dir', ...) and jax_persistent_cache_min_compile_time_secs "
                "= 0: at the default of 1 s nothing this small would be written, so a warm cache would change nothing. "
-               "Tracing and lowering still run in every process: the cache saves XLA's compile. Runs on the CPU too.",
+               "Tracing and lowering still run in every process: the cache saves XLA's compile. The child keeps the harness's "
+               "memory settings (no 75% preallocation: memory_pools is about that), so init_s is not the default's "
+               "start-up on a GPU. Runs on the CPU too.",
     },
     metrics_doc={
         "import_s": "the framework's import, timed inside the child (median over the processes)",
