@@ -118,19 +118,19 @@ SCENARIO = Scenario(
     framework_notes={
         "torch": "The program is a torch.compile'd function (Inductor: Triton kernels on the GPU, C++ on the CPU). "
                  "Inductor's FX-graph cache and Triton's kernel cache live under TORCHINDUCTOR_CACHE_DIR and "
-                 "TRITON_CACHE_DIR (by default /tmp/torchinductor_$USER); Dynamo still traces the Python function "
-                 "in every new process, cache or not. On the CPU a cold process compiles C++ with g++ for about a "
+                 "TRITON_CACHE_DIR (by default /tmp/torchinductor_$USER); Dynamo still traces the Python function in"
+                 " every new process, cache or not. On the CPU a cold process compiles C++ with g++ for about a "
                  "minute on the 2-core CI host, times the harness's repeats: torch's rows run on a GPU only.",
-        "cupy": "The program is a cupy.ElementwiseKernel and a cupy.ReductionKernel: NVRTC compiles each on its first "
-                "call and CuPy writes the cubin under CUPY_CACHE_DIR (~/.cupy/kernel_cache by default), which the "
-                "next process loads instead. CuPy's own kernels (the fills behind cupy.ones, ...) go to the same "
-                "folder. No CUDA device, no CuPy.",
-        "jax": "The program is one jax.jit (XLA fuses the tanh into the reduction's kernel). The cache folder is set "
-               "with jax.config.update('jax_compilation_cache_dir', ...) and jax_persistent_cache_min_compile_time_secs "
-               "= 0: at the default of 1 s nothing this small would be written, so a warm cache would change nothing. "
-               "Tracing and lowering still run in every process: the cache saves XLA's compile. The child keeps the harness's "
-               "memory settings (no 75% preallocation: memory_pools is about that), so init_s is not the default's "
-               "start-up on a GPU. Runs on the CPU too.",
+        "cupy": "The program is a cupy.ElementwiseKernel and a cupy.ReductionKernel: NVRTC compiles each on its "
+                "first call and CuPy writes the cubin under CUPY_CACHE_DIR (~/.cupy/kernel_cache by default), which "
+                "the next process loads instead. CuPy's own kernels (the fills behind cupy.ones, ...) go to the same"
+                " folder. No CUDA device, no CuPy.",
+        "jax": "The program is one jax.jit (XLA fuses the tanh into the reduction's kernel). The cache folder is set"
+               " with jax.config.update('jax_compilation_cache_dir', ...) and "
+               "jax_persistent_cache_min_compile_time_secs = 0: at the default of 1 s nothing this small would be "
+               "written, so a warm cache would change nothing. Tracing and lowering still run in every process: the "
+               "cache saves XLA's compile. The child keeps the harness's memory settings (no 75% preallocation: "
+               "memory_pools is about that), so init_s is not the default's start-up on a GPU. Runs on the CPU too.",
     },
     metrics_doc={
         "import_s": "the framework's import, timed inside the child (median over the processes)",

@@ -105,12 +105,17 @@ def test_judges_on_synthetic_rows():
     def fresh(**m):
         return [synthetic_row("fresh_process", 1.0, **m)]
 
-    assert judge_claim(SCN.name, "driver_holds", fresh(driver_held_bytes=nb, driver_released_bytes=0),
+    assert judge_claim(SCN.name, "driver_holds", fresh(first_array_bytes=MiB, driver_held_bytes=nb, driver_released_bytes=0),
                        big).verdict == "confirmed"
-    assert judge_claim(SCN.name, "driver_holds", fresh(driver_held_bytes=0, driver_released_bytes=0),
-                       big).verdict == "refuted"
+    assert judge_claim(SCN.name, "driver_holds", fresh(first_array_bytes=MiB, driver_held_bytes=0,
+                                                       driver_released_bytes=0), big).verdict == "refuted"
     assert judge_claim(SCN.name, "driver_holds", fresh(driver_held_bytes=0, driver_released_bytes=0),
                        small).verdict == "inconclusive"
+    jax_pool = {"first_array_bytes": 100 * nb, "driver_held_bytes": 0, "driver_released_bytes": 0}
+    assert judge_claim(SCN.name, "driver_holds", fresh(**jax_pool), big, "jax").verdict == "confirmed"
+    assert judge_claim(SCN.name, "driver_holds", fresh(**jax_pool), big, "torch").verdict == "refuted"
+    no_pool = {"first_array_bytes": MiB, "driver_held_bytes": 0, "driver_released_bytes": 0}
+    assert judge_claim(SCN.name, "driver_holds", fresh(**no_pool), big, "jax").verdict == "refuted"
     share = {"total_bytes": 100.0}
     assert judge_claim(SCN.name, "first_array", fresh(first_array_bytes=76.0, **share), big, "jax").verdict == "confirmed"
     assert judge_claim(SCN.name, "first_array", fresh(first_array_bytes=1.0, **share), big, "jax").verdict == "refuted"
