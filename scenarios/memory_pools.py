@@ -49,6 +49,9 @@ def _m(rows: Mapping[str, dict], variant: str, key: str) -> float:
 def _faster(claim: str, slow: str, fast: str):
     def judge(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
         s, f = rows[slow]["timing"]["device_done"], rows[fast]["timing"]["device_done"]
+        if not np.isfinite(_m(rows, fast, "held_after_free_bytes")):  # the CPU: no device pool, nothing to release
+            return Verdict(claim, fw, "inconclusive", "no device pool here (the CPU): the cycles go through the "
+                           "host's allocator, and releasing is a no-op", {})
         diff = s["median"] - f["median"]
         noise = (s["iqr"] + f["iqr"]) / 2
         verdict = "confirmed" if diff > noise else ("refuted" if diff < -noise else "inconclusive")

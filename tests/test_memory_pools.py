@@ -130,9 +130,11 @@ def test_judges_on_synthetic_rows():
     with pytest.raises(KeyError):  # JAX has no beside_jax row: the harness makes that inconclusive
         judge_claim(SCN.name, "second_framework_starves", [], big, "jax")
 
-    def timed(raw, pooled, iqr):
-        return [synthetic_row("raw", raw, iqr=iqr), synthetic_row("pooled", pooled, iqr=iqr)]
+    def timed(raw, pooled, iqr, held=nb):
+        return [synthetic_row("raw", raw, iqr=iqr), synthetic_row("pooled", pooled, iqr=iqr, held_after_free_bytes=held)]
 
     assert judge_claim(SCN.name, "pool_faster", timed(2e-3, 1e-3, 1e-4), big, "cupy").verdict == "confirmed"
     assert judge_claim(SCN.name, "pool_faster", timed(1e-3, 2e-3, 1e-4), big, "cupy").verdict == "refuted"
     assert judge_claim(SCN.name, "pool_faster", timed(1.05e-3, 1e-3, 1e-4), big, "cupy").verdict == "inconclusive"
+    cpu = [synthetic_row("released", 2e-3), synthetic_row("pooled", 1e-3)]  # no pool counter: the CPU
+    assert judge_claim(SCN.name, "release_costs", cpu, big, "torch").verdict == "inconclusive"
