@@ -24,8 +24,19 @@ ORDER: tuple[str, ...] = (
     "zero",
     "tensor_parallel",
     "matmul_precision",
+    "memory_pools",
+    "cold_start",
     "donation",
 )
+
+# Scenarios a default run leaves out, with why: they run when named (`compare --scenarios cold_start`).
+OPT_IN: dict[str, str] = {
+    "memory_pools": "every repeat of its fresh_process and beside_jax rows starts a process with a framework's real "
+                    "defaults: several minutes on a GPU",
+    "cold_start": "every repeat is a fresh process that imports, compiles and runs (torch's cold Inductor compile "
+                  "alone took 74 s on a CPU): several minutes on a GPU",
+}
+DEFAULT_RUN: tuple[str, ...] = tuple(n for n in ORDER if n not in OPT_IN)
 
 _cache: dict[str, Scenario] = {}
 

@@ -215,3 +215,13 @@ def test_a_sweep_times_every_point(tmp_path, monkeypatch):
     assert sorted((r["point"], r["variant"]) for r in rows) == [(0, "item_each_step"), (0, "on_device"),
                                                                  (1, "item_each_step"), (1, "on_device")]
     assert {c["label"] for c in entry["claims"]} == {"4 steps", "12 steps"}
+
+
+def test_a_default_compare_leaves_out_the_opt_in_scenarios_and_runs_them_when_named():
+    from harness.cli.parser import build_parser
+    from scenarios import DEFAULT_RUN, OPT_IN, ORDER
+
+    assert set(OPT_IN) == {"memory_pools", "cold_start"} and set(OPT_IN) <= set(ORDER)
+    default = build_parser().parse_args(["compare"]).scenarios
+    assert default == list(DEFAULT_RUN) and not set(default) & set(OPT_IN) and "donation" in default
+    assert build_parser().parse_args(["compare", "--scenarios", "cold_start"]).scenarios == ["cold_start"]

@@ -1,0 +1,112 @@
+"""Fresh child processes, for what only a new interpreter can show: a framework's real defaults (JAX's
+75% pool, read once when its backend starts) and its cold start (import, context, first compile).
+
+The harness's workers run with its settings pinned (JAX's pool capped, no preallocation); a child gets
+a copy of the environment with the overrides it asks to drop removed. A child module prints one JSON
+object as the last line of its stdout, timing its phases inside itself; a child that fails, prints no
+JSON or says {"error": ...} raises ChildError with its stderr's tail. Nothing here imports a framework.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The memory settings the harness (harness/backends/jax_backend.py, the test suite) pins for its own
+# processes: a child that measures the frameworks' defaults runs without them.
+MEMORY_OVERRIDES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
+                    "XLA_PYTHON_CLIENT_ALLOCATOR", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+                    "CUPY_GPU_MEMORY_LIMIT")
+
+
+class ChildError(RuntimeError):
+    """A child process failed; the message carries its exit status and the end of its stderr."""
+
+
+def child_env(drop: Iterable[str] = (), **extra: str) -> dict[str, str]:
+    """This process's environment minus `drop`, plus `extra`, with the repository importable."""
+    env = {k: v for k, v in os.environ.items() if k not in set(drop)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra)
+    return env
+
+
+def run_child(module: str, args: Sequence[str] = (), env: dict[str, str] | None = None,
+              timeout: float = 600.0) -> dict[str, Any]:
+    """Run `python -m module *args` to its end; its last stdout line parsed as JSON, plus "process_s"
+    (spawn to exit, measured here: the interpreter's own start-up included)."""
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=env if env is not None
+                       else child_env(), capture_output=True, text=True, timeout=timeout)
+    process_s = time.perf_counter() - t0
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    try:
+        got = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        got = None
+    if r.returncode != 0 or not isinstance(got, dict) or "error" in got:
+        said = got.get("error") if isinstance(got, dict) else None
+        raise ChildError(f"{module} {' '.join(map(str, args))}: exit status {r.returncode}"
+                         + (f", {said}" if said else "") + f"; stderr: ...{r.stderr[-1500:]}")
+    return got | {"process_s": process_s}
+
+
+def say(result: dict[str, Any]) -> None:
+    """The child's side: its result as the last stdout line."""
+    sys.stdout.flush()
+    print(json.dumps(result), flush=True)
+
+
+def count_files(folder: str | Path) -> int:
+    return sum(1 for p in Path(folder).rglob("*") if p.is_file()) if Path(folder).exists() else 0
+
+
+def fresh_dir(parent: str | Path, name: str) -> Path:
+    """An empty folder `name` under `parent` (removed first if it was there)."""
+    d = Path(parent) / name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d
+
+
+def nvidia_smi_index(ordinal: int) -> str:
+    """nvidia-smi's name for CUDA device `ordinal` of this process: CUDA_VISIBLE_DEVICES's entry (an index
+    or a UUID) where it is set. CUDA orders devices fastest first and nvidia-smi by PCI bus: the same on
+    a machine of identical GPUs."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible[ordinal] if ordinal < len(visible) else str(ordinal)
+
+
+def driver_memory(ordinal: int = 0) -> dict[str, Any] | None:
+    """The driver's count of the device's memory, {"used": bytes, "total": bytes, "how": ...}, by NVML
+    (pynvml) where importable, else nvidia-smi; None where neither answers (no GPU). Device-wide: inside a
+    container NVML cannot name this process's pid, so a process's share is a difference of two readings
+    taken while the other processes on the device are idle."""
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(int(nvidia_smi_index(ordinal)))
+            m = pynvml.nvmlDeviceGetMemoryInfo(h)
+            return {"used": int(m.used), "total": int(m.total), "how": "NVML nvmlDeviceGetMemoryInfo"}
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - not installed, or no NVML here: try the command line
+        pass
+    try:
+        r = subprocess.run(["nvidia-smi", "-i", nvidia_smi_index(ordinal), "--query-gpu=memory.used,memory.total",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    used, total = (int(float(v)) << 20 for v in r.stdout.strip().splitlines()[0].split(","))  # MiB
+    return {"used": used, "total": total, "how": "nvidia-smi --query-gpu=memory.used (MiB)"}
