@@ -236,15 +236,6 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
     return data, ""
 
 
-def _metrics_doc(name: str) -> dict[str, str]:
-    from scenarios import get
-
-    try:
-        return dict(get(name).metrics_doc)
-    except KeyError:  # a result from a scenario this checkout does not have
-        return {}
-
-
 def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, out: Path | None,
              images: dict[str, bytes]) -> list[Block]:
     """The chart, the timings table and the timeline of one scenario; their pictures go into images."""
@@ -262,7 +253,8 @@ def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, 
                        + ". Log scale."))
     if scn["rows"]:
         blocks += [("h", 3, "Timings: host-return vs device-done", None), _timing_table(scn, fws)]
-        mdoc = {k: v for k, v in _metrics_doc(name).items()
+        # What each metric meant when the run measured it: the result's own text, none in files older than it
+        mdoc = {k: v for k, v in (scn.get("metrics_doc") or {}).items()
                 if any(k in (r.get("timing") or {}).get("metrics", {}) for r in scn["rows"] if timed(r))}
         if mdoc:
             blocks.append(("ul", [f"`{k}`: {v}" for k, v in mdoc.items()]))

@@ -169,7 +169,7 @@ def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any
 def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dict[str, Any],
                   machine: dict[str, Any], opts: CompareOptions, ui: UI) -> dict[str, Any]:
     """Equivalence, then timing of every point x framework x variant, claims and cross-checks."""
-    entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept,
+    entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
                              "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
                                            "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
                                            else list(v.gpu_only)} for v in scn.variants]}

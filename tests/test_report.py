@@ -300,3 +300,18 @@ def test_committed_reports_equal_what_the_renderer_makes(result):
     timelines = {Path(s["timelines"]["png"]).name for s in load(result)["scenarios"].values() if s.get("timelines")}
     assert {p.name for p in folder.glob("*.png")} == drawn | timelines
     assert all(files[n][:8] == report_html.PNG_MAGIC for n in drawn)
+
+
+def test_a_metric_is_described_by_its_own_result_not_by_todays_spec(tmp_path):
+    """A report says what each metric meant when the run measured it: the result's metrics_doc. A file
+    written before results carried it gets no description rather than today's, which may describe another
+    method (collectives' algbw was the slowest rank's single call before it was 20 calls' mean over ranks)."""
+    from harness.report_html import _figures
+    from tests.report_fixture import ok_row
+
+    rows = [ok_row("collectives", "torch", "out_of_place", 1e-4, 1e-5, metrics={"algbw_GBps": 2.0})]
+    old = {"rows": rows, "variants": [{"name": "out_of_place"}]}
+    new = dict(old, metrics_doc={"algbw_GBps": "bytes / time as this run measured it"})
+    text = lambda scn: repr(_figures("collectives", scn, ["torch"], tmp_path / "r.json", None, {}))  # noqa: E731
+    assert "as this run measured it" in text(new)
+    assert "algbw_GBps`:" not in text(old)

@@ -13,9 +13,12 @@ import sys
 
 import numpy as np
 
-from harness.backends.base import OOM_WORDS
 from impls._shared.child import driver_memory, say
 from scenarios.memory_pools import SECOND_FRACTION
+
+# Words of the allocators' out-of-memory errors (the harness's backends read the same ones; an impl imports no
+# backend): torch's and CuPy's CUDA errors, XLA's RESOURCE_EXHAUSTED.
+OOM_WORDS = ("out of memory", "resource_exhausted", "cudaerrormemoryallocation", "cublas_status_alloc_failed")
 
 
 def used(ordinal: int) -> dict:
