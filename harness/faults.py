@@ -23,6 +23,10 @@ reaches a process that monkeypatching cannot.
             take P% longer: each repeat spins inside its timed region for P% of the call's own
             measured device_done time (host_return and device events are not touched)  -> a
             regression of that row alone, for tests of `regress`
+    wrong   (the fourth part is then a variant, required) that one variant's outputs in equivalence
+            requests come back with one element off by one (the last of its first output), as a
+            wrong impl's would                                     -> an equivalence failure naming
+            that framework/variant, for tests of equivalence and of `check` (rank groups included)
 """
 from __future__ import annotations
 
@@ -35,8 +39,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 ENV = "TRIPTYCH_FAULT"
-KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>")
+KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>", "wrong")
 OPS = ("equiv", "time", "*")
 # What a framework's import pulls in first: refusing it makes `import <framework>` fail.
 MODULES = {"torch": "torch", "cupy": "cupy", "jax": "jax"}
@@ -51,7 +57,7 @@ class Fault:
     scenario: str
     framework: str
     kind: str
-    op: str = "*"  # for "slow": the variant
+    op: str = "*"  # for "slow" and "wrong": the variant
 
     @property
     def slow_pct(self) -> float | None:
@@ -60,7 +66,7 @@ class Fault:
     def hits(self, op: str, framework: str, scenario: str | None) -> bool:
         """Equivalence and timing requests only (never hello, ceilings or selfcheck)."""
         return (op in ("equiv", "time") and self.framework == framework and self.op in ("*", op)
-                and self.scenario in ("*", scenario) and self.kind != "import" and self.slow_pct is None)
+                and self.scenario in ("*", scenario) and self.kind not in ("import", "wrong") and self.slow_pct is None)
 
 
 def parse(text: str) -> list[Fault]:
@@ -78,8 +84,8 @@ def parse(text: str) -> list[Fault]:
             raise ValueError(f"{ENV}: unknown scenario {scenario!r}")
         if framework not in FRAMEWORKS:
             raise ValueError(f"{ENV}: unknown framework {framework!r}")
-        if kind.startswith("slow"):
-            _check_slow(item, kind, scenario, op, len(parts))
+        if kind.startswith("slow") or kind == "wrong":
+            _check_variant(item, kind, scenario, op, len(parts))
         elif kind not in KINDS:
             raise ValueError(f"{ENV}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
         elif op not in OPS:
@@ -88,13 +94,14 @@ def parse(text: str) -> list[Fault]:
     return faults
 
 
-def _check_slow(item: str, kind: str, scenario: str, variant: str, parts: int) -> None:
+def _check_variant(item: str, kind: str, scenario: str, variant: str, parts: int) -> None:
     try:
-        pct = float(kind[4:])
+        pct = float(kind[4:]) if kind != "wrong" else 1.0
     except ValueError:
         pct = -1.0
     if not 0 < pct <= 1000 or parts != 4 or scenario == "*":
-        raise ValueError(f"{ENV}: {item!r} is not <scenario>:<framework>:slow<percent>:<variant>")
+        shape = "wrong" if kind == "wrong" else "slow<percent>"
+        raise ValueError(f"{ENV}: {item!r} is not <scenario>:<framework>:{shape}:<variant>")
     from scenarios import get
 
     try:
@@ -149,6 +156,22 @@ def trigger(op: str, framework: str, scenario: str | None, backend: Callable[[],
         if f.kind == "crash":
             sys.stderr.flush()
             os.abort()
+
+
+def spoil(framework: str, scenario: str, outputs: dict[str, Any]) -> dict[str, Any]:
+    """An equivalence request's {variant: outputs} in a worker child, with a planted "wrong" variant's
+    first output off by one at its last element (copied, never the impl's own buffer)."""
+    if not _SLOW[1]:
+        return outputs
+    for f in planted():
+        if f.kind == "wrong" and f.framework == framework and f.scenario == scenario and f.op in outputs:
+            got = dict(outputs[f.op])
+            key = next(iter(got))
+            a = np.array(got[key], dtype=np.float64)
+            a.reshape(-1)[-1] += 1.0
+            got[key] = a.astype(np.asarray(got[key]).dtype)
+            outputs = outputs | {f.op: got}
+    return outputs
 
 
 # The planted slowdown of the variant being timed in this process (0: none); set by slowed().

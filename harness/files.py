@@ -21,15 +21,25 @@ class OutputError(ValueError):
 
 
 def check_writable(folder: Path) -> None:
-    """Bad output folder: OutputError with one line, before any work and without creating anything."""
+    """Bad output folder: OutputError with one line, before any work and without creating anything.
+    Each part of the path is looked at with stat, not Path.exists (which reads a symlink loop or a
+    dangling link as "not there yet", so the run went ahead and failed only when it wrote)."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise OutputError(f"{folder}: exists and is not a folder")
     probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise OutputError(f"cannot write to {folder}: {probe} is not a folder")
+    while True:
+        try:
+            st = os.stat(probe)
+            break
+        except (FileNotFoundError, NotADirectoryError):  # a file among the parents: said below
+            if os.path.islink(probe):
+                raise OutputError(f"cannot write to {folder}: {probe} is a symlink to nothing "
+                                  f"({os.readlink(probe)})") from None
+            probe = probe.parent
+        except OSError as e:  # ELOOP, EACCES, ENAMETOOLONG
+            raise OutputError(f"cannot write to {folder}: {probe}: {e.strerror or e}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{folder}: exists and is not a folder" if probe == folder
+                          else f"cannot write to {folder}: {probe} is not a folder")
     try:  # os.access is not enough: root passes it on a read-only file system
         fd, tmp = tempfile.mkstemp(dir=probe, prefix=".probe-")
         os.close(fd)

@@ -41,6 +41,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
          "bad_samples": d / "bad_samples.json",
          "no_timing": d / "no_timing.json"}
     f["empty"].write_text("")
+    (d / "loop2.json").symlink_to(d / "loop.json")
+    f["loop"] = d / "loop.json"
+    f["loop"].symlink_to(d / "loop2.json")
     f["not_json"].write_text("Traceback (most recent call last):\n  oops\n")
     f["truncated"].write_text(text[: len(text) // 2])
     f["schema0"].write_text(json.dumps(good | {"schema": "triptych.result/0"}))
@@ -62,6 +65,8 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
     # regress: the baseline
     "baseline missing": (["--baseline", "{missing}", "--candidate", "{good}"], "--baseline {missing}: no such file", {}),
     "baseline a folder": (["--baseline", "{folder}", "--candidate", "{good}"], "is a folder, not a result file", {}),
+    "baseline a symlink loop": (["--baseline", "{loop}", "--candidate", "{good}"],
+                                "--baseline {loop}: Too many levels of symbolic links", {}),
     "baseline empty": (["--baseline", "{empty}", "--candidate", "{good}"], "empty file", {}),
     "baseline not JSON": (["--baseline", "{not_json}", "--candidate", "{good}"], "not JSON (line 1", {}),
     "baseline truncated": (["--baseline", "{truncated}", "--candidate", "{good}"], "truncated?", {}),
@@ -76,6 +81,8 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "no baseline": (["--candidate", "{good}"], "the following arguments are required: --baseline", {}),
     # regress: the candidate
     "candidate missing": (["--baseline", "{good}", "--candidate", "{missing}"], "--candidate {missing}: no such file", {}),
+    "candidate a symlink loop": (["--baseline", "{good}", "--candidate", "{loop}"],
+                                 "--candidate {loop}: Too many levels of symbolic links", {}),
     "candidate truncated": (["--baseline", "{good}", "--candidate", "{truncated}"], "--candidate", {}),
     "candidate other schema": (["--baseline", "{good}", "--candidate", "{schema0}"], "is not 'triptych.result/1'", {}),
     "nothing comparable": (["--baseline", "{gpu}", "--candidate", "{good}"],

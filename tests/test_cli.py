@@ -42,6 +42,10 @@ BAD = {
     "check bad json": (["check", "sync_points", "--params", "{nope"], "--params is not JSON"),
     "check not an object": (["check", "sync_points", "--params", "[1, 2]"], "--params must be a JSON object"),
     "check missing param": (["check", "sync_points", "--params", '{"seed": 1}'], "--params do not fit sync_points"),
+    "check huge int": (["check", "sync_points", "--params", '{"seed": 1' + "0" * 5000 + "}"],
+                       "--params: an integer of 5001 digits (at most 40)"),
+    "check absurd world size": (["check", "ranks", "--params", '{"world_size": 0}'],
+                                "world_size must be an integer between 1 and 1024, not 0"),
 }
 
 
@@ -63,6 +67,56 @@ def test_unwritable_out_folder(tmp_path):
     r = run("compare", "--out", str(blocker / "res"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith("harness: error: cannot write to")
+
+
+@pytest.mark.parametrize("kind", ["loop", "loop_below", "dangling"])
+def test_a_symlink_out_folder_that_leads_nowhere_is_refused_up_front(tmp_path, kind):
+    """Path.exists reads a loop or a dangling link as "not there yet": the run went ahead and failed
+    only when it wrote its result."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    out = {"loop": tmp_path / "a", "loop_below": tmp_path / "a" / "res", "dangling": tmp_path / "dangling"}[kind]
+    r = run("compare", "--scenarios", "sync_points", "--frameworks", "torch", "--no-timing", "--examples", "1",
+            "--no-report", "--quiet", "--out", str(out))
+    assert r.returncode == 2, (r.returncode, r.stdout[-1000:], r.stderr[-1000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"harness: error: cannot write to {out}: "), r.stderr
+    assert ("symbolic links" in lines[0]) if kind != "dangling" else ("is a symlink to nothing" in lines[0])
+    assert r.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dangling"]
+
+
+def test_the_harness_dependencies_are_pyprojects():
+    import tomllib
+
+    from harness.__main__ import DEPENDENCIES, _missing
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in deps} - {"pytest"}
+    assert set(DEPENDENCIES) == names
+    assert _missing(ModuleNotFoundError("x", name="rich.console")) == "rich"
+    assert _missing(ModuleNotFoundError("x", name="torch")) is None  # a framework: the backends' skip
+
+
+@pytest.mark.parametrize("how", ["rich", "make"])
+def test_an_interpreter_without_the_dependencies_is_told_in_one_line(tmp_path, how):
+    """`make compare PYTHON=python3` on an interpreter without rich (or numpy): which package, and how to
+    get it; no traceback, no framework imported, nothing written."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = tmp_path / "res"
+    if how == "rich":  # rich alone missing, as on a system python3 with numpy
+        block = "import runpy, sys; sys.modules['rich'] = None; runpy.run_module('harness', run_name='__main__', alter_sys=True)"
+        cmd = [sys.executable, "-c", block, "compare", "--out", str(out)]
+        name = "rich"
+    else:  # python -S: no site-packages at all
+        cmd = ["make", "-s", "--no-print-directory", "compare", f"PYTHON={sys.executable} -S", f"ARGS=--out {out}"]
+        name = "numpy"
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stdout[-1000:], r.stderr[-1000:])
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("make: ***")]
+    assert len(lines) == 1 and lines[0].startswith("harness: error: "), r.stderr
+    assert f"has no '{name}'" in lines[0] and "pip install" in lines[0] and "Traceback" not in r.stderr
+    assert not out.exists()
 
 
 def test_list_names_every_scenario_in_short_lines_when_piped():
