@@ -116,6 +116,8 @@ def ratio_ci_iqr(base: dict[str, Any], cand: dict[str, Any], confidence: float) 
 
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     half = z * math.hypot(rel_se(base), rel_se(cand))
+    if not half < 700:  # an IQR hundreds of times its median: exp(half) overflows, the interval is unbounded
+        return r, 0.0, math.inf
     return r, r * math.exp(-half), r * math.exp(half)
 
 

@@ -22,10 +22,19 @@ class SchemaError(ValueError):
     """str(self): where (scenarios.x.rows[3].timing) and what is wrong."""
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_-]{1,60}")
+
+
 def where(path: list[Any]) -> str:
+    """scenarios.x.rows[3].timing; a key that is not a plain name is quoted, so the line stays one line."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{_short(part)}]"
     return out or "the top level"
 
 

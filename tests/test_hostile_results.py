@@ -1,6 +1,6 @@
 """A result file is data, never a path: crafted and damaged files are refused by `report` and `regress`
 with one line and exit 2, the same with and without jsonschema importable, and nothing is written
-outside the output folder. In-process calls of the CLI (no subprocess): the sweep runs hundreds."""
+outside the output folder. In-process calls of the CLI (no subprocess); the generated sweep is tests/test_sweep_results.py."""
 from __future__ import annotations
 
 import copy
@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from harness import cli
 from tests.report_fixture import fake_doc, timeline_png, write_fake_result
@@ -20,10 +18,6 @@ from tests.report_fixture import fake_doc, timeline_png, write_fake_result
 def _call(argv: list[str], capsys) -> tuple[int, str]:
     code = cli.main(argv)
     return code, capsys.readouterr().err
-
-
-def _files(root: Path) -> set[Path]:
-    return {p for p in root.rglob("*")}
 
 
 def _scn(doc):
@@ -47,10 +41,11 @@ def _nested(depth: int) -> list:
 
 DAMAGED = {  # name: how the document is damaged (item 5 of issue 33, and the crafted keys of item 4)
     "traversal_key": lambda d: d["scenarios"].__setitem__("../../../../../tmp/x", d["scenarios"].pop("async_dispatch")),
-    "absolute_key": lambda d: d["scenarios"].__setitem__("/../../../../..//tmp/abs",
+    "absolute_key": lambda d: d["scenarios"].__setitem__("/../../../../..//@TMP@/abs",
                                                          d["scenarios"].pop("async_dispatch")),
     "markup_key": lambda d: d["scenarios"].__setitem__("<img src=x onerror=alert(1)>",
                                                        d["scenarios"].pop("async_dispatch")),
+    "newline_key": lambda d: _timed(d)["timing"].__setitem__("samples", {"a\nharness: error: forged": [1.0]}),
     "markup_variant": lambda d: _row(d).__setitem__("variant", "<b>x</b>"),
     "markup_framework": lambda d: _row(d).__setitem__("framework", "torch<script>"),
     "png_outside": lambda d: _scn(d).__setitem__("timelines", {"png": "/etc/passwd.png"}),
@@ -64,6 +59,8 @@ DAMAGED = {  # name: how the document is damaged (item 5 of issue 33, and the cr
     "processes_string": lambda d: _timed(d)["timing"].__setitem__("processes", "two"),
     "host_loop_string": lambda d: _timed(d)["timing"].__setitem__("host_loop_s", "fast"),
     "claim_without_claim": lambda d: _scn(d).__setitem__("claims", [{"framework": "torch", "verdict": "refuted"}]),
+    "claim_without_evidence": lambda d: _scn(d)["claims"][0].pop("evidence"),
+    "claim_without_text": lambda d: _scn(d)["claims"][0].pop("text"),
     "cross_without_frameworks": lambda d: _scn(d).__setitem__("cross_framework", [{"status": "disagree"}]),
     "created_nonsense": lambda d: d.__setitem__("created", "yesterday!"),
     "size_nonsense": lambda d: d.__setitem__("size", "huge"),
@@ -87,7 +84,7 @@ def _write(folder: Path, name: str) -> Path:
     else:
         doc = fake_doc()
         DAMAGED[name](doc)
-        path.write_text(json.dumps(doc))
+        path.write_text(json.dumps(doc).replace("@TMP@", str(folder.parent)))  # an absolute folder of the test's
     return path
 
 
@@ -98,7 +95,6 @@ def test_a_damaged_file_is_refused_in_one_line(tmp_path, monkeypatch, capsys, na
         monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema now raises ImportError
     path = _write(tmp_path / "in", name)
     out = tmp_path / "out"
-    before = _files(Path("/tmp")) if name == "absolute_key" else None
     for argv in (["report", str(path), "--out", str(out)],
                  ["regress", "--baseline", str(path), "--candidate", str(path)]):
         code, err = _call(argv, capsys)
@@ -106,8 +102,7 @@ def test_a_damaged_file_is_refused_in_one_line(tmp_path, monkeypatch, capsys, na
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("harness: error:") and "Traceback" not in err, err
     assert not out.exists()
-    if before is not None:
-        assert not (Path("/tmp/abs.png")).exists() and not Path("/tmp/abs").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # nothing beside the result's folder either
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "outside_png"])
@@ -144,64 +139,4 @@ def test_a_result_path_that_is_not_a_file_is_refused(tmp_path, capsys, kind):
     assert ("not a regular file" in err) if kind != "loop" else ("symbolic links" in err), err
 
 
-# -- the sweep: hypothesis damages the document's structure -------------------------------------------
-
-JUNK = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
-                 st.text(max_size=12), st.sampled_from(["../x", "<b>", "/dev/zero", "inf", ""]),
-                 st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
-
-
-def _paths(x, at=()):
-    yield at
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _paths(v, (*at, k))
-    elif isinstance(x, list):
-        for i, v in enumerate(x[:3]):
-            yield from _paths(v, (*at, i))
-
-
-BASE = fake_doc()
-PATHS = [p for p in _paths(BASE) if p]
-
-
-@st.composite
-def damaged(draw):
-    doc = copy.deepcopy(BASE)
-    for _ in range(draw(st.integers(1, 3))):
-        at = draw(st.sampled_from(PATHS))
-        parent = doc
-        try:
-            for k in at[:-1]:
-                parent = parent[k]
-            how = draw(st.sampled_from(["replace", "delete", "duplicate_key"]))
-            if how == "delete" and isinstance(parent, dict):
-                del parent[at[-1]]
-            elif how == "duplicate_key" and isinstance(parent, dict):
-                parent[draw(st.sampled_from(["../a", "<i>", "a/b", "x" * 80]))] = parent[at[-1]]
-            else:
-                parent[at[-1]] = draw(JUNK)
-        except (KeyError, IndexError, TypeError):
-            continue
-    return doc
-
-
-@pytest.mark.skip(reason="still finds fields the tools read that the schema does not require (each run of it "
-                         "found one: stats.iqr, equivalence.examples, fixed); ~200 s a run: make `report` cheaper first")
-@settings(max_examples=120, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(doc=damaged())
-def test_damaged_files_never_crash_report_or_regress(tmp_path_factory, capsys, doc):
-    root = tmp_path_factory.mktemp("sweep")
-    folder = root / "in"
-    path = write_fake_result(folder)
-    path.write_text(json.dumps(doc))
-    before = _files(root)
-    for argv in (["report", str(path), "--out", str(root / "out")],
-                 ["regress", "--baseline", str(path), "--candidate", str(path)]):
-        code, err = _call(argv, capsys)
-        assert "Traceback" not in err and code in (0, 1, 2), (argv[0], code, err[-2000:])
-        if code == 2:
-            assert len(err.strip().splitlines()) == 1 and "harness: error:" in err, err
-    after = _files(root)
-    assert {p for p in after - before if root / "out" not in p.parents and p != root / "out"} == set()
+# The sweep of damaged files generated by hypothesis: tests/test_sweep_results.py.
