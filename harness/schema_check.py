@@ -82,16 +82,16 @@ class Checker:
         if "type" in s:
             types = s["type"] if isinstance(s["type"], list) else [s["type"]]
             if not any(_is_type(x, t) for t in types):
-                raise SchemaError(f"{at}: {_short(x)} is not of type {' or '.join(types)}")
+                raise SchemaError(f"{at}: {_short(x)} is not of type {', '.join(map(repr, types))}")
         if "const" in s and (x != s["const"] or type(x) is not type(s["const"])):
             raise SchemaError(f"{at}: {_short(x)} is not {s['const']!r}")
         if "enum" in s and not any(x == e and type(x) is type(e) for e in s["enum"]):
-            raise SchemaError(f"{at}: {_short(x)} is not one of {', '.join(map(repr, s['enum']))}")
+            raise SchemaError(f"{at}: {_short(x)} is not one of {list(s['enum'])!r}")
         if _is_type(x, "number"):
             if "minimum" in s and x < s["minimum"]:
                 raise SchemaError(f"{at}: {_short(x)} is less than the minimum of {s['minimum']}")
             if "maximum" in s and x > s["maximum"]:
-                raise SchemaError(f"{at}: {_short(x)} is more than the maximum of {s['maximum']}")
+                raise SchemaError(f"{at}: {_short(x)} is greater than the maximum of {s['maximum']}")
         if isinstance(x, str):
             if len(x) < s.get("minLength", 0):
                 raise SchemaError(f"{at}: {_short(x)} is too short")
@@ -113,8 +113,8 @@ class Checker:
             props = s.get("properties", {})
             extra = s.get("additionalProperties", True)
             for k, v in x.items():
-                if "propertyNames" in s:
-                    self._check(k, s["propertyNames"], [*path, k])
+                if "propertyNames" in s:  # a bad name is the object's fault, said where the object is
+                    self._check(k, s["propertyNames"], path)
                 if k in props:
                     self._check(v, props[k], [*path, k])
                 elif extra is False:
