@@ -200,8 +200,7 @@ SCENARIO = Scenario(
                "transpose of all_gather is the reduce-scatter of its gradient), 1.5x DDP's bytes, read from the "
                "compiled HLO with the loops' trip counts. Without the scan, XLA's CPU compiler merged the "
                "backward re-gather with forward's (jax.checkpoint's optimization barriers removed, then CSE) and "
-               "kept each layer gathered: stage 2's schedule. The H200 run of 2026-12-03 "
-               "(results/20261203T161610Z) timed an earlier version: not yet re-measured.",
+               "kept each layer gathered: stage 2's schedule.",
     },
     metrics_doc={"param_bytes": "parameter bytes a rank holds at the optimizer step (its local shards)",
                  "grad_bytes": "gradient bytes a rank holds at the optimizer step",
