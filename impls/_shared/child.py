@@ -110,3 +110,16 @@ def driver_memory(ordinal: int = 0) -> dict[str, Any] | None:
         return None
     used, total = (int(float(v)) << 20 for v in r.stdout.strip().splitlines()[0].split(","))  # MiB
     return {"used": used, "total": total, "how": "nvidia-smi --query-gpu=memory.used (MiB)"}
+
+
+def emit_numbers(got: dict[str, Any], tag: str) -> dict[str, Any]:
+    """Emit a child's numbers as the row's metrics; its error texts (keys ending in _error) go to the worker's
+    log under `tag`, since rows carry numbers only."""
+    from harness.metrics import emit
+
+    for k, v in got.items():
+        if k.endswith("_error"):
+            print(f"{tag}: {v}", file=sys.stderr)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            emit(k, v)
+    return got

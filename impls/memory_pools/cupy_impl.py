@@ -7,13 +7,12 @@ work on the same stream. `raw` bypasses the pool: cudaMalloc, and cudaFree after
 from __future__ import annotations
 
 import json
-import sys
 
 import cupy
 import numpy as np
 
 from harness.metrics import emit
-from impls._shared.child import MEMORY_OVERRIDES, child_env, run_child
+from impls._shared.child import MEMORY_OVERRIDES, child_env, emit_numbers, run_child
 
 FW = "cupy"
 
@@ -63,11 +62,7 @@ def child(state, mode):
     """A fresh process with CuPy's (and JAX's) default allocator settings (impls/memory_pools/child.py)."""
     got = run_child("impls.memory_pools.child", [FW, mode, state["ordinal"], state["n"],
                                                  json.dumps(state["host_x"].tolist())], child_env(MEMORY_OVERRIDES))
-    if "second_alloc_error" in got:  # the rows carry numbers only: the error's text goes to the worker's log
-        print(f"memory_pools/{FW}/{mode}: {got['second_alloc_error']}", file=sys.stderr)
-    for k, v in got.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            emit(k, v)
+    emit_numbers(got, f"memory_pools/{FW}/{mode}")  # the out-of-memory text goes to the worker's log
     return {"peaks": np.asarray(got["peaks"], np.float32)}
 
 

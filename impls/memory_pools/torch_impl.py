@@ -7,13 +7,12 @@ which runs after the kernels still reading it. Nothing here synchronizes the hos
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import torch
 
 from harness.metrics import emit
-from impls._shared.child import MEMORY_OVERRIDES, child_env, run_child
+from impls._shared.child import MEMORY_OVERRIDES, child_env, emit_numbers, run_child
 
 NOT_EXPRESSIBLE = {"raw": "torch has no raw cudaMalloc call; the closest, PYTORCH_NO_CUDA_MEMORY_CACHING=1, is read "
                           "once when CUDA starts, before this worker's first tensor"}
@@ -66,11 +65,7 @@ def child(state, mode):
     """A fresh process with torch's (and JAX's) default allocator settings (impls/memory_pools/child.py)."""
     got = run_child("impls.memory_pools.child", [FW, mode, state["ordinal"], state["n"],
                                                  json.dumps(state["host_x"].tolist())], child_env(MEMORY_OVERRIDES))
-    if "second_alloc_error" in got:  # the rows carry numbers only: the error's text goes to the worker's log
-        print(f"memory_pools/{FW}/{mode}: {got['second_alloc_error']}", file=sys.stderr)
-    for k, v in got.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            emit(k, v)
+    emit_numbers(got, f"memory_pools/{FW}/{mode}")  # the out-of-memory text goes to the worker's log
     return {"peaks": np.asarray(got["peaks"], np.float32)}
 
 
