@@ -7,7 +7,7 @@ process the run starts (workers, rank processes) inherits the CPUs kept. --cpus 
 --cpus all, the default, keeps every CPU.
 
 All is the default because auto did not help on the one machine we measure on. On the H200's virtual
-machine (2026-12-03, docs/probes/host_speed.md) its 16 CPUs ran the loop at two speeds about 1.6x
+machine (docs/probes/host_speed.md) its 16 CPUs ran the loop at two speeds about 1.6x
 apart, in spells of a few to tens of milliseconds, each CPU independently of the others: no CPU was
 slower than another for long. Two full runs with auto's first version (five rounds within 1.3 s) each
 dropped three CPUs, different ones, at random, and agreed no better than before. The sweep is still a

@@ -79,7 +79,7 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
     elif g.dtype == w.dtype and np.array_equal(g, w):
         # Against the framework's own baseline (no reference at the size) a variant's outputs are often the
         # same bits: one comparison, not five float64 arrays (async_dispatch's two checked variants took ~4 s
-        # a row more than its unchecked baseline on the H200, 2026-12-02, for 128 MiB of output; a hazard
+        # a row more than its unchecked baseline on the H200 for 128 MiB of output; a hazard
         # variant is checked on every repeat). NaN never equals: it takes the path below.
         return None
     else:

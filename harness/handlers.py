@@ -57,7 +57,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     setup_s = time.perf_counter() - t_setup
     against = "reference" if expected is not None else "baseline"
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
-    # changed speed during the run (2026-12-03: a factor of two between processes and runs).
+    # changed speed during the run (on the H200, a factor of two between processes and runs: docs/gpu_runs.md).
     host_loop = python_loop_s(3)
     rows: list[dict[str, Any]] = []
     sample = None

@@ -14,9 +14,9 @@ ISOLATION = "process"
 PROCESSES = 2
 # Hypothesis examples per scenario's equivalence check. On the GPU (full) each example costs JAX a
 # compile per shape and every framework a round trip: a few draws check the device paths, while the CPU
-# suite (tests/test_equivalence.py) and the gpu suite's thorough profile draw more. On the 2026-12-02 H200
-# runs, at 8 examples, the ten scenarios spent ~100 s outside their timed rows; at 25 that part is about
-# three times as long. 5 since 2026-12-03, to fit two full runs of 17 scenarios into one GPU lease.
+# suite (tests/test_equivalence.py) and the gpu suite's thorough profile draw more. Five fit a full run
+# into one GPU lease: at 8 examples ten scenarios spent ~100 s outside their timed rows on the H200
+# (docs/gpu_runs.md).
 EXAMPLES = {"full": 5, "smoke": 6}
 
 

@@ -2,7 +2,7 @@
 
 Every framework times a point in two processes (harness/rounds.py), and all six need the same host
 inputs and float64 reference, deterministic from the params. Made in each, they were the largest
-untimed cost of several scenarios on the H200 host (2026-12-03: sync_points' 1 GiB of inputs, ~5 s a
+untimed cost of several scenarios on the H200 host (sync_points' 1 GiB of inputs, ~5 s a
 process, 30 s of its 51 s; collectives ~3 s a process at 256 MiB). The first process to reach a point
 writes them as .npy files to the run's folder ($TRIPTYCH_POINT_CACHE, made by the runner, emptied after
 each point, removed with the run); the others read them back into fresh arrays with np.load, not as

@@ -64,7 +64,7 @@ def host_speed(base: dict[str, Any], cand: dict[str, Any]) -> HostSpeed | None:
 
 def host_during(doc: dict[str, Any]) -> list[float]:
     """The host's Python-loop seconds measured by every process just before each point it timed
-    (timing.processes[].host_loop_s; files written before 2026-12-03 evening have none)."""
+    (timing.processes[].host_loop_s; older files have none)."""
     return [float(p["host_loop_s"]) for scn in doc["scenarios"].values() for r in scn["rows"]
             for p in ((r.get("timing") or {}).get("processes") or []) if p.get("host_loop_s")]
 
@@ -153,7 +153,7 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
         if hb.get(key) != hc.get(key):
             notes.append(f"{what} {hb.get(key, '?')} → {hc.get(key, '?')} (compared anyway)")
     for key, what in (("cpu_model", "CPU"), ("cpus", "CPU count"), ("kernel", "kernel"),
-                      ("transparent_hugepages", "transparent huge pages")):  # recorded since 2026-12-03
+                      ("transparent_hugepages", "transparent huge pages")):  # older files lack it
         if key in hb and key in hc and hb[key] != hc[key]:
             notes.append(f"{what} {hb[key]} → {hc[key]} (compared anyway)")
     if base["size"] != cand["size"]:

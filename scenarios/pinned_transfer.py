@@ -254,7 +254,7 @@ SCENARIO = Scenario(
                "and np.asarray of the result, its share shown as to_numpy_s; the *_jit_transfer variants are a jitted "
                "identity whose out_shardings name the other memory kind, so that XLA issues the copy. A jax.Array "
                "keeps its host copy once read, so each run reads a fresh device array (made untimed by poison). "
-               "JAX's paths measured on the H200 (2026-12-03; 256 MiB float32, median of 15; raw cudaMemcpyAsync "
+               "JAX's paths measured on the H200 (256 MiB float32, median of 15; raw cudaMemcpyAsync "
                "4.872 ms = 55.1 GB/s both ways), as % of the raw rate. H2D: jit transfer from a pinned_host array "
                "91.9% (h2d_jit_transfer, the best); device_put from a pinned_host array 90.2%, and with a list of "
                "2/4/8/16 pinned chunks in one call 90.1/89.8/86.7/84.5% (88.9/86.9/85.9/80.6% with the "
