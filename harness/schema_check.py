@@ -55,6 +55,7 @@ class Checker:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.root = schema
         self.patterns: dict[str, re.Pattern[str]] = {}
+        self.known: set[int] = set()  # ids of the schema's nodes already vetted (they live as long as root)
 
     def check(self, x: Any) -> None:
         self._check(x, self.root, [])
@@ -71,45 +72,46 @@ class Checker:
         return True
 
     def _check(self, x: Any, s: dict[str, Any], path: list[Any]) -> None:  # noqa: C901 - one keyword a branch
-        unknown = set(s) - _KNOWN
-        if unknown:
-            raise AssertionError(f"schema keyword(s) {sorted(unknown)} not known to harness/schema_check.py")
-        at = where(path)
+        if id(s) not in self.known:  # each schema node is looked at once; where() only for an error
+            unknown = set(s) - _KNOWN
+            if unknown:
+                raise AssertionError(f"schema keyword(s) {sorted(unknown)} not known to harness/schema_check.py")
+            self.known.add(id(s))
         if "$ref" in s:
             self._check(x, self._resolve(s["$ref"]), path)
         if "anyOf" in s and not any(self.ok(x, sub, path) for sub in s["anyOf"]):
-            raise SchemaError(f"{at}: {_short(x)} is not valid here")
+            raise SchemaError(f"{where(path)}: {_short(x)} is not valid here")
         if "type" in s:
             types = s["type"] if isinstance(s["type"], list) else [s["type"]]
             if not any(_is_type(x, t) for t in types):
-                raise SchemaError(f"{at}: {_short(x)} is not of type {', '.join(map(repr, types))}")
+                raise SchemaError(f"{where(path)}: {_short(x)} is not of type {', '.join(map(repr, types))}")
         if "const" in s and (x != s["const"] or type(x) is not type(s["const"])):
-            raise SchemaError(f"{at}: {_short(x)} is not {s['const']!r}")
+            raise SchemaError(f"{where(path)}: {_short(x)} is not {s['const']!r}")
         if "enum" in s and not any(x == e and type(x) is type(e) for e in s["enum"]):
-            raise SchemaError(f"{at}: {_short(x)} is not one of {list(s['enum'])!r}")
+            raise SchemaError(f"{where(path)}: {_short(x)} is not one of {list(s['enum'])!r}")
         if _is_type(x, "number"):
             if "minimum" in s and x < s["minimum"]:
-                raise SchemaError(f"{at}: {_short(x)} is less than the minimum of {s['minimum']}")
+                raise SchemaError(f"{where(path)}: {_short(x)} is less than the minimum of {s['minimum']}")
             if "maximum" in s and x > s["maximum"]:
-                raise SchemaError(f"{at}: {_short(x)} is greater than the maximum of {s['maximum']}")
+                raise SchemaError(f"{where(path)}: {_short(x)} is greater than the maximum of {s['maximum']}")
         if isinstance(x, str):
             if len(x) < s.get("minLength", 0):
-                raise SchemaError(f"{at}: {_short(x)} is too short")
+                raise SchemaError(f"{where(path)}: {_short(x)} is too short")
             if "maxLength" in s and len(x) > s["maxLength"]:
-                raise SchemaError(f"{at}: a string of {len(x)} characters, more than {s['maxLength']}")
+                raise SchemaError(f"{where(path)}: a string of {len(x)} characters, more than {s['maxLength']}")
             if "pattern" in s:
                 p = self.patterns.setdefault(s["pattern"], re.compile(s["pattern"]))
                 if not p.search(x):
-                    raise SchemaError(f"{at}: {_short(x)} does not match {s['pattern']}")
+                    raise SchemaError(f"{where(path)}: {_short(x)} does not match {s['pattern']}")
             if s.get("format") == "date-time":
                 try:
                     _dt.datetime.fromisoformat(x)
                 except ValueError:
-                    raise SchemaError(f"{at}: {_short(x)} is not a date and time (ISO 8601)") from None
+                    raise SchemaError(f"{where(path)}: {_short(x)} is not a date and time (ISO 8601)") from None
         if isinstance(x, dict):
             for k in s.get("required", []):
                 if k not in x:
-                    raise SchemaError(f"{at}: {k!r} is a required property")
+                    raise SchemaError(f"{where(path)}: {k!r} is a required property")
             props = s.get("properties", {})
             extra = s.get("additionalProperties", True)
             for k, v in x.items():
@@ -118,7 +120,7 @@ class Checker:
                 if k in props:
                     self._check(v, props[k], [*path, k])
                 elif extra is False:
-                    raise SchemaError(f"{at}: unexpected property {_short(k)}")
+                    raise SchemaError(f"{where(path)}: unexpected property {_short(k)}")
                 elif isinstance(extra, dict):
                     self._check(v, extra, [*path, k])
         if isinstance(x, list) and isinstance(s.get("items"), dict):
