@@ -1,4 +1,4 @@
-"""The generated docs: docs/porting.md and the README's scenario index must match the specs.
+"""The generated docs: docs/porting.md and docs/scenarios.md (the scenario index) must match the specs.
 
 When one fails, run `make docs` (`python -m harness docs`) and commit what it wrote.
 """
@@ -12,6 +12,7 @@ import pytest
 
 from harness import docs
 from scenarios import ORDER, all_scenarios
+from harness.results import load
 from tests.report_fixture import write_fake_result
 from tests.test_cli import run
 
@@ -22,7 +23,7 @@ def test_committed_guide_and_index_are_fresh():
     """The one freshness check: the command a reader runs, and what it says."""
     r = run("docs", "--check")
     assert r.returncode == 0, f"{r.stderr} — run `make docs` (python -m harness docs) and commit"
-    assert r.stdout.startswith("up to date: docs/porting.md, README.md"), r.stdout
+    assert r.stdout.startswith("up to date: docs/porting.md, docs/scenarios.md"), r.stdout
 
 
 def test_guide_covers_every_scenario_with_its_apis_and_impls():
@@ -36,17 +37,19 @@ def test_guide_covers_every_scenario_with_its_apis_and_impls():
         assert (ROOT / "docs" / link).resolve().exists(), link
 
 
-def test_readme_index_lists_every_scenario_in_order():
-    text = (ROOT / docs.README).read_text()
-    block = text[text.index(docs.INDEX_START):text.index(docs.INDEX_END)]
-    names = re.findall(r"\| \d+ \| \[`(\w+)`\]", block)
-    assert names == list(ORDER)
+def test_scenario_index_lists_every_scenario_in_order():
+    from scenarios import OPT_IN
+
+    text = (ROOT / docs.SCENARIOS).read_text()
+    names = re.findall(r"^\| \d+ \| \[`(\w+)`\]\(\.\./scenarios/(\w+)\.py\)", text, re.M)
+    assert names == [(n, n) for n in ORDER]
+    for name in OPT_IN:
+        assert f"- `{name}`: " in text
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A copy of what the generator reads: README, impls; results/ holds the fake H200 result."""
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    """A copy of what the generator reads: impls; results/ holds the fake H200 result."""
     shutil.copytree(ROOT / "impls", tmp_path / "impls", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -94,16 +97,13 @@ def test_guide_states_what_a_framework_cannot_express(root):
 
 def test_stale_docs_are_found_and_rewritten(root):
     files = docs.generate(root)
-    assert set(docs.stale(files, root)) == {docs.PORTING}  # the copied README is fresh, the guide is missing
-    assert docs.write(files, root) == [docs.PORTING]
+    assert docs.stale(files, root) == [docs.PORTING, docs.SCENARIOS]  # neither is in the copy yet
+    assert docs.write(files, root) == [docs.PORTING, docs.SCENARIOS]
     assert docs.stale(files, root) == [] and docs.write(files, root) == []
     assert oct((root / docs.PORTING).stat().st_mode & 0o777) == "0o644"
-    readme = root / "README.md"
-    readme.write_text(readme.read_text().replace("| 1 | [`", "| 9 | [`"))
-    assert docs.stale(docs.generate(root), root) == [docs.README]
-    readme.write_text(readme.read_text().replace(docs.INDEX_END, ""))
-    with pytest.raises(docs.DocsError, match="no scenario index markers"):
-        docs.generate(root)
+    index = root / docs.SCENARIOS
+    index.write_text(index.read_text().replace("| 1 | [`", "| 9 | [`"))
+    assert docs.stale(docs.generate(root), root) == [docs.SCENARIOS]
 
 
 def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_one_rank():
@@ -136,3 +136,35 @@ def test_defaults_that_differ_give_each_settings_and_what_the_gpu_measured(tmp_p
         assert docs._cell(setting) in section
     assert "confirmed for JAX: median error 2.1e-4 vs 1.2e-7" in section and "inside the noise" not in section
     assert "Not yet measured on a GPU." in "\n".join(docs._defaults_that_differ(tmp_path, []))
+
+
+def test_only_the_results_that_measure_a_scenario_are_loaded_and_the_guide_is_the_same(root, monkeypatch):
+    """Loading validates a whole file (seconds for a big one), so `docs` loads only the newest file holding
+    each scenario; the guide must be what loading every committed file gives."""
+    import json
+
+    newest = write_fake_result(root / "results")
+    older = root / "results" / "20250101T000000Z_nvidia-h200_full.json"
+    older.write_text(newest.read_text().replace("1234", "77"))  # every scenario it holds, newest holds too
+    cpu = json.loads(newest.read_text())
+    cpu["environment"]["gpu"] = None
+    (root / "results" / "20991231T000000Z_cpu_full.json").write_text(json.dumps(cpu))
+    loaded = []
+    monkeypatch.setattr(docs, "load", lambda p: loaded.append(p.name) or load(p))
+    guide = docs.porting_guide(root)
+    assert loaded == [newest.name]
+    loaded.clear()
+    monkeypatch.setattr(docs, "_holds", lambda p: None)  # cannot tell: every file is loaded
+    assert docs.porting_guide(root) == guide
+    assert sorted(loaded) == sorted(p.name for p in (root / "results").glob("*.json"))
+
+
+def test_a_damaged_result_that_would_be_read_stops_the_docs_with_one_line(root):
+    fake = write_fake_result(root / "results")
+    newer = root / "results" / "20991231T000000Z_nvidia-h200_full.json"
+    newer.write_text(fake.read_text()[:-40])  # truncated
+    with pytest.raises(docs.DocsError, match=f"{newer.name}: not JSON"):
+        docs.porting_guide(root)
+    newer.write_text(fake.read_text().replace('"median": 0.0875', '"median": -1', 1))  # a schema error
+    with pytest.raises(docs.DocsError, match=f"{newer.name}: .*less than the minimum of 0"):
+        docs.porting_guide(root)
