@@ -7,7 +7,7 @@
 #   make test-gpu                only the GPU suite (`-m gpu`)
 #   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in runs/,
 #                                else in results/)
-#   make docs                    regenerate docs/porting.md and the README's scenario index from the specs
+#   make docs                    regenerate docs/porting.md and docs/scenarios.md from the specs
 #   make compare PYTHON=python3  use an existing interpreter as it is: no venv, no installs
 #                                (the GPU machine we measure on has no network)
 #   make regress BASELINE=a.json [CANDIDATE=b.json]

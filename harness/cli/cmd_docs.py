@@ -1,4 +1,4 @@
-"""`docs [--check]`: regenerate docs/porting.md and the README's scenario index, or say which is stale."""
+"""`docs [--check]`: regenerate docs/porting.md and docs/scenarios.md, or say which is stale."""
 from __future__ import annotations
 
 import argparse

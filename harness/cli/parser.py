@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=None,
                    help="folder for the report (default: next to the result, named after its stem)")
 
-    d = sub.add_parser("docs", help="regenerate docs/porting.md and the README's scenario index from the specs")
+    d = sub.add_parser("docs", help="regenerate docs/porting.md and docs/scenarios.md from the specs")
     d.add_argument("--check", action="store_true", help="write nothing; exit 1 when either is stale")
 
     k = sub.add_parser("check", help="run one equivalence example (the reproducer a failure prints)")
