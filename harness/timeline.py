@@ -14,7 +14,7 @@ reads each XLA stream's device activity from the trace (on the CPU: XLA's worker
 
 After a compare run, write_timelines() draws one PNG per scenario (a panel per framework x variant, a
 lane per stream) and writes the same spans as a Chrome/Perfetto trace (chrome://tracing,
-ui.perfetto.dev): results/<result stem>/timeline_<scenario>.{png,trace.json}.
+ui.perfetto.dev): <--out folder, runs/ by default>/<result stem>/timeline_<scenario>.{png,trace.json}.
 """
 from __future__ import annotations
 

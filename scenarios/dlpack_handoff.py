@@ -153,7 +153,7 @@ SCENARIO = Scenario(
                  "alive, but the caching allocator knows only torch's streams: once freed, its block can be reused "
                  "while the consumer's stream still reads it. The ring keeps every buffer until the harness has waited. "
                  "Opened by another framework's ring, torch is capped at a third of that row's cap "
-                 "(set_per_process_memory_fraction; see the README on sharing one GPU).",
+                 "(set_per_process_memory_fraction; see docs/harness.md, Sharing one GPU).",
         "cupy": "Consumer: cupy.from_dlpack passes CuPy's current stream. Producer: ndarray.__dlpack__(stream=s) records "
                 "an event on CuPy's *current* stream and makes s wait: the same rule as torch. Stages run on a "
                 "non-blocking stream (a plain cupy.cuda.Stream() would also synchronize with the legacy default "

@@ -1,5 +1,5 @@
 """The rank entry point under torchrun, unchanged: two launchers on localhost with --nnodes 2, as two
-machines would run it (README, "Across nodes"). Each rank checks its own share exactly."""
+machines would run it (docs/ranks.md, "Across nodes"). Each rank checks its own share exactly."""
 from __future__ import annotations
 
 import os
