@@ -13,6 +13,7 @@ from harness.calibrate import calibrate as _calibrate
 from harness.calibrate import python_loop_s
 from harness.equivalence import compare_outputs, relative_error, strided_sample
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.profiling import profile_repeat, row_name
 from harness.timeline import trace_variant
 from harness.timing import SELFCHECK, TimingConfig, measure
 from scenarios import get as get_scenario
@@ -114,10 +115,14 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         m = compare_outputs(scn, params, got, want, variant=v.name)
         return None if m is None else m.describe()
 
+    name = row_name(scn.name, b.name, v.name, params.get("label", ""))
     with faults.slowed(b.name, scn.name, v.name):
         m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard, agree=agree,
-                    calls=scn.calls(params))
+                    calls=scn.calls(params), name=name)
     syncs = _count_syncs(b, fn, state, poison) if census else None
+    # After every timed repeat: its trace is no sample. Every rank runs it (collectives need them all).
+    profile = profile_repeat(b, fn, state, poison, name, keep=params.get("rank", 0) == 0) \
+        if cfg.profile and census else None
     state = None  # release device memory before the next variant
     b.free_memory()
     timing = m.to_dict()
@@ -128,6 +133,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         "check": {"checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst,
                   "max_rel_err": max(rel_errs) if rel_errs else None},
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
+        **({"profile": profile} if profile is not None else {}),
         "wall_s": time.perf_counter() - t_variant,  # everything for this variant, untimed work included
     }, captured[0]
 
