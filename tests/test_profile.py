@@ -109,10 +109,22 @@ def test_a_profile_path_is_a_plain_file_inside_the_results_folder(profiled_run, 
     copy = tmp_path / path.name
     copy.write_text(json.dumps(doc))
     (tmp_path / path.stem).mkdir()
-    os.symlink(path.parent / good, tmp_path / good)  # a link where the trace should be: never followed
+    inside = tmp_path / "real.trace.json"
+    inside.write_text("{}")
+    other = _timed_rows(doc)[1]["profile"]["trace"]
+    os.symlink(inside, tmp_path / good)  # links where the traces should be, in the folder and out of it
+    os.symlink(path.parent / other, tmp_path / other)
     md = build(doc, copy, tmp_path / "report")["report.md"].decode()
-    assert f"`{good}` (not found next to the result)" in md
-    assert not re.search(r"\]\([^)]*" + re.escape(Path(good).name) + r"\)", md)
+    for p in (good, other):
+        assert f"`{p}` (not found next to the result)" in md
+        assert not re.search(r"\]\([^)]*" + re.escape(Path(p).name) + r"\)", md)
+    elsewhere = tmp_path / "elsewhere"  # a folder link on the way out: the regular files behind it are not linked
+    elsewhere.mkdir()
+    (elsewhere / path.name).write_text(json.dumps(doc))
+    os.symlink(path.with_suffix(""), elsewhere / path.stem)
+    md = build(doc, elsewhere / path.name, elsewhere / "report")["report.md"].decode()
+    third = _timed_rows(doc)[2]["profile"]["trace"]
+    assert (path.parent / third).is_file() and f"`{third}` (not found next to the result)" in md
 
 
 def _counts(doc: dict[str, Any]) -> dict[tuple[str, str], int]:
