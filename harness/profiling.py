@@ -1,12 +1,13 @@
 """`compare --profile`: each framework's own trace of one extra, untimed repeat per row, beside the result.
 
-In the worker (profile_repeat): after a row's timed repeats, their checks and the sync census, one more
-run of the variant under the framework's profiler (Backend.profiling: torch.profiler's Chrome trace;
-jax.profiler's trace.json.gz and xplane.pb; CuPy writes none, its ranges are NVTX, for nsys), inside the
-range "<row> profiled". No sample comes from it, so --profile changes no figure. The trace travels back
-in the row as bytes; in the parent, plan_profiles names each file in the run's own folder, which
-claim_name made the run's alone (<stem>/profile_<scenario>_<framework>_<variant>_p<point><suffix>), and
-write_profiles writes them through the one atomic writer once the result is written.
+In the worker (profile_variant): after every row of a point is timed (as the timelines, so that no
+profiler disturbs a timing), one more run of each variant on fresh state under the framework's profiler
+(Backend.profiling: torch.profiler's Chrome trace; jax.profiler's trace.json.gz and xplane.pb; CuPy
+writes none, its ranges are NVTX, for nsys), inside the range "<row> profiled". No sample comes from it,
+so --profile changes no figure. The trace travels back in the row as bytes; in the parent,
+plan_profiles names each file in the run's own folder, which claim_name made the run's alone
+(<stem>/profile_<scenario>_<framework>_<variant>_p<point><suffix>), and write_profiles writes them
+through the one atomic writer just before the result, which then names only traces that were written.
 """
 from __future__ import annotations
 
@@ -26,24 +27,36 @@ def row_name(scenario: str, framework: str, variant: str, label: str = "") -> st
     return f"{scenario}/{framework}/{variant}" + (f"[{label}]" if label else "")
 
 
-def profile_repeat(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None, name: str,
-                   keep: bool = True) -> dict[str, Any]:
-    """One more run of fn(state), untimed, under b's profiler: {"tool", "files": {suffix: bytes}} or
-    {"tool", "why"}; never raises (a trace is a picture of the run, never a reason to lose its row).
-    keep=False (a rank other than 0, whose row the group's merge drops): run it, with every rank, but
-    send no trace back."""
+def profile_variant(b: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any, name: str,
+                    keep: bool = True) -> dict[str, Any]:
+    """Run one variant twice on fresh state, untimed, as a traced timeline run does (harness/timeline.py):
+    once to warm up (JAX may have dropped its compiled code), once under b's profiler inside the range
+    "<name> profiled". {"tool", "files": {suffix: bytes}} or {"tool", "why"}; never raises (a trace is a
+    picture of the run, never a reason to lose its row). keep=False (a rank other than 0, whose row the
+    group's merge drops): run it with every rank, but send no trace back."""
     got: dict[str, Any] = {"tool": ""}
+    state = out = None
     try:
-        if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
-            poison()
-            b.synchronize()
-        with b.profiling() as got:
-            with b.range(f"{name} profiled"):
-                out = fn(state)
+        state = impl.prepare(inputs, params, b.device)
+        poison = getattr(impl, "poison", None)
+        for profiled in (False, True):
+            if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
+                poison(state)
+            b.synchronize(state)
+            if not profiled:
+                out = call(state)
                 b.synchronize(out)
-        out = None
+                out = None
+                continue
+            with b.profiling() as got:
+                with b.range(f"{name} profiled"):
+                    out = call(state)
+                    b.synchronize(out)
     except Exception as e:  # noqa: BLE001
-        return {"tool": got.get("tool", ""), "why": f"the profiled repeat failed: {type(e).__name__}: {e}"[:300]}
+        return {"tool": got.get("tool", ""), "why": f"the profiled run failed: {type(e).__name__}: {e}"[:300]}
+    finally:
+        state = out = None
+        b.free_memory()
     files = got.pop("files", None) or {}
     big = [f"{s} ({len(data) >> 20} MiB)" for s, data in files.items() if len(data) > MAX_BYTES]
     if big:

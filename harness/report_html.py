@@ -260,7 +260,8 @@ def _profiles(scn: dict[str, Any], result_dir: Path, out: Path | None) -> list[B
             href = os.path.relpath(path, out if out is not None else result_dir).replace(os.sep, "/")
             links.append(f"[{path.name}]({href})" if regular else f"`{prof[key]}` (not found next to the result)")
         what = ", ".join(links) or f"no trace: {prof.get('why') or 'none written'}"
-        items.append(f"`{r['framework']}/{r['variant']}`{at}: {what}" + (f" — {prof['tool']}" if prof.get("tool") else ""))
+        tool = f" — {prof['tool']}" if prof.get("tool") else ""
+        items.append(f"`{r['framework']}/{r['variant']}`{at}: {what}{tool}")
     if not items:
         return []
     return [("h", 3, "Profiles", None),

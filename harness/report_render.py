@@ -52,7 +52,8 @@ def render_md(blocks: Iterable[Block]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|\[([^\]]+)\]\((#[\w-]+|(?:\.\./)*[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)*)\)")
+_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*"
+                     r"|\[([^\]]+)\]\((#[\w-]+|(?:\.\./)*[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)*)\)")
 
 
 def inline_html(text: str) -> str:

@@ -205,7 +205,9 @@ def test_each_row_has_one_warmup_range_and_one_repeats_range_outside_every_timed
     for v in variants:
         row = f"{SCENARIO}/{fw}/{v}[tiny]"
         want += [("push", f"{row} warm-up"), ("pop", f"{row} warm-up"), ("push", f"{row} repeats"),
-                 ("pop", f"{row} repeats"), ("push", f"{row} profiled"), ("pop", f"{row} profiled")]
+                 ("pop", f"{row} repeats")]
+    for v in variants:  # profiled once every row of the point is timed: no profiler before a timed call
+        want += [("push", f"{SCENARIO}/{fw}/{v}[tiny] profiled"), ("pop", f"{SCENARIO}/{fw}/{v}[tiny] profiled")]
     assert ranges == want
     # every timed call (first, warm-up, repeats) inside its row's warm-up or repeats range, 1 + 2 + 3 a row
     for v in variants:
@@ -264,7 +266,8 @@ def test_a_rank_other_than_0_runs_the_profiled_repeat_and_sends_no_trace():
     params = {"steps": 6, "batches": 2, "batch": 32, "dim": 8, "dtype": "float32", "seed": 1, "rank": 1}
     cfg = TimingConfig(warmup=1, min_repeats=2, max_repeats=2, min_time_s=0.0, profile=True)
     rows = handlers.time_point("torch", SCENARIO, params, cfg, True, progress=lambda _t: None)["rows"]
-    assert [r["profile"] for r in rows] == [{"tool": rows[0]["profile"]["tool"], "why": "only rank 0's trace is kept"}] * 2
+    kept = {"tool": rows[0]["profile"]["tool"], "why": "only rank 0's trace is kept"}
+    assert [r["profile"] for r in rows] == [kept] * 2
 
 
 def test_cupy_writes_no_trace_and_says_so():
