@@ -93,7 +93,7 @@ def test_a_profile_path_is_a_plain_file_inside_the_results_folder(profiled_run, 
     row = _timed_rows(doc)[0]
     good = row["profile"]["trace"]
     for bad in ("../x.trace.json", "/etc/x.trace.json", "a/b/x.trace.json", "x.json", ".hidden.trace.json",
-                "x.trace.json/", "x.png"):
+                "x.trace.json/", "x.png", "x.trace.json\n"):
         row["profile"]["trace"] = bad
         with pytest.raises(ResultError, match="profile.trace"):
             validate(doc)
