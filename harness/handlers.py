@@ -13,6 +13,7 @@ from harness.calibrate import calibrate as _calibrate
 from harness.calibrate import python_loop_s
 from harness.equivalence import compare_outputs, relative_error, strided_sample
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.profiling import profile_variant, row_name
 from harness.timeline import trace_variant
 from harness.timing import SELFCHECK, TimingConfig, measure
 from scenarios import get as get_scenario
@@ -45,7 +46,8 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None) -> dict[str, Any]:
     """Time every variant at the given params; check the timed outputs; in a row's first process
-    (first=True) also count host syncs and trace the timeline, which a second process (or round) would repeat.
+    (first=True) also count host syncs, trace the timeline and, with cfg.profile, profile one more run of
+    each row, which a second process (or round) would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}."""
     scn = get_scenario(scenario)
@@ -83,6 +85,14 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
                 progress(f"{row['variant']} · timeline")
                 call = variant_call(impl, scn.variant(row["variant"]))
                 row["timeline"] = trace_variant(b, impl, call, inputs, params)
+    if cfg.profile and first:  # likewise: a profiler that leaves anything behind (CUPTI) meets no timed call
+        for row in rows:
+            if row["status"] in ("ok", "wrong"):
+                progress(f"{row['variant']} · profile")
+                # every rank runs it (collectives need them all); only rank 0's row is kept (harness/ranks.py)
+                name = row_name(scenario, fw, row["variant"], params.get("label", ""))
+                row["profile"] = profile_variant(b, impl, variant_call(impl, scn.variant(row["variant"])), inputs,
+                                                 params, name, keep=params.get("rank", 0) == 0)
     return {"rows": rows, "sample": sample}
 
 
@@ -116,7 +126,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
 
     with faults.slowed(b.name, scn.name, v.name):
         m = measure(lambda: fn(state), b, cfg, before=poison, check=check, check_every=v.hazard, agree=agree,
-                    calls=scn.calls(params))
+                    calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()

@@ -47,6 +47,7 @@ class CompareOptions:
     timing_config: Any = None  # a harness.timing.TimingConfig; None: the size preset's
     world_size: int | None = None  # ranks per framework for rank scenarios (None: the GPUs, or 2)
     cpus: str | list[int] = "all"  # "all", "auto" or CPU numbers (harness/cpus.py)
+    profile: bool = False  # one more repeat per row under the framework's profiler (harness/profiling.py)
 
     def __post_init__(self) -> None:
         if self.processes < 1:
@@ -55,6 +56,12 @@ class CompareOptions:
             from harness.cpus import parse
 
             self.cpus = parse(self.cpus)  # CpuSpecError (a ValueError) for a spec that names no usable CPU
+        if self.profile:  # the timing config travels to every worker and rank: the flag goes with it
+            import dataclasses
+
+            from harness.timing import preset
+
+            self.timing_config = dataclasses.replace(self.timing_config or preset(self.size), profile=True)
 
     @property
     def timing_processes(self) -> int:

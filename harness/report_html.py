@@ -236,6 +236,41 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
     return data, ""
 
 
+def _profiles(scn: dict[str, Any], result_dir: Path, out: Path | None) -> list[Block]:
+    """Links to each row's trace of its profiled repeat (compare --profile), relative to the report. A
+    file is linked only where it is a regular file inside the result's folder; it is never opened."""
+    import os
+    import stat
+
+    items = []
+    for r in scn["rows"]:
+        prof = r.get("profile")
+        if not isinstance(prof, dict):
+            continue
+        at = f" [{r['label']}]" if r.get("label") else ""
+        links = []
+        for key in ("trace", "xplane"):
+            if not prof.get(key):
+                continue
+            path = result_dir / str(prof[key])  # the schema allows no '..' and no absolute path in it
+            try:
+                regular = stat.S_ISREG(os.lstat(path).st_mode) and path.resolve().is_relative_to(result_dir.resolve())
+            except OSError:
+                regular = False
+            href = os.path.relpath(path, out if out is not None else result_dir).replace(os.sep, "/")
+            links.append(f"[{path.name}]({href})" if regular else f"`{prof[key]}` (not found next to the result)")
+        what = ", ".join(links) or f"no trace: {prof.get('why') or 'none written'}"
+        tool = f" — {prof['tool']}" if prof.get("tool") else ""
+        items.append(f"`{r['framework']}/{r['variant']}`{at}: {what}{tool}")
+    if not items:
+        return []
+    return [("h", 3, "Profiles", None),
+            ("p", "One extra, untimed repeat of each row under the framework's own profiler (`compare --profile`); "
+                  "no figure above comes from it. In Nsight Systems the same rows are the NVTX ranges "
+                  "`scenario/framework/variant[point] warm-up`, `... repeats` and `... profiled`."),
+            ("ul", items)]
+
+
 def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, out: Path | None,
              images: dict[str, bytes]) -> list[Block]:
     """The chart, the timings table and the timeline of one scenario; their pictures go into images."""
@@ -275,7 +310,7 @@ def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, 
                     (f"; the trace it was drawn from: `{trace}` (next to the result file)" if trace else ""))]
     elif tl_note:
         blocks += [("h", 3, "Timeline", None), ("p", tl_note)]
-    return blocks
+    return blocks + _profiles(scn, result_path.parent, out)
 
 
 def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> dict[str, bytes]:

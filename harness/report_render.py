@@ -3,7 +3,8 @@
 Blocks (the document model): ("h", level, text, anchor) | ("p", text) | ("quote", text) |
 ("ul", [text]) | ("table", headers, rows), each cell str, (str, css class) or (str, css class,
 columns spanned) | ("img", file name, alt, caption). Inline text may use `code`, **bold** and
-[links](#anchor). Pure functions: no file is read or written here.
+[links](#anchor), or [links](to/a/file) relative to the report (plain names, '..' only leading).
+Pure functions: no file is read or written here.
 """
 from __future__ import annotations
 
@@ -51,11 +52,12 @@ def render_md(blocks: Iterable[Block]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|\[([^\]]+)\]\((#[\w-]+)\)")
+_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*"
+                     r"|\[([^\]]+)\]\((#[\w-]+|(?:\.\./)*[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)*)\)")
 
 
 def inline_html(text: str) -> str:
-    """Escape, then render `code`, **bold** and [links](#anchor)."""
+    """Escape, then render `code`, **bold** and [links](#anchor or relative file)."""
     out, pos = [], 0
     for m in _INLINE.finditer(text):
         out.append(html.escape(text[pos:m.start()]))

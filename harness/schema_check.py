@@ -101,7 +101,8 @@ class Checker:
                 raise SchemaError(f"{where(path)}: a string of {len(x)} characters, more than {s['maxLength']}")
             if "pattern" in s:
                 p = self.patterns.setdefault(s["pattern"], re.compile(s["pattern"]))
-                if not p.search(x):
+                # JSON Schema's '$' ends the string; Python's also matches before a final newline
+                if not p.search(x) or (s["pattern"].endswith("$") and x.endswith("\n")):
                     raise SchemaError(f"{where(path)}: {_short(x)} does not match {s['pattern']}")
             if s.get("format") == "date-time":
                 try:

@@ -8,12 +8,16 @@ around the call give a third, device-side time; they bracket the current stream 
 
 The first call is timed apart (JAX compiles there; torch and CuPy initialize cuBLAS and friends),
 then warm-up calls, then repeats until the median is sure enough or a time cap is hit (TimingConfig).
+A named measurement marks its warm-up (the first call included) and its repeats as two ranges in the
+profilers' timelines (Backend.range: NVTX for Nsight Systems, the framework's own annotation), each
+pushed before its loop and popped after it: nothing is marked inside a timed call.
 A repeat (a sample) may be `calls` back-to-back calls between one `before` and one sync, as nccl-tests
 times its -n iterations: every clock of the sample is then divided by `calls` (per call), and the
 outputs checked are the last call's.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -82,6 +86,9 @@ class TimingConfig:
     max_wall_s: float = float("inf")  # the whole repeat loop, untimed work included
     warmup_s: float = 0.0
     max_noise: float = math.inf  # relative half-width of the median's interval; inf: min_time_s alone decides
+    # One more repeat after the timed ones (and their checks), never a sample, under the framework's own
+    # profiler: its trace goes beside the result (harness/profiling.py; compare --profile).
+    profile: bool = False
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
@@ -191,6 +198,7 @@ def measure(
     check_every: bool = False,
     agree: Callable[[str | None], str | None] | None = None,
     calls: int = 1,
+    name: str = "",
 ) -> Measurement:
     """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
 
@@ -202,22 +210,30 @@ def measure(
     warm-up call and each repeat, outside the loop's clock.
     ``calls``: back-to-back calls per warm-up and timed repeat (the first call is one call, timed apart);
     every clock of a repeat is per call.
+    ``name``: the row's name; its warm-up and its repeats become the ranges "<name> warm-up" and
+    "<name> repeats" (unnamed: no range).
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
-    _, first, _, out, _ = _timed_call(call, backend, before, None)
-    del out
-    t_warm = wall()
-    for _ in range(cfg.warmup):
-        _timed_call(call, backend, before, None, calls)
-    while True:  # warm-up by time: each rank's clock would give each rank its own count
-        more = wall() - t_warm < cfg.warmup_s
-        if agree is not None:
-            more = agree(None if more else "noise") is None
-        if not more:
-            break
-        _timed_call(call, backend, before, None, calls)
-    return _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    with _range(backend, name, "warm-up"):
+        _, first, _, out, _ = _timed_call(call, backend, before, None)
+        del out
+        t_warm = wall()
+        for _ in range(cfg.warmup):
+            _timed_call(call, backend, before, None, calls)
+        while True:  # warm-up by time: each rank's clock would give each rank its own count
+            more = wall() - t_warm < cfg.warmup_s
+            if agree is not None:
+                more = agree(None if more else "noise") is None
+            if not more:
+                break
+            _timed_call(call, backend, before, None, calls)
+    with _range(backend, name, "repeats"):
+        return _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+
+
+def _range(backend: Backend, name: str, part: str) -> Any:
+    return backend.range(f"{name} {part}") if name else contextlib.nullcontext()
 
 
 def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,

@@ -69,6 +69,8 @@ class Backend(ABC):
         self.on_gpu = False
         # What caps this framework's device memory (set by _load on a GPU; recorded in env()).
         self.memory_cap: dict[str, Any] = {"fraction": None, "bytes": None, "how": "no cap: not on a GPU"}
+        # How range() reaches Nsight Systems (NVTX), or why it does not (recorded in env()).
+        self.nvtx_how = "none: not on a GPU"
 
     # -- availability ---------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
@@ -144,6 +146,19 @@ class Backend(ABC):
     def timeline_recorder(self) -> "TimelineRecorder":
         """Timestamps for the spans an impl marks during one traced run (harness/timeline.py)."""
         return TimelineRecorder()
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """A named range around a stretch of a run (a row's warm-up, its repeats, its profiled repeat) in
+        the tools GPU people profile with: an NVTX range (Nsight Systems) and the framework's own
+        profiler annotation where it has one; a no-op where there is neither. Only ever around whole
+        loops of calls, never inside a timed call: pushing a range costs host time."""
+        return contextlib.nullcontext()
+
+    def profiling(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        """The framework's own profiler around a region. Yields a dict that, once the region is left,
+        holds {"tool", "files": {suffix: bytes}} (the trace it wrote, read back from a temporary
+        folder), or {"tool", "why"} where the framework writes no trace."""
+        return _no_profile("", f"{self.name} has no profiler that writes a trace")
 
     def clock_kernels(self) -> dict[str, Any]:
         """Fixed device-bound kernels for `selfcheck`: name -> zero-argument call returning its output."""
@@ -235,6 +250,11 @@ class TimelineRecorder:
         """After the traced call and a synchronize: {"clock", "spans": [[lane, op, t0_s, t1_s]], "why"}."""
         out = sorted(([lane, op, self.seconds(a), self.seconds(b)] for lane, op, a, b in spans), key=lambda s: s[2])
         return {"clock": self.clock, "spans": out, "why": "" if out else "the impl marks no operation in this variant"}
+
+
+@contextlib.contextmanager
+def _no_profile(tool: str, why: str) -> Iterator[dict[str, Any]]:
+    yield {"tool": tool, "why": why}
 
 
 @contextlib.contextmanager

@@ -1,12 +1,13 @@
 """CuPy: GPU only. Without a CUDA device it is skipped with the reason CuPy itself gives."""
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
 import numpy as np
 
-from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, memory_fraction
+from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, _no_profile, memory_fraction
 
 
 class CupyBackend(Backend):
@@ -27,6 +28,8 @@ class CupyBackend(Backend):
         self.device = cupy.cuda.Device(0)
         self.device.use()
         self.on_gpu = self.has_events = self.has_streams = True
+        self.nvtx_how = ("cupyx.profiler.time_range" if _nvtx_available(cupy)
+                         else "none: this CuPy build has no NVTX (cupy.cuda.nvtx.available is False)")
         f = memory_fraction()
         pool = cupy.get_default_memory_pool()
         pool.set_limit(fraction=f)  # of the current device's total memory; past it, OutOfMemoryError
@@ -58,6 +61,19 @@ class CupyBackend(Backend):
 
     def timeline_recorder(self) -> TimelineRecorder:
         return _CupyTimeline(self.fw)
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        if not _nvtx_available(self.fw):
+            return contextlib.nullcontext()
+        from cupyx.profiler import time_range
+
+        return time_range(name)  # NVTX push/pop (sync=False: no device synchronize of its own)
+
+    def profiling(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        # CuPy's own profiling is NVTX ranges for an external tool (cupyx.profiler.time_range, and profile(),
+        # which only starts and stops that tool's capture): Nsight Systems is its trace writer.
+        return _no_profile("cupyx.profiler", "CuPy writes no trace of its own: its rows are NVTX ranges "
+                                             "(cupyx.profiler.time_range), seen under nsys")
 
     # sync_counter: the base class's "no detector". CuPy has no reliable one (the old
     # cupyx.allow_synchronize is deprecated and saw only some syncs); scenarios say how they count.
@@ -151,7 +167,14 @@ class CupyBackend(Backend):
             "memory_bytes": int(props["totalGlobalMem"]),
             "float32_matmul": "cuBLAS default (TF32 only with CUPY_TF32=1)",
             "memory_cap": self.memory_cap,
+            "nvtx": self.nvtx_how,
         }
+
+
+def _nvtx_available(cupy: Any) -> bool:
+    """cupy.cuda.nvtx.available (CuPy 12+; cupy.cuda.nvtx_enabled before)."""
+    nvtx = getattr(cupy.cuda, "nvtx", None)
+    return bool(getattr(nvtx, "available", getattr(cupy.cuda, "nvtx_enabled", False)))
 
 
 class _CupyEvents(EventTimer):

@@ -20,6 +20,7 @@ from impls._shared.xla import use_cublas_gemms
 
 class JaxBackend(Backend):
     name = "jax"
+    _nvtx: Any = None  # libnvToolsExt on a GPU, where found (harness/backends/nvtx.py)
 
     def _load(self) -> None:
         use_cublas_gemms()
@@ -39,7 +40,13 @@ class JaxBackend(Backend):
         gpus = [d for d in _devices(jax, "gpu")]
         self.device = gpus[0] if gpus else jax.devices("cpu")[0]
         self.on_gpu = bool(gpus)
+        self._nvtx = None
         if self.on_gpu:
+            from harness.backends import nvtx
+
+            self._nvtx, where = nvtx.load()
+            self.nvtx_how = (f"libnvToolsExt ({where}) beside jax.profiler.TraceAnnotation" if self._nvtx is not None
+                             else f"none: {where}; jax.profiler.TraceAnnotation only (seen by jax.profiler, not nsys)")
             var = next(v for v in MEM_FRACTION_VARS if os.environ.get(v))
             try:
                 fraction: float | None = float(os.environ[var])
@@ -99,6 +106,35 @@ class JaxBackend(Backend):
     def timeline_recorder(self) -> TimelineRecorder:
         return _JaxTimeline(self.fw)
 
+    @contextlib.contextmanager
+    def range(self, name: str) -> Iterator[None]:
+        # TraceAnnotation: the name in jax.profiler's trace. It is no NVTX range (harness/backends/nvtx.py):
+        # for nsys, the NVTX library's own push and pop.
+        with self.fw.profiler.TraceAnnotation(name):
+            if self._nvtx is not None:
+                self._nvtx.nvtxRangePushA(name.encode("ascii", "replace"))
+            try:
+                yield
+            finally:
+                if self._nvtx is not None:
+                    self._nvtx.nvtxRangePop()
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[dict[str, Any]]:
+        got: dict[str, Any] = {"tool": "jax.profiler (trace.json.gz: ui.perfetto.dev; xplane.pb: XProf, TensorBoard)"}
+        folder = tempfile.mkdtemp(prefix="triptych-jax-profile-")
+        try:
+            with self.fw.profiler.trace(folder):
+                yield got
+            files = {suffix: found[-1].read_bytes() for suffix in (".trace.json.gz", ".xplane.pb")
+                     if (found := sorted(Path(folder).glob(f"plugins/profile/*/*{suffix}")))}
+            if files:
+                got["files"] = files
+            else:
+                got["why"] = "jax.profiler wrote no trace file"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def clock_kernels(self) -> dict[str, Any]:
         jax, jnp = self.fw, self.fw.numpy
         n = 4096 if self.on_gpu else 256
@@ -139,6 +175,7 @@ class JaxBackend(Backend):
             "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true"),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "memory_cap": self.memory_cap,
+            "nvtx": self.nvtx_how,
         }
         if self.on_gpu:
             info["gpu"] = self.device.device_kind

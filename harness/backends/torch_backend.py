@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -25,6 +28,8 @@ class TorchBackend(Backend):
         self.on_gpu = bool(torch.cuda.is_available())
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.on_gpu else torch.device("cpu")
         self.has_events = self.has_streams = self.on_gpu
+        # A CPU build's torch.cuda.nvtx raises ("NVTX functions not installed"): ranges only with CUDA.
+        self.nvtx_how = "torch.cuda.nvtx" if self.on_gpu else "none: no CUDA device (torch.cuda.nvtx needs one)"
         if self.on_gpu:
             f = memory_fraction()
             # Caps the caching allocator (tensors and cuBLAS workspaces); past it, torch.OutOfMemoryError.
@@ -60,6 +65,31 @@ class TorchBackend(Backend):
 
     def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]:
         return self._count_syncs()
+
+    @contextlib.contextmanager
+    def range(self, name: str) -> Iterator[None]:
+        # record_function: the name in torch.profiler's trace; NVTX: the name in Nsight Systems.
+        with self.fw.profiler.record_function(name):
+            if self.on_gpu:
+                self.fw.cuda.nvtx.range_push(name)
+            try:
+                yield
+            finally:
+                if self.on_gpu:
+                    self.fw.cuda.nvtx.range_pop()
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[dict[str, Any]]:
+        from torch.profiler import ProfilerActivity, profile
+
+        got: dict[str, Any] = {"tool": "torch.profiler (Chrome trace: ui.perfetto.dev, chrome://tracing)"}
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.on_gpu else [])
+        with profile(activities=activities) as prof:
+            yield got
+        with tempfile.TemporaryDirectory(prefix="triptych-torch-profile-") as d:
+            path = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(path)  # writes a file only: read back, the folder goes
+            got["files"] = {".trace.json": Path(path).read_bytes()}
 
     def timeline_recorder(self) -> TimelineRecorder:
         if not self.on_gpu:
@@ -136,6 +166,7 @@ class TorchBackend(Backend):
             )
         info["float32_matmul"] = "highest (TF32 off)"
         info["memory_cap"] = self.memory_cap
+        info["nvtx"] = self.nvtx_how
         return info
 
 

@@ -60,7 +60,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
                           gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
-                          world_size=a.world_size, cpus=a.cpus, processes=a.processes)
+                          world_size=a.world_size, cpus=a.cpus, processes=a.processes, profile=a.profile)
     return measure_and_write(opts, a.out, a.quiet, report=not a.no_report)[0]
 
 
@@ -76,6 +76,7 @@ def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) ->
 
 def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple[int, Path | None]:
     from harness import stops
+    from harness.profiling import plan_profiles, write_profiles
     from harness.progress import make_ui
     from harness.report import make_console, render_terminal, summary_status
     from harness.results import claim_name, release_folder, write_or_rescue
@@ -88,6 +89,9 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple
     name = claim_name(out, doc)  # the result's name and its pictures' folder, both ours alone
     stem = Path(name).stem
     drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
+    # --profile's traces: into the claimed folder before the result, so that the result names only traces
+    # that were written (where one could not be, its row says why); this never raises
+    traces = write_profiles(doc, out, stem, plan_profiles(doc, stem))
     path, rescued = write_or_rescue(doc, out, name, claimed=True)
     late = stops.resume()
     if late is not None:  # the run had measured everything when it was stopped
@@ -101,6 +105,8 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple
         if rescued:
             print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
             ok = False
+        if traces:
+            print(f"profiles: {out / stem}/ ({len(traces)} traces, one profiled repeat a row)", flush=True)
         _draw(doc, path, stem, drawn, problems, report)
         ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
     except (KeyboardInterrupt, Stopped) as e:

@@ -191,6 +191,10 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
                         "throughout), or numbers such as 0-3,8")
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
+    c.add_argument("--profile", action="store_true",
+                   help="after each row's timed repeats, one more under the framework's own profiler: "
+                        "torch.profiler's Chrome trace, jax.profiler's trace (CuPy: NVTX ranges only), "
+                        "written beside the result and linked from the report; no figure changes")
 
 
 def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
