@@ -15,6 +15,9 @@
 #                                run of a's scenarios/frameworks/size/seed is the candidate (written to
 #                                runs/). Exit 1 on any regression.
 #
+# Exit status: make exits 2 whenever a command fails, whatever its own status; compare and regress then
+# say the harness's own in their last line (1: a check failed or a regression; 2: bad input; 130/143:
+# stopped). `$(VENV)/bin/python -m harness compare ...` exits with it.
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
 
@@ -50,7 +53,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,19p' Makefile
+	@sed -n '1,23p' Makefile
 
 setup: $(STAMP)
 
@@ -62,8 +65,13 @@ $(VENV)/.installed-%: pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e ".[$*]"
 	rm -f $(VENV)/.installed-* && touch $@
 
+# $(call harness,ARGS): run the harness; on failure say its own exit status, which make turns into 2.
+harness = $(PY) -m harness $(1) || { rc=$$?; echo "make $@: python -m harness $(firstword $(1)) exited $$rc \
+($(if $(filter regress,$(firstword $(1))),1: a regression,1: a check failed); 2: bad input; 130/143: stopped); \
+make itself exits 2 on any failure" >&2; exit $$rc; }
+
 compare: $(STAMP)
-	$(PY) -m harness compare $(ARGS)
+	$(call harness,compare $(ARGS))
 
 report: $(STAMP)
 	@test -n "$(RESULT)" || { echo "no result file in runs/ or results/: run make compare first, or pass RESULT=path" >&2; exit 2; }
@@ -80,7 +88,7 @@ selfcheck: $(STAMP)
 
 regress: $(STAMP)
 	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
-	$(PY) -m harness regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS)
+	$(call harness,regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS))
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
