@@ -275,9 +275,10 @@ def test_a_sweep_times_every_point(tmp_path, monkeypatch):
 
 def test_a_default_compare_leaves_out_the_opt_in_scenarios_and_runs_them_when_named():
     from harness.cli.parser import build_parser
-    from scenarios import DEFAULT_RUN, OPT_IN, ORDER
+    from scenarios import DEFAULT_RUN, OPT_IN, ORDER, default_run
 
     assert set(OPT_IN) == {"memory_pools", "cold_start"} and set(OPT_IN) <= set(ORDER)
-    default = build_parser().parse_args(["compare"]).scenarios
+    assert build_parser().parse_args(["compare"]).scenarios is None  # resolved by the run: GPU or CPU set
+    default = list(default_run(gpu=True))
     assert default == list(DEFAULT_RUN) and not set(default) & set(OPT_IN) and "donation" in default
     assert build_parser().parse_args(["compare", "--scenarios", "cold_start"]).scenarios == ["cold_start"]

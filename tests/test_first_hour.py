@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _faster(rows, fw, p):
     a, b = (rows[v]["timing"]["device_done"]["median"] for v in ("sync_each", "async"))
-    return Verdict("confirmed" if b < a else "refuted", f"async / sync_each = {b / a:.2f}", {"ratio": b / a})
+    return Verdict("faster", fw, "confirmed" if b < a else "refuted", f"async / sync_each = {b / a:.2f}",
+                   {"ratio": b / a})
 
 
 def test_a_claim_about_the_gpu_is_not_decidable_on_a_cpu_and_stands_on_a_gpu():
