@@ -1,8 +1,9 @@
 # triptych — the two commands a user needs are `make compare` and `make test`.
 #
-#   make compare                 set up .venv if needed, then equivalence + timing of every scenario (the smoke
-#                                size without a GPU), a result JSON under runs/ (ignored by git; ARGS="--out
-#                                results" for a run to commit) and its report (report.md, report.html) beside it
+#   make compare                 set up .venv if needed, then equivalence + timing of every scenario (without
+#                                a GPU: the six that teach on a CPU, smoke size, figures indicative only), a
+#                                result JSON under runs/ (ignored by git; ARGS="--out results" for a run to
+#                                commit) and its report (report.md, report.html) beside it
 #   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
 #   make test-gpu                only the GPU suite (`-m gpu`)
 #   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in runs/,
@@ -18,6 +19,7 @@
 # Exit status: make exits 2 whenever a command fails, whatever its own status; compare and regress then
 # say the harness's own in their last line (1: a check failed or a regression; 2: bad input; 130/143:
 # stopped). `$(VENV)/bin/python -m harness compare ...` exits with it.
+#
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
 
@@ -53,7 +55,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,23p' Makefile
+	@sed -n '1,25p' Makefile
 
 setup: $(STAMP)
 

@@ -61,24 +61,30 @@ def test_every_timing_claim_of_the_cpu_set_about_a_gpu_says_so_in_its_spec():
 # -- the default set: the CPU's without a GPU, every scenario on one --------------------------------
 
 
-def _resolved(monkeypatch, capsys, gpu: bool, *args: str) -> tuple[list[str], str]:
+def _resolved(monkeypatch, capsys, tmp_path, gpu: bool, *args: str) -> tuple[list[str], str]:
+    """(the scenarios a compare runs, its stderr), the run itself faked."""
     got = {}
+
+    def run_compare(opts, ui):
+        got["opts"] = opts
+        return doc([row("torch", "async")])
+
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: gpu)
-    monkeypatch.setattr(cmd_compare, "measure_and_write", lambda opts, out, quiet, report=True: (got.update(o=opts), (0, None))[1])
-    assert cli.main(["compare", "--out", "/tmp", "--seed", "1", *args]) == 0
-    return got["o"].scenarios, capsys.readouterr().err
+    monkeypatch.setattr(runner, "run_compare", run_compare)
+    cli.main(["compare", "--out", str(tmp_path), "--seed", "1", "--no-report", *args])
+    return got["opts"].scenarios, capsys.readouterr().err
 
 
-def test_a_cpu_runs_the_cpu_set_and_says_once_that_its_figures_are_indicative(monkeypatch, capsys):
+def test_a_cpu_runs_the_cpu_set_and_says_once_that_its_figures_are_indicative(monkeypatch, capsys, tmp_path):
     from scenarios import CPU_RUN, DEFAULT_RUN, ORDER
 
-    scenarios, err = _resolved(monkeypatch, capsys, False)
+    scenarios, err = _resolved(monkeypatch, capsys, tmp_path, False)
     assert scenarios == [n for n in ORDER if n in CPU_RUN] and len(scenarios) < len(DEFAULT_RUN)
     assert err.count("CPU figures are indicative only") == 1 and "not decidable on a CPU" in err
     assert ", ".join(scenarios) in err
-    scenarios, err = _resolved(monkeypatch, capsys, False, "--scenarios", "zero")  # named: run as asked
+    scenarios, err = _resolved(monkeypatch, capsys, tmp_path, False, "--scenarios", "zero")  # named: run as asked
     assert scenarios == ["zero"] and err.count("indicative only") == 1 and "Without --scenarios" not in err
-    scenarios, err = _resolved(monkeypatch, capsys, True)  # a GPU: the full default run, no CPU note
+    scenarios, err = _resolved(monkeypatch, capsys, tmp_path, True)  # a GPU: the full default run, no CPU note
     assert scenarios == list(DEFAULT_RUN) and "indicative" not in err
 
 

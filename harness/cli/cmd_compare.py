@@ -65,8 +65,6 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     scenarios = a.scenarios if a.scenarios is not None else list(default_run(gpu))
     start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios)
     size = a.size if a.size != "auto" else ("full" if gpu else "smoke")
-    if not gpu and not a.quiet:
-        print(cpu_notice(None if a.scenarios is not None else scenarios), file=sys.stderr, flush=True)
     examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
     opts = CompareOptions(scenarios=scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
@@ -74,7 +72,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                           timing=not a.no_timing, argv=["python -m harness", *argv],
                           gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
                           world_size=a.world_size, cpus=a.cpus, processes=a.processes)
-    return measure_and_write(opts, a.out, a.quiet, report=not a.no_report)[0]
+    notice = "" if gpu or a.quiet else cpu_notice(None if a.scenarios is not None else scenarios)
+    return measure_and_write(opts, a.out, a.quiet, report=not a.no_report, notice=notice)[0]
 
 
 def cpu_notice(default_set: list[str] | None) -> str:
@@ -88,17 +87,19 @@ def cpu_notice(default_set: list[str] | None) -> str:
     return text
 
 
-def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) -> tuple[int, Path | None]:
+def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True,
+                      notice: str = "") -> tuple[int, Path | None]:
     """Run, write the result before anything that can fail after it, then draw; (exit status, result).
     A stop at any moment after measuring began ends in a written result (harness/stops.py): signals
-    that arrive while the run shuts down and its result is written wait until it is on disk."""
+    that arrive while the run shuts down and its result is written wait until it is on disk. notice:
+    said once on stderr before the run starts (what a CPU run can tell)."""
     from harness import stops
 
     with stops.handling():
-        return _measure_and_write(opts, out, quiet, report)
+        return _measure_and_write(opts, out, quiet, report, notice)
 
 
-def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple[int, Path | None]:
+def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: str) -> tuple[int, Path | None]:
     from harness import stops
     from harness.progress import make_ui
     from harness.report import make_console, render_terminal, summary_status
@@ -107,6 +108,8 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple
     from harness.stops import Stopped
     from harness.timeline import plan_timelines
 
+    if notice:  # after the imports: an interpreter without the dependencies gets its one line alone
+        print(notice, file=sys.stderr, flush=True)
     doc = run_compare(opts, make_ui(quiet))  # returns with stops deferred
     stops.pause("result")
     name = claim_name(out, doc)  # the result's name and its pictures' folder, both ours alone
