@@ -20,7 +20,7 @@ from scenarios.spec import Claim, Params, Scenario
 NOISE_DRAWS = 200
 AGREE = 0.95
 CLOCKS = ("host_return", "device_done", "device_events")
-NOT_ON_CPU = "not decidable on a CPU: a claim about the GPU's machinery, and here the device is the host"
+NOT_ON_CPU = "not decidable on a CPU, where the device is the host"  # a Claim.gpu_only judged there
 
 
 def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
