@@ -69,8 +69,8 @@ $(VENV)/.installed-%: pyproject.toml
 
 # $(call harness,ARGS): run the harness; on failure say its own exit status, which make turns into 2.
 harness = $(PY) -m harness $(1) || { rc=$$?; echo "make $@: python -m harness $(firstword $(1)) exited $$rc \
-($(if $(filter regress,$(firstword $(1))),1: a regression,1: a check failed); 2: bad input; 130/143: stopped); \
-make itself exits 2 on any failure" >&2; exit $$rc; }
+($(if $(filter regress,$(firstword $(1))),1: a regression,1: a check failed or the run was cut short); \
+2: bad input; 130/143: stopped); make itself exits 2 on any failure" >&2; exit $$rc; }
 
 compare: $(STAMP)
 	$(call harness,compare $(ARGS))

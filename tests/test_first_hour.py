@@ -168,7 +168,7 @@ def test_make_says_the_harness_status_that_it_turns_into_2(tmp_path):
 
     r = make("compare", "ARGS=--scenarios no_such_scenario")  # bad input: the harness exits 2
     assert r.returncode == 2
-    assert "make compare: python -m harness compare exited 2 (1: a check failed; 2: bad input" in r.stderr
+    assert "make compare: python -m harness compare exited 2 (1: a check failed or the run was cut short; 2: bad input" in r.stderr
     base = write(doc([row("torch", "async", samples(1e-3, seed=1))]), tmp_path / "a.json")
     cand = write(doc([row("torch", "async", samples(1.5e-3, seed=2))]), tmp_path / "b.json")
     r = make("regress", f"BASELINE={base}", f"CANDIDATE={cand}")  # a regression: the harness exits 1
