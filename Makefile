@@ -1,8 +1,9 @@
 # triptych — the two commands a user needs are `make compare` and `make test`.
 #
-#   make compare                 set up .venv if needed, then equivalence + timing of every scenario (the smoke
-#                                size without a GPU), a result JSON under runs/ (ignored by git; ARGS="--out
-#                                results" for a run to commit) and its report (report.md, report.html) beside it
+#   make compare                 set up .venv if needed, then equivalence + timing of every scenario (without
+#                                a GPU: the six that teach on a CPU, smoke size, figures indicative only), a
+#                                result JSON under runs/ (ignored by git; ARGS="--out results" for a run to
+#                                commit) and its report (report.md, report.html) beside it
 #   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
 #   make test-gpu                only the GPU suite (`-m gpu`)
 #   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in runs/,
@@ -14,6 +15,10 @@
 #                                timing and numerical changes of b against a; without CANDIDATE, a fresh
 #                                run of a's scenarios/frameworks/size/seed is the candidate (written to
 #                                runs/). Exit 1 on any regression.
+#
+# Exit status: make exits 2 whenever a command fails, whatever its own status; compare and regress then
+# say the harness's own in their last line (1: a check failed or a regression; 2: bad input; 130/143:
+# stopped). `$(VENV)/bin/python -m harness compare ...` exits with it.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
@@ -50,7 +55,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,19p' Makefile
+	@sed -n '1,25p' Makefile
 
 setup: $(STAMP)
 
@@ -62,8 +67,13 @@ $(VENV)/.installed-%: pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e ".[$*]"
 	rm -f $(VENV)/.installed-* && touch $@
 
+# $(call harness,ARGS): run the harness; on failure say its own exit status, which make turns into 2.
+harness = $(PY) -m harness $(1) || { rc=$$?; echo "make $@: python -m harness $(firstword $(1)) exited $$rc \
+($(if $(filter regress,$(firstword $(1))),1: a regression,1: a check failed or the run was cut short); \
+2: bad input; 130/143: stopped); make itself exits 2 on any failure" >&2; exit $$rc; }
+
 compare: $(STAMP)
-	$(PY) -m harness compare $(ARGS)
+	$(call harness,compare $(ARGS))
 
 report: $(STAMP)
 	@test -n "$(RESULT)" || { echo "no result file in runs/ or results/: run make compare first, or pass RESULT=path" >&2; exit 2; }
@@ -80,7 +90,7 @@ selfcheck: $(STAMP)
 
 regress: $(STAMP)
 	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
-	$(PY) -m harness regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS)
+	$(call harness,regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS))
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

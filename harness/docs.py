@@ -19,7 +19,7 @@ from typing import Any
 from harness.backends import FRAMEWORKS
 from harness.report import fmt_pct, fmt_s, points_of, sig, timed
 from harness.files import read_regular, write_files
-from harness.labels import NAMES, gpu_label
+from harness.labels import NAMES, gpu_label, pct_of_floor
 from harness.results import MAX_BYTES, ResultError, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,7 +206,7 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
                     cells.append(f"{r['status']}" if r else "—")
                     continue
                 t = r["timing"]
-                floor = f", {fmt_pct(r['pct_of_floor'])} of floor" if "pct_of_floor" in r else ""
+                floor = f", {fmt_pct(pct_of_floor(r))} of floor" if pct_of_floor(r) is not None else ""
                 cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])}){floor}")
                 chk = r.get("check") or {}
                 if v.get("hazard") and chk.get("wrong"):

@@ -20,20 +20,24 @@ from scenarios.spec import Claim, Params, Scenario
 NOISE_DRAWS = 200
 AGREE = 0.95
 CLOCKS = ("host_return", "device_done", "device_events")
+NOT_ON_CPU = "not decidable on a CPU, where the device is the host"  # a Claim.gpu_only judged there
 
 
-def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
+                 on_cpu: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Every claim's verdict per framework that ran; on_cpu: the frameworks whose device was a CPU."""
     verdicts = []
     frameworks = sorted({r["framework"] for r in rows if r["status"] == "ok"}, key=FRAMEWORKS.index)
     for claim in scn.claims:
         for fw in frameworks:
             by_variant = {r["variant"]: r for r in rows if r["framework"] == fw and r["status"] == "ok"}
             verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw}
-                            | judge_with_noise(claim, by_variant, fw, params))
+                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu))
     return verdicts
 
 
-def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params) -> dict[str, Any]:
+def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params,
+                     on_cpu: bool = False) -> dict[str, Any]:
     ranks = world_size(by_variant, params)
     if claim.communicates and ranks is not None and ranks < 2:
         return {"verdict": "inconclusive", "evidence": "one rank, nothing communicated", "numbers": {"world_size": ranks}}
@@ -41,6 +45,9 @@ def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: st
         v = claim.judge(by_variant, fw, params)
     except KeyError as e:  # a variant the claim needs did not run for this framework
         return {"verdict": "inconclusive", "evidence": f"variant {e} did not run", "numbers": {}}
+    if claim.gpu_only and on_cpu:
+        return {"verdict": "inconclusive", "evidence": f"{NOT_ON_CPU} (the CPU's figures: {v.evidence})",
+                "numbers": dict(v.numbers), "not_decidable": "cpu"}
     out = {"verdict": v.verdict, "evidence": v.evidence, "numbers": dict(v.numbers)}
     if v.verdict == "inconclusive":
         return out

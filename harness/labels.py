@@ -17,6 +17,25 @@ def gpu_needs(variant: Any) -> str:
     return f"GPU only in {', '.join(NAMES.get(f, f) for f in g)}"
 
 
+def scenario_needs(scn: Any) -> str:
+    """What a scenario needs beyond one device and one process, from its spec ("" for nothing):
+    "2 GPUs in one process", "a group of rank processes per framework (--world-size)"."""
+    needs = []
+    if getattr(scn, "devices", 1) > 1:
+        needs.append(f"{scn.devices} GPUs in one process (skipped with fewer)")
+    if getattr(scn, "ranks", False):
+        needs.append("a group of rank processes per framework (--world-size; the GPUs, or 2)")
+    return "; ".join(needs)
+
+
 def gpu_label(variant: Any, before: str = " ", style: str = "({})") -> str:
     needs = gpu_needs(variant)
     return before + style.format(needs) if needs else ""
+
+
+def pct_of_floor(row: dict[str, Any] | None) -> float | None:
+    """A row's % of its physical floor, or None: a hazard row has none, whatever an older result holds
+    (a variant that skips a wait is not faster than physics; its time is not the computation's)."""
+    if not row or row.get("hazard") or "pct_of_floor" not in row:
+        return None
+    return row["pct_of_floor"]

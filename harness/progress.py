@@ -24,7 +24,7 @@ class LineUI:
         self._print(f"[{self.done + 1}/{self.total} {time.perf_counter() - self.t0:6.1f}s] {text}")
 
     def detail(self, text: str) -> None:
-        self._print(f"    {text}")
+        """Which variant runs now: a progress bar's live text; in a log, the step's line says enough."""
 
     def advance(self) -> None:
         self.done += 1

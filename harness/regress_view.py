@@ -55,10 +55,11 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
                       r.variant + (" (hazard)" if r.hazard else ""), fmt_s(r.base_s), fmt_s(r.cand_s), change, err,
                       f"[{c}]{what}[/{c}]")
         console.print(t)
-    n = res.counts()
-    console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
-                  f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
-                  f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
+    both, others = skipped_on_both_sides(res.not_comparable)
+    for what, why in grouped(others):
+        console.print(f"  not comparable: {what}: {why}", highlight=False, markup=False)
+    if both:
+        console.print(f"  not comparable: {both}", highlight=False, markup=False)
     # the back-to-back check of two runs of one commit, intervals aside
     ratios = [r.ratio for r in res.rows if r.ratio is not None]
     if ratios:
@@ -66,8 +67,29 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
                       for tol in (res.threshold, res.threshold / 2))
         console.print(f"medians within {100 * res.threshold:g}%: {full:.1f}% of {_n(len(ratios), 'timed row')} "
                       f"(within {50 * res.threshold:g}%: {half:.1f}%)", highlight=False)
-    for what, why in grouped(res.not_comparable):
-        console.print(f"  not comparable: {what}: {why}", highlight=False, markup=False)
+    n = res.counts()  # the verdict, last
+    console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
+                  f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
+                  f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
+
+
+SKIPPED_BOTH = "skipped in both: "
+
+
+def skipped_on_both_sides(items: list[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
+    """(one line for the rows skipped in both runs, by reason, most first; "" for none), the other items.
+    Rows that ran in neither run (CuPy without a GPU, a GPU-only variant on a CPU) hide nothing: one line."""
+    both = [(what, why[len(SKIPPED_BOTH):]) for what, why in items if why.startswith(SKIPPED_BOTH)]
+    others = [(what, why) for what, why in items if not why.startswith(SKIPPED_BOTH)]
+    if not both:
+        return "", others
+    reasons: dict[str, int] = {}
+    for _, why in both:
+        reasons[why] = reasons.get(why, 0) + 1
+    top = sorted(reasons.items(), key=lambda kv: -kv[1])
+    said = "; ".join(f"{k} x {why or 'no reason given'}" for why, k in top[:3])
+    more = f"; {_n(len(top) - 3, 'other reason')}" if len(top) > 3 else ""
+    return f"{_n(len(both), 'row')} skipped in both runs ({said}{more})", others
 
 
 def grouped(items: list[tuple[str, str]]) -> list[tuple[str, str]]:

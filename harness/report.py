@@ -16,6 +16,7 @@ from typing import Any
 from rich.markup import escape
 
 from harness.backends import FRAMEWORKS
+from harness.labels import pct_of_floor
 
 HIGH_SPREAD = 0.10  # IQR / median above this: the numbers are noisy
 MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -153,8 +154,9 @@ def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool) -> list[tuple[s
     """The indented lines under a variant: floor, host syncs, wrong runs, metrics; only where some cell has one."""
     ok = [r if timed(r) else None for r in rows]
     out: list[tuple[str, list[str]]] = []
-    if any(r and "pct_of_floor" in r for r in ok):
-        out.append(("% of floor", [fmt_pct(r["pct_of_floor"]) if r and "pct_of_floor" in r else "" for r in ok]))
+    pcts = [pct_of_floor(r) for r in ok]
+    if any(p is not None for p in pcts):
+        out.append(("% of floor", [fmt_pct(p) if p is not None else "" for p in pcts]))
     if any(r and r["timing"].get("metrics", {}).get("link_bytes") for r in ok):
         out.append(("GB/s", [f"{gbps(r):.1f}" if r and gbps(r) else "" for r in ok]))
     if any(r and r.get("host_syncs") is not None for r in ok):

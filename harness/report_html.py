@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import check_writable, write_files
-from harness.labels import gpu_label
+from harness.labels import gpu_label, pct_of_floor
 from harness.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
                             summary_status, timed)
 from harness.report_charts import chart_png, ordered_sweep, point_label, variants_of
@@ -141,7 +141,7 @@ def _timing_table(scn: dict[str, Any], fws: list[str]) -> Block:
                     fmt_s(hr["median"]),
                     f"{hr['median'] / dd['median']:.3f}" if dd["median"] else "—",
                     fmt_s(ev["median"]) if ev else "—",
-                    fmt_pct(r["pct_of_floor"]) if "pct_of_floor" in r else "—",
+                    fmt_pct(pct_of_floor(r)) if pct_of_floor(r) is not None else "—",
                     str(r["host_syncs"]) if r.get("host_syncs") is not None else "—",
                     fmt_s(t.get("first_call_s")),
                     checked,

@@ -180,6 +180,7 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
             ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
         ui.advance()
     rows: list[dict[str, Any]] = []
+    on_cpu = frozenset(fw for fw, e in fw_env.items() if e.get("available") and not e.get("on_gpu"))
     points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
     entry["points"] = points
     if opts.timing:
@@ -197,7 +198,8 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
             xc = cross_check(scn, params, samples)
             if xc is not None:
                 entry["cross_framework"].append(xc | {"point": i, "label": label})
-            entry["claims"].extend(c | {"point": i, "label": label} for c in judge_claims(scn, params, point_rows))
+            entry["claims"].extend(c | {"point": i, "label": label}
+                                   for c in judge_claims(scn, params, point_rows, on_cpu))
             rows.extend(point_rows)
     entry["rows"] = rows
     return entry
@@ -294,7 +296,8 @@ def _start_all(pools: Pools, opts: CompareOptions) -> dict[str, dict[str, Any]]:
 
 
 def _add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: dict[str, Any]) -> None:
-    if row.get("status") not in ("ok", "wrong") or scn.floor is None or not machine:
+    """The row's physical floor and its % of it; none for a hazard row, whose time is not the computation's."""
+    if row.get("status") not in ("ok", "wrong") or scn.floor is None or not machine or row.get("hazard"):
         return
     floor = scn.floor(params, machine, row["variant"])
     if floor:

@@ -38,6 +38,24 @@ OPT_IN: dict[str, str] = {
 }
 DEFAULT_RUN: tuple[str, ...] = tuple(n for n in ORDER if n not in OPT_IN)
 
+# Without a GPU a default run runs these: what a CPU can show in a few minutes on two cores, each for
+# the reason given. The rest are about a GPU's machinery (streams, events, pinned copies over the host
+# link, TF32, the driver's pools, two GPUs), or, like data_parallel, zero and collectives, cost minutes
+# of rank groups on a CPU; they run when named (`compare --scenarios zero`).
+CPU_RUN: dict[str, str] = {
+    "async_dispatch": "the two clocks, host-return and device-done: JAX dispatches asynchronously on a CPU too",
+    "dlpack_handoff": "a zero-copy hand-off between frameworks: the consumer sees the producer's data pointer",
+    "ranks": "a group of rank processes, each taking its share, and the sum a forgotten sharding counts N times",
+    "point_to_point": "send and receive between two ranks, and the receive buffer read before its wait",
+    "tensor_parallel": "Megatron's column and row split, with its all-reduces counted",
+    "donation": "an update in place or donated, its peak memory, and the read of what was donated",
+}
+
+
+def default_run(gpu: bool) -> tuple[str, ...]:
+    """The scenarios a compare without --scenarios runs: every one but OPT_IN on a GPU, CPU_RUN without."""
+    return DEFAULT_RUN if gpu else tuple(n for n in ORDER if n in CPU_RUN)
+
 _cache: dict[str, Scenario] = {}
 
 

@@ -99,9 +99,9 @@ SCENARIO = Scenario(
     tolerance=Tolerance({"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}),
     claims=(
         Claim("returns_early", "The host does not wait: the call returns long before the device is done.",
-              _returns_early),
-        Claim("host_free", "While the device computes, the host is free for other work.", _host_free),
-        Claim("sync_cost", "Synchronizing after every kernel costs time.", _sync_cost),
+              _returns_early, gpu_only=True),
+        Claim("host_free", "While the device computes, the host is free for other work.", _host_free, gpu_only=True),
+        Claim("sync_cost", "Synchronizing after every kernel costs time.", _sync_cost, gpu_only=True),
     ),
     floor=floor,
     cheap_reference=lambda p: flops(p) <= 2e9,

@@ -94,8 +94,9 @@ SCENARIO = Scenario(
     tolerance=EXACT,
     claims=(
         Claim("concurrent", "Independent small kernels on different streams run concurrently "
-                            "(≥ 2x faster than on one stream).", _concurrent),
-        Claim("one_launch", "One launch over all the jobs is as fast as N streams (≤ 1.2x).", _one_launch),
+                            "(≥ 2x faster than on one stream).", _concurrent, gpu_only=True),
+        Claim("one_launch", "One launch over all the jobs is as fast as N streams (≤ 1.2x).",
+              _one_launch, gpu_only=True),
     ),
     key_apis={
         "torch": ("triton.jit (launched on torch's current stream)", "torch.cuda.Stream", "with torch.cuda.stream(s):",

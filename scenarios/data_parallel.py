@@ -197,7 +197,7 @@ SCENARIO = Scenario(
     claims=(
         Claim("overlap_hides_comm", "Bucketing gradients and all-reducing them during backward hides most of the "
                                     "communication (Li et al., \"PyTorch Distributed\", VLDB 2020).", _overlap,
-              communicates=True),
+              communicates=True, gpu_only=True),
         Claim("no_sync_one_over_a", "no_sync cuts gradient communication to 1/A of all-reducing every micro-batch "
                                     "(torch DDP docs, no_sync).", _no_sync, communicates=True),
         Claim("bytes_2n1n", "Each step all-reduces every gradient once: a ring moves 2(N-1)/N x the gradient bytes "
@@ -205,7 +205,7 @@ SCENARIO = Scenario(
         Claim("accumulation_is_large_batch", "Gradient accumulation reproduces the large batch (Goyal et al. 2017).",
               _accumulation),
         Claim("scaling", "Data parallelism over N ranks runs a fixed global batch's step about N times faster "
-                         "(scaling efficiency above 0.8).", _scaling),
+                         "(scaling efficiency above 0.8).", _scaling, gpu_only=True),
     ),
     key_apis={
         "torch": ("DistributedDataParallel(model)", "ddp.no_sync()", "ddp.register_comm_hook", "dist.all_reduce",

@@ -109,7 +109,7 @@ SCENARIO = Scenario(
     distributions={"normal": NORMAL},
     claims=(
         Claim("device_faster", "Creating directly on the device is more efficient than creating on the host "
-                               "and transferring.", _device_faster),
+                               "and transferring.", _device_faster, gpu_only=True),
     ),
     floor=floor,
     key_apis={

@@ -131,10 +131,11 @@ SCENARIO = Scenario(
     claims=(
         Claim("zero_copy", "DLPack hand-offs share memory: the consumer sees the producer's data pointer.", _zero_copy),
         Claim("ordered", "Each consumer sees finished data although the producer was still computing at the hand-off: "
-                         "the protocol orders the streams.", _ordered),
+                         "the protocol orders the streams.", _ordered, gpu_only=True),
         Claim("off_stream", "Handing off after leaving the producing stream's context lets the consumer read "
-                            "unfinished data.", _off_stream),
-        Claim("copy_cost", "Handing off through host memory costs time that DLPack does not.", _copy_cost),
+                            "unfinished data.", _off_stream, gpu_only=True),
+        Claim("copy_cost", "Handing off through host memory costs time that DLPack does not.",
+              _copy_cost, gpu_only=True),
     ),
     floor=floor,
     key_apis={

@@ -122,7 +122,7 @@ SCENARIO = Scenario(
               "donated) and silently returns the new values in torch and CuPy (an alias of an updated buffer).",
               _stale_read),
         Claim("same_time", "Donation saves memory, not time: in place takes the same time as into a new buffer "
-              "(within 5% or the rows' spread).", _same_time),
+              "(within 5% or the rows' spread).", _same_time, gpu_only=True),
     ),
     floor=floor,
     agree_by={

@@ -114,11 +114,11 @@ SCENARIO = Scenario(
     tolerance=Tolerance({"float32": (1e-4, 1e-5)}),
     claims=(
         Claim("event_frees_host", "An event wait leaves the host free: it blocks the host ≤ 1% as long as "
-                                  "waiting for the producer's stream.", _event_frees_host),
+                                  "waiting for the producer's stream.", _event_frees_host, gpu_only=True),
         Claim("device_sync_waits_for_all", "A device-wide synchronize also waits for unrelated work on other "
-                                           "streams.", _device_sync_waits_for_all),
+                                           "streams.", _device_sync_waits_for_all, gpu_only=True),
         Claim("missing_wait_races", "Without a wait, the consumer reads the producer's buffer too early.",
-              _missing_wait_races),
+              _missing_wait_races, gpu_only=True),
     ),
     floor=floor,
     key_apis={

@@ -50,7 +50,9 @@ SCENARIO = Scenario(
     make_inputs=make_inputs,
     reference=reference,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),  # a copy: bit-exact
-    claims=(Claim("direct_wins", "A direct copy between GPUs beats a round trip through the host.", _direct_wins),),
+    devices=2,
+    claims=(Claim("direct_wins", "A direct copy between GPUs beats a round trip through the host.",
+                  _direct_wins, gpu_only=True),),
     key_apis={
         "torch": ("Tensor.to('cuda:1')", "torch.cuda.can_device_access_peer", "Tensor.cpu()"),
         "cupy": ("cupy.cuda.runtime.memcpyPeerAsync", "cupy.cuda.runtime.deviceCanAccessPeer", "cupy.cuda.Device(1)"),

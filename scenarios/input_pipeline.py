@@ -126,8 +126,10 @@ SCENARIO = Scenario(
     cheap_reference=lambda p: flops(p) <= 2e9,
     tolerance=Tolerance({"float32": (2e-4, 2e-5)}),
     claims=(
-        Claim("near_bound", f"Prefetched steps run within {NEAR_BOUND:.2f}× of the compute-only bound.", _near_bound),
-        Claim("naive_pays", "Uploading each batch right before its step adds the copy to every step.", _naive_pays),
+        Claim("near_bound", f"Prefetched steps run within {NEAR_BOUND:.2f}× of the compute-only bound.",
+              _near_bound, gpu_only=True),
+        Claim("naive_pays", "Uploading each batch right before its step adds the copy to every step.",
+              _naive_pays, gpu_only=True),
     ),
     floor=floor,
     key_apis={

@@ -84,9 +84,9 @@ SCENARIO = Scenario(
     tolerance=Tolerance({"float32": (2e-5, 2e-6)}),
     claims=(
         Claim("host_cost", "One launch for the whole chain cuts the host's cost per op (≥ 9× with CUDA graphs in "
-                           "torch and CuPy, ≥ 4.5× with the loop inside jit in JAX).", _host_cost),
+                           "torch and CuPy, ≥ 4.5× with the loop inside jit in JAX).", _host_cost, gpu_only=True),
         Claim("device_time", "The device finishes sooner too: it no longer waits for the host between kernels.",
-              _device_time),
+              _device_time, gpu_only=True),
     ),
     key_apis={
         "torch": ("torch.cuda.CUDAGraph", "torch.cuda.graph(g)", "CUDAGraph.replay()", "Tensor.mul_ / Tensor.tanh_"),

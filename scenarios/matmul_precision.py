@@ -127,10 +127,10 @@ SCENARIO = Scenario(
     output_metrics=errors,
     claims=(
         Claim("default_precision", "By default a float32 matmul runs at TF32 in JAX and at full float32 in "
-              "torch and CuPy.", _default_precision),
+              "torch and CuPy.", _default_precision, gpu_only=True),
         Claim("tf32_error", "TF32 costs three decimal digits: its median error against float64 is over 100x "
-              "full float32's.", _tf32_error),
-        Claim("tf32_speedup", "TF32 makes the float32 matmul over twice as fast.", _tf32_speedup),
+              "full float32's.", _tf32_error, gpu_only=True),
+        Claim("tf32_speedup", "TF32 makes the float32 matmul over twice as fast.", _tf32_speedup, gpu_only=True),
     ),
     floor=floor,
     agree_by={

@@ -151,19 +151,20 @@ SCENARIO = Scenario(
     tolerance=Tolerance({"float32": (0.0, 0.0)}),
     claims=(
         Claim("pool_faster", "A cycle through the pool is faster than cudaMalloc + cudaFree.",
-              _faster("pool_faster", "raw", "pooled")),
+              _faster("pool_faster", "raw", "pooled"), gpu_only=True),
         Claim("release_costs", "Handing the pool's memory back after every cycle makes every cycle pay for the "
-                               "allocation again.", _faster("release_costs", "released", "pooled")),
+                               "allocation again.", _faster("release_costs", "released", "pooled"), gpu_only=True),
         Claim("pool_holds", "Once the arrays are freed the pool still holds their bytes, until it is emptied "
                             "(torch.cuda.empty_cache, free_all_blocks); JAX has no call that empties its pool.",
-              _pool_holds),
+              _pool_holds, gpu_only=True),
         Claim("driver_holds", "The driver counts a pool's freed bytes as used until the pool is emptied (torch, "
                               "CuPy); JAX's preallocated pool counts as used from the first array on, released or not.",
-              _driver_holds),
+              _driver_holds, gpu_only=True),
         Claim("first_array", "JAX holds its preallocated 75% of the GPU from the first array on; torch and CuPy "
-                             "hold what they were asked for.", _first_array),
+                             "hold what they were asked for.", _first_array, gpu_only=True),
         Claim("second_framework_starves", f"Beside JAX's default pool, a second framework in the same process "
-                                          f"cannot allocate {SECOND_FRACTION:.0%} of the GPU.", _starves),
+                                          f"cannot allocate {SECOND_FRACTION:.0%} of the GPU.", _starves,
+              gpu_only=True),
     ),
     key_apis={
         "torch": ("torch.cuda.memory_reserved", "torch.cuda.memory_allocated", "torch.cuda.empty_cache",

@@ -214,15 +214,15 @@ SCENARIO = Scenario(
     tolerance=Tolerance({"float32": (0.0, 0.0), "float16": (0.0, 0.0)}),  # bit-exact
     claims=(
         Claim("pageable_blocks", "Without non_blocking=True the transfer blocks the CPU thread — and with it, from "
-                                 "pageable memory, it still does.", _pageable_blocks),
+                                 "pageable memory, it still does.", _pageable_blocks, gpu_only=True),
         Claim("pin_on_the_fly_slower", "Pinning on the fly plus non_blocking can be slower than a plain copy "
-                                       "(PyTorch's pin_memory tutorial).", _pin_on_the_fly),
+                                       "(PyTorch's pin_memory tutorial).", _pin_on_the_fly, gpu_only=True),
         Claim("h2d_at_link", f"The framework's best host-to-device path reaches {TARGET_PCT:.0f}% of the raw "
-                             "cudaMemcpy rate.", _at_link("h2d", H2D)),
+                             "cudaMemcpy rate.", _at_link("h2d", H2D), gpu_only=True),
         Claim("d2h_at_link", f"The framework's best device-to-host path reaches {TARGET_PCT:.0f}% of the raw "
-                             "cudaMemcpy rate.", _at_link("d2h", D2H)),
+                             "cudaMemcpy rate.", _at_link("d2h", D2H), gpu_only=True),
         Claim("read_before_sync_stale", "Reading a non-blocking device-to-host destination before synchronizing "
-                                        "reads stale data.", _stale_read),
+                                        "reads stale data.", _stale_read, gpu_only=True),
     ),
     floor=floor,
     key_apis={

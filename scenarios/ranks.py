@@ -67,7 +67,8 @@ SCENARIO = Scenario(
     reference=reference,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),  # integer-valued sums below 2^24: bit-exact
     claims=(
-        Claim("shares_divide", "Each rank takes its share: the group is faster than one process alone.", _speedup),
+        Claim("shares_divide", "Each rank takes its share: the group is faster than one process alone.", _speedup,
+              gpu_only=True),
         Claim("forgotten_sharding", "Without sharding every rank does all the work and the sum counts it N times.",
               R.hazard_caught("forgotten_sharding", "same_data_every_rank"), communicates=True),
     ),

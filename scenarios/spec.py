@@ -98,12 +98,18 @@ class Claim:
     ``communicates``: the claim is about data moving between ranks (bytes, overlap, a hazard that needs a
     second rank). At one rank nothing is communicated, so the harness answers "inconclusive" without asking
     the judge: a run that could not refute a claim must not confirm it.
+
+    ``gpu_only``: the claim is about a GPU's own machinery (its clocks against the host's, its queues and
+    streams, copies over the host link, its allocator and driver). On a CPU device the host is the device,
+    so the harness answers "inconclusive" (not decidable on a CPU), with what the CPU's figures read in the
+    evidence: a CPU neither confirms nor refutes it.
     """
 
     id: str
     text: str
     judge: Callable[[Mapping[str, dict], str, Params], Verdict]
     communicates: bool = False
+    gpu_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,9 @@ class Scenario:
     # A rank row's time per repeat from its ranks' times: "slowest" (a step ends when every rank is done)
     # or "mean" (nccl-tests' default -a 1), the slowest rank's kept beside it (harness/ranks.py).
     rank_time: str = "slowest"
+    # Devices one process must see (gpu_links copies between two): with fewer, its rows are skipped with
+    # that reason; `list` says so.
+    devices: int = 1
 
     @property
     def baseline(self) -> Variant:

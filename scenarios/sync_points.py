@@ -118,9 +118,9 @@ SCENARIO = Scenario(
     cheap_reference=lambda p: int(p["batch"]) * int(p["dim"]) * int(p["steps"]) <= 1e8,
     tolerance=Tolerance({"float32": (2e-4, 2e-5)}),
     claims=(
-        Claim("reads_sync", "Reading a value on the host forces a host-device sync.", _reads_sync),
-        Claim("metadata_free", "Reading metadata (shape, dtype) does not sync.", _metadata_free),
-        Claim("sync_cost", "A sync every step costs time.", _sync_cost),
+        Claim("reads_sync", "Reading a value on the host forces a host-device sync.", _reads_sync, gpu_only=True),
+        Claim("metadata_free", "Reading metadata (shape, dtype) does not sync.", _metadata_free, gpu_only=True),
+        Claim("sync_cost", "A sync every step costs time.", _sync_cost, gpu_only=True),
     ),
     floor=floor,
     key_apis={

@@ -12,17 +12,20 @@ import random
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from harness.cli.parser import UsageError, gpu_present
 from harness.options import EXAMPLES
 
 
-def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int) -> None:
-    """What every run checks before any work: memory caps that fit, planted faults, a writable --out."""
+def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int,
+                 scenarios: Sequence[str] | None = None) -> None:
+    """What every run checks before any work: memory caps that fit, planted faults, a writable --out.
+    scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
     from harness import faults
     from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
     from harness.files import OutputError, check_writable
+    from scenarios import get
 
     if fraction is None:
         try:
@@ -36,10 +39,14 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
     if fraction * n_frameworks > 1.0 + 1e-9:
         raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
                          "they would not fit in it together")
-    if "jax" in frameworks and fraction * 2 * processes > 1.0 + 1e-9 and gpu_present():
-        raise UsageError(f"{where} x {2 * processes} JAX processes ({processes} workers and as many rank groups, "
-                         f"each keeping its pool) is {fraction * 2 * processes:.2f} of the GPU: use "
-                         f"--gpu-memory-fraction {math.floor(100 / (2 * processes)) / 100:g} or fewer --processes")
+    ranks = scenarios is None or any(getattr(get(s), "ranks", False) for s in scenarios)
+    jax_processes = processes * (2 if ranks else 1)  # each worker, and each round's rank group, keeps a pool
+    if "jax" in frameworks and fraction * jax_processes > 1.0 + 1e-9 and gpu_present():
+        held = (f"{processes} workers and as many rank groups" if ranks
+                else f"{processes} workers; no rank scenario is selected")
+        raise UsageError(f"{where} x {jax_processes} JAX processes ({held}, each keeping its pool) is "
+                         f"{fraction * jax_processes:.2f} of the GPU: use --gpu-memory-fraction "
+                         f"{math.floor(100 / jax_processes) / 100:g} or fewer --processes")
     try:
         faults.planted()
         check_writable(out)
@@ -50,31 +57,49 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
 def run(a: argparse.Namespace, argv: list[str]) -> int:
     from harness.runner import CompareOptions
 
+    from scenarios import default_run
+
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
-    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes)
-    size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
+    gpu = gpu_present()
+    scenarios = a.scenarios if a.scenarios is not None else list(default_run(gpu))
+    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios)
+    size = a.size if a.size != "auto" else ("full" if gpu else "smoke")
     examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
-    opts = CompareOptions(scenarios=a.scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
+    opts = CompareOptions(scenarios=scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
                           isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
                           gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
                           world_size=a.world_size, cpus=a.cpus, processes=a.processes, profile=a.profile)
-    return measure_and_write(opts, a.out, a.quiet, report=not a.no_report)[0]
+    notice = "" if gpu or a.quiet else cpu_notice(None if a.scenarios is not None else scenarios)
+    return measure_and_write(opts, a.out, a.quiet, report=not a.no_report, notice=notice)[0]
 
 
-def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True) -> tuple[int, Path | None]:
+def cpu_notice(default_set: list[str] | None) -> str:
+    """Said once at the start of a run without a GPU; default_set: the CPU set when --scenarios was not given."""
+    text = ("no GPU here: CPU figures are indicative only. A CPU cannot decide what streams, copies and overlap "
+            "do, so claims about a GPU's machinery read 'not decidable on a CPU'; equivalence and the counted "
+            "claims are checked as on a GPU.")
+    if default_set is not None:
+        text += (f" Without --scenarios a CPU runs the {len(default_set)} scenarios that teach on a CPU "
+                 f"({', '.join(default_set)}); a GPU runs them all; `python -m harness list` names the others.")
+    return text
+
+
+def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True,
+                      notice: str = "") -> tuple[int, Path | None]:
     """Run, write the result before anything that can fail after it, then draw; (exit status, result).
     A stop at any moment after measuring began ends in a written result (harness/stops.py): signals
-    that arrive while the run shuts down and its result is written wait until it is on disk."""
+    that arrive while the run shuts down and its result is written wait until it is on disk. notice:
+    said once on stderr before the run starts (what a CPU run can tell)."""
     from harness import stops
 
     with stops.handling():
-        return _measure_and_write(opts, out, quiet, report)
+        return _measure_and_write(opts, out, quiet, report, notice)
 
 
-def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple[int, Path | None]:
+def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: str) -> tuple[int, Path | None]:
     from harness import stops
     from harness.profiling import plan_profiles, write_profiles
     from harness.progress import make_ui
@@ -84,6 +109,8 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple
     from harness.stops import Stopped
     from harness.timeline import plan_timelines
 
+    if notice:  # after the imports: an interpreter without the dependencies gets its one line alone
+        print(notice, file=sys.stderr, flush=True)
     doc = run_compare(opts, make_ui(quiet))  # returns with stops deferred
     stops.pause("result")
     name = claim_name(out, doc)  # the result's name and its pictures' folder, both ours alone
@@ -118,7 +145,40 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool) -> tuple
         release_folder(out, name)  # the claimed folder, where no timeline or report went
     for p in problems:  # a scenario left out is missing, not failed; a refuted claim is a finding
         print(f"{p.kind.upper()} {p}", file=sys.stderr)
+    sys.stderr.flush()
+    print(verdict_line(doc, ok, problems), flush=True)
     return (0 if ok else 1), path
+
+
+def verdict_line(doc: dict[str, Any], ok: bool, problems: list[Any]) -> str:
+    """The run's last line: whether every check passed (equivalence, every timed row's output, nothing
+    left out), with the counts behind it and the claims' verdicts; a refuted claim is a finding, and a
+    claim about a GPU's machinery that ran on a CPU is counted as not decidable there, not as refuted."""
+    scns = doc["scenarios"].values()
+    eqs = [s["equivalence"]["status"] for s in scns if s.get("equivalence")]
+    rows = [r for s in scns for r in s["rows"] if r["status"] not in ("skipped",)]
+    right = sum(r["status"] == "ok" for r in rows)
+    claims = [c for s in scns for c in s.get("claims", [])]
+    count = {k: sum(c["verdict"] == k for c in claims) for k in ("confirmed", "refuted", "inconclusive")}
+    on_cpu = sum(c["verdict"] == "inconclusive" and c.get("not_decidable") == "cpu" for c in claims)
+    said = [f"{count['confirmed']} confirmed"]
+    if count["refuted"]:
+        said.append(f"{count['refuted']} refuted (findings, listed above)")
+    if on_cpu:
+        said.append(f"{on_cpu} not decidable on a CPU")
+    if count["inconclusive"] - on_cpu:
+        said.append(f"{count['inconclusive'] - on_cpu} inconclusive")
+    parts = []
+    if eqs:
+        parts.append(f"equivalence {eqs.count('passed')}/{len(eqs)} scenarios")
+    if rows:
+        parts.append(f"{right}/{len(rows)} timed rows right")
+    if claims:
+        parts.append("claims " + ", ".join(said))
+    failed = [p for p in problems if p.kind != "refuted"]
+    head = "all checks passed" if ok else (f"NOT all checks passed ({len(failed)} listed above)" if failed
+                                          else "NOT all checks passed")
+    return f"{head}: " + "; ".join(parts) if parts else head
 
 
 def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems: list[Any], report: bool) -> None:

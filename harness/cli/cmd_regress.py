@@ -106,7 +106,7 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
     processes = _processes(base)  # like with like
-    start_checks(out, fraction, frameworks, processes)
+    start_checks(out, fraction, frameworks, processes, scenarios)
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),

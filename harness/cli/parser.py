@@ -152,12 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
-    from scenarios import DEFAULT_RUN, OPT_IN
+    from scenarios import CPU_RUN, OPT_IN
 
     c = sub.add_parser("compare", help="equivalence, then timing, of scenarios x frameworks x variants")
-    c.add_argument("--scenarios", type=_csv(order, "scenario"), default=list(DEFAULT_RUN),
-                   help="comma-separated scenarios to run (default: all in registry order but "
-                        f"{', '.join(OPT_IN)}, which start a fresh process every repeat and run when named)")
+    c.add_argument("--scenarios", type=_csv(order, "scenario"), default=None,
+                   help="comma-separated scenarios to run (default on a GPU: all in registry order but "
+                        f"{', '.join(OPT_IN)}, which start a fresh process every repeat and run when named; "
+                        f"without a GPU: the {len(CPU_RUN)} that teach on a CPU, {', '.join(CPU_RUN)})")
     c.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
                    help=f"comma-separated frameworks (default: {','.join(FRAMEWORKS)})")
     c.add_argument("--size", choices=["auto", "smoke", "full"], default="auto",
