@@ -336,3 +336,106 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
     for k, rc in by_key_c.items():
         if k not in seen and wanted(rc):
             nc.append(("/".join(filter(None, (name, k[0], rc["framework"], rc["variant"]))), "not in the baseline"))
+
+
+# -- paired verdicts (an interleaved run: harness/interleave.py) ------------------------------------
+
+FDR = 0.05  # the share of false "different" rows tolerated among a run's rows (Benjamini-Hochberg)
+
+
+@dataclass
+class Paired:
+    """One row of an interleaved run: baseline and candidate process medians, pair by pair."""
+
+    scenario: str
+    label: str
+    framework: str
+    variant: str
+    base: list[float]  # process medians, pair order
+    cand: list[float]
+    point: int = 0
+    verdict: str = "unknown"  # same | different | unknown
+    ratio: float | None = None  # geometric mean over pairs of candidate / baseline
+    lo: float | None = None
+    hi: float | None = None
+    p: float = 1.0  # the paired t test's, on the pairs' log ratios
+    q: float = 1.0  # Benjamini-Hochberg adjusted over the run's rows
+    status: str = ""  # "ok → error: why" where a side failed
+    why: str = ""  # what made an unknown or a different verdict
+
+    @property
+    def pairs(self) -> int:
+        return min(len(self.base), len(self.cand))
+
+    @property
+    def slower(self) -> bool:
+        if self.verdict != "different":
+            return False
+        if self.status:
+            return "candidate" in self.why
+        return (self.ratio or 1.0) > 1
+
+
+def paired_test(base: list[float], cand: list[float], confidence: float) -> tuple[float, float, float, float]:
+    """(ratio, lo, hi, p): the geometric mean of the pairs' ratios, its Student-t interval and the
+    two-sided paired t test's p on the log ratios.
+
+    Why a t test and not a rank test (Wilcoxon signed-rank, a sign-flip permutation): with n pairs a
+    rank test's smallest two-sided p is 2 / 2^n (0.03 at 6 pairs), which Benjamini-Hochberg across a
+    run's ~100 rows can never pass (it needs p <= FDR / rows for a lone change); the t test's p is
+    continuous. The log makes a host's multiplicative effect additive, and a process's figure is the
+    median of its repeats, so that one stall inside a process does not reach the test."""
+    x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
+    n = len(x)
+    ratio = float(np.exp(np.mean(x))) if n else math.nan
+    if n < 2:
+        return ratio, 0.0, math.inf, 1.0
+    from scipy import stats
+
+    sd = float(np.std(x, ddof=1))
+    if sd == 0.0:
+        return ratio, ratio, ratio, (1.0 if np.mean(x) == 0 else 0.0)
+    se = sd / math.sqrt(n)
+    t = float(np.mean(x)) / se
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half), float(2 * stats.t.sf(abs(t), n - 1))
+
+
+def bh_adjust(ps: list[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p values (a row is different at FDR q where its adjusted p <= q)."""
+    m = len(ps)
+    if not m:
+        return []
+    order = np.argsort(ps)
+    adj = np.minimum.accumulate((np.asarray(ps)[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(adj, 1.0)
+    return out.tolist()
+
+
+def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: float = FDR) -> None:
+    """Every row's verdict, the false discoveries controlled across all the run's rows.
+
+    different  the paired test passes Benjamini-Hochberg at fdr and the ratio is beyond the effect
+               floor (1 + threshold, or its inverse: asv's 1.1 at the default 10%)
+    same       the ratio's interval lies within the floor both ways: a change as large as the floor
+               is unlikely (Pinpoint's SAME; the equivalence half of a TOST)
+    unknown    neither: more pairs may decide it
+    A row that ran on one side and failed on the other is different whatever its times."""
+    timed = [r for r in rows if not r.status]
+    for r in timed:
+        r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
+    for r, q in zip(timed, bh_adjust([r.p for r in timed])):
+        r.q = q
+        floor = math.log1p(threshold)
+        if q <= fdr and abs(math.log(r.ratio)) >= floor:
+            r.verdict, r.why = "different", ""
+        elif r.lo > 0 and r.hi < math.inf and abs(math.log(r.lo)) < floor and abs(math.log(r.hi)) < floor:
+            r.verdict, r.why = "same", ""
+        elif q <= fdr:
+            r.verdict, r.why = "unknown", "changed, but its interval reaches the effect floor"
+        else:
+            r.verdict, r.why = "unknown", f"not significant (BH q = {q:.2g}) and its interval reaches the floor"
+    for r in rows:
+        if r.status:
+            r.verdict = "different"
