@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 
 from harness.noise import ratio_interval, split
-from harness.regress_env import RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_speed
+from harness.regress_env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
+                                  host_procs, host_speed)
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -60,7 +61,7 @@ class Row:
     framework: str
     variant: str
     hazard: bool = False
-    verdict: str = "unchanged"  # regression | improvement | noisy | unchanged
+    verdict: str = "unchanged"  # regression | improvement | noisy | unchanged | unknown (the host's change explains it)
     base_s: float | None = None
     cand_s: float | None = None
     ratio: float | None = None
@@ -73,6 +74,7 @@ class Row:
     numbers: str = ""  # worse | better | same | "" (not judged)
     status: str = ""  # "ok → oom: why" when the status changed
     why: list[str] = field(default_factory=list)  # what made the verdict: time, numbers, outputs, status
+    host: str = ""  # where the verdict is unknown: "host speed changed (X ms → Y ms; its sensitivity)"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -95,7 +97,7 @@ class Regress:
         return [r for r in self.rows if r.verdict == "regression"]
 
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in ("regression", "improvement", "noisy", "unchanged")}
+        out = {k: 0 for k in ("regression", "improvement", "noisy", "unchanged", "unknown")}
         for r in self.rows:
             out[r.verdict] += 1
         return out
@@ -201,6 +203,8 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.verdict = "regression"
     elif row.timing == "improvement" or row.numbers == "better":
         row.verdict = "improvement"
+    elif row.timing == "unknown":
+        row.verdict = "unknown"
     elif row.timing == "noisy":
         row.verdict = "noisy"
     return row
@@ -222,10 +226,22 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
         row.ratio, row.lo, row.hi = ratio_ci_iqr(stb, stc, confidence)
         row.method = "iqr"
     row.base_s, row.cand_s = stb["median"], stc["median"]
+    eff = None
+    if xb is not None and xc is not None:
+        eff = host_effect(host_procs(rb, [float(np.median(p)) for p in xb]),
+                          host_procs(rc, [float(np.median(p)) for p in xc]))
+    if eff is not None:
+        host = None  # the row's own processes say what the host did to it: not the start-up calibration
     lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
     row.timing = judge_timing(lo, hi, threshold)
     if host:
         row.why.append("host")
+    if eff is not None and row.timing in ("regression", "improvement"):
+        # the most the host's change between the runs can have moved this row, in the change's direction
+        e = eff.explainable
+        if judge_timing(lo / e, hi / e, threshold) != row.timing:
+            row.timing, row.host = "unknown", eff.describe()
+            row.why.append("host")
     if row.timing in ("regression", "improvement"):
         row.why.append("time")
     return None

@@ -173,3 +173,71 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
                 notes.append(f"{fw} {vb} → {vc}: its rows are not compared (--allow-version-change compares them)")
                 excluded[fw] = f"{fw} {vb} → {vc}"
     return notes, excluded
+
+
+# -- a row's sensitivity to the host, measured ------------------------------------------------------
+
+SENSITIVITY_MIN_SPREAD = 0.05  # the host loop must have varied this much within a run to fit a slope
+
+
+@dataclass(frozen=True)
+class HostEffect:
+    """What the host's speed can do to one row between the two runs.
+
+    base_ms, cand_ms: the host loop's median over the row's processes in each run (timing.processes[]
+    .host_loop_s, measured just before the point was timed in that process).
+    slope: the row's elasticity to the host, d log(time) / d log(host loop), fitted within each run
+    (a run's own intercept: a change of code between the runs is not read as host sensitivity) over
+    the row's processes; hi its upper 95% bound. None where it cannot be measured (fewer than 4
+    processes, or a host loop that hardly varied within the runs): the row is then taken to follow
+    the host fully (slope 1)."""
+
+    base_ms: float
+    cand_ms: float
+    slope: float | None
+    hi: float | None
+
+    @property
+    def host_ratio(self) -> float:
+        return self.cand_ms / self.base_ms
+
+    @property
+    def explainable(self) -> float:
+        """The largest factor (candidate / baseline) that the host's change can put on this row."""
+        return self.host_ratio ** (1.0 if self.hi is None else min(max(self.hi, 0.0), 1.5))
+
+    def describe(self) -> str:
+        sens = ("its sensitivity to the host not measurable" if self.slope is None
+                else f"sensitivity {self.slope:.2f} (up to {self.hi:.2f})")
+        return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms; {sens})"
+
+
+def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[float, float]]) -> HostEffect | None:
+    """From each run's (host loop seconds, process median) pairs; None where a run has no host loop."""
+    if not base_procs or not cand_procs:
+        return None
+    hb = float(np.median([h for h, _ in base_procs]))
+    hc = float(np.median([h for h, _ in cand_procs]))
+    slope = hi = None
+    groups = [np.log(np.asarray(g, dtype=np.float64)) for g in (base_procs, cand_procs) if len(g) >= 2]
+    n = sum(len(g) for g in groups)
+    if n - len(groups) - 1 >= 1 and any(np.ptp(g[:, 0]) > math.log1p(SENSITIVITY_MIN_SPREAD) for g in groups):
+        x = np.concatenate([g[:, 0] - g[:, 0].mean() for g in groups])
+        y = np.concatenate([g[:, 1] - g[:, 1].mean() for g in groups])
+        sxx = float(x @ x)
+        slope = float(x @ y) / sxx
+        resid = y - slope * x
+        df = n - len(groups) - 1
+        from scipy import stats
+
+        se = math.sqrt(float(resid @ resid) / df / sxx)
+        hi = slope + float(stats.t.ppf(0.975, df)) * se
+    return HostEffect(1e3 * hb, 1e3 * hc, slope, hi)
+
+
+def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:
+    """(host loop s, process median) for every process of a row that recorded its host loop."""
+    procs = (row.get("timing") or {}).get("processes") or []
+    if medians is None or len(medians) != len(procs):
+        return []
+    return [(float(p["host_loop_s"]), m) for p, m in zip(procs, medians) if p.get("host_loop_s") and m > 0]

@@ -32,7 +32,7 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
                   "file has no samples)", highlight=False)
     for n in res.notes:
         console.print(f"  [yellow]differs:[/yellow] {n}", highlight=False)
-    colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim"}
+    colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim", "unknown": "magenta"}
     shown = [r for r in res.rows if show_all or r.verdict != "unchanged"]
     if shown:
         t = Table(title="regressions and improvements" + (" (and every other row)" if show_all else ""),
@@ -50,7 +50,9 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
             if r.status:
                 err = (err + "\n" if err != "—" else "") + escape(r.status)
             c = colour[r.verdict]
-            what = r.verdict + (f" ({', '.join(r.why)})" if r.why and r.verdict != "noisy" else "")
+            what = r.verdict + (f" ({', '.join(r.why)})" if r.why and r.verdict not in ("noisy", "unknown") else "")
+            if r.verdict == "unknown":
+                what += f": {escape(r.host)}"
             t.add_row(r.scenario + (f" · {r.label}" if r.label else ""), r.framework,
                       r.variant + (" (hazard)" if r.hazard else ""), fmt_s(r.base_s), fmt_s(r.cand_s), change, err,
                       f"[{c}]{what}[/{c}]")
@@ -58,7 +60,8 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
     n = res.counts()
     console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
                   f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
-                  f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
+                  f"[yellow]{n['noisy']} noisy[/yellow], [magenta]{n['unknown']} unknown[/magenta] (a change the "
+                  f"host's speed can explain); {len(res.not_comparable)} not comparable")
     # the back-to-back check of two runs of one commit, intervals aside
     ratios = [r.ratio for r in res.rows if r.ratio is not None]
     if ratios:
