@@ -14,6 +14,8 @@
 #                                timing and numerical changes of b against a; without CANDIDATE, a fresh
 #                                run of a's scenarios/frameworks/size/seed is the candidate (written to
 #                                runs/). Exit 1 on any regression.
+#   make regress BASELINE=ref|folder|python [CANDIDATE=ref|folder|python]
+#                                both sides timed in one run, interleaved (default candidate: this tree)
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
@@ -50,7 +52,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,19p' Makefile
+	@sed -n '1,21p' Makefile
 
 setup: $(STAMP)
 
@@ -78,9 +80,12 @@ list: $(STAMP)
 selfcheck: $(STAMP)
 	$(PY) -m harness selfcheck $(ARGS)
 
+# BASELINE (and CANDIDATE) is a result file, or a side of an interleaved run: an executable file is an
+# interpreter, anything else (a folder, a git ref) a code tree.
+SIDE = $(if $(wildcard $(2)),$(if $(shell test -x "$(2)" -a ! -d "$(2)" && echo x),--$(1)-python,$(if $(shell test -f "$(2)" && echo x),--$(1),--$(1)-tree)),--$(1)-tree)
 regress: $(STAMP)
-	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
-	$(PY) -m harness regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS)
+	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" >&2; exit 2; }
+	$(PY) -m harness regress $(call SIDE,baseline,$(BASELINE)) "$(BASELINE)" $(if $(CANDIDATE),$(call SIDE,candidate,$(CANDIDATE)) "$(CANDIDATE)") $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

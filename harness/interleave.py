@@ -75,9 +75,9 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 
 @contextlib.contextmanager
-def tree(spec: str | None) -> Iterator[tuple[str, str]]:
-    """(folder, label) of a side's code: this checkout (None), a folder, or a git ref of this
-    repository checked out into a temporary worktree for the block's length."""
+def tree(spec: str | None, repo: Path = ROOT) -> Iterator[tuple[str, str]]:
+    """(folder, label) of a side's code: this checkout (None), a folder, or a git ref of repo (this
+    repository) checked out into a temporary worktree for the block's length."""
     if spec is None:
         yield str(ROOT), "this checkout"
         return
@@ -88,18 +88,18 @@ def tree(spec: str | None) -> Iterator[tuple[str, str]]:
         yield str(path.resolve()), str(path)
         return
     try:
-        sha = _git("rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
+        sha = _git("rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", cwd=repo)
     except SideError:
-        raise SideError(f"{spec!r} is neither a folder nor a git ref of {ROOT}") from None
+        raise SideError(f"{spec!r} is neither a folder nor a git ref of {repo}") from None
     where = tempfile.mkdtemp(prefix=f"triptych-{spec.replace('/', '_')[:20]}-")
-    _git("worktree", "add", "--detach", "--force", where, sha)
+    _git("worktree", "add", "--detach", "--force", where, sha, cwd=repo)
     try:
         yield where, f"{spec} ({sha[:10]})"
     finally:
         with contextlib.suppress(SideError, subprocess.TimeoutExpired):
-            _git("worktree", "remove", "--force", where)
+            _git("worktree", "remove", "--force", where, cwd=repo)
         with contextlib.suppress(SideError, subprocess.TimeoutExpired):
-            _git("worktree", "prune")
+            _git("worktree", "prune", cwd=repo)
 
 
 def check_python(python: str) -> str:

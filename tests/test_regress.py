@@ -258,7 +258,7 @@ def test_make_regress(real_run):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run(["make", "-s", "regress", f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True,
                        text=True, env=env, timeout=120)
-    assert r.returncode == 2 and "BASELINE=path/to/result.json is required" in r.stderr
+    assert r.returncode == 2 and "BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" in r.stderr
     r = subprocess.run(["make", "-s", "regress", f"PYTHON={sys.executable}", f"BASELINE={real_run}",
                         f"CANDIDATE={real_run}"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "0 regressions" in r.stdout, r.stdout + r.stderr
