@@ -281,11 +281,10 @@ class Schedule:
 
     @staticmethod
     def close(pairs: list[Pair], grace: float = 10.0) -> None:
-        for p in pairs:
-            for pool in p.pools:
-                for w in pool.values():
-                    w.close(grace)
-            p.groups.close(grace)
+        """Every worker and rank group of the pairs, side by side (each may take a while to exit)."""
+        every = [w for p in pairs for pool in p.pools for w in pool.values()] + [p.groups for p in pairs]
+        with ThreadPoolExecutor(max(1, len(every))) as ex:
+            list(ex.map(lambda w: w.close(grace), every))
 
 
 def merge_side(answers: list[dict[str, Any]]) -> Any:

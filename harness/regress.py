@@ -45,7 +45,7 @@ import numpy as np
 
 from harness.noise import ratio_interval, split
 from harness.regress_env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
-                                  host_procs, host_speed)
+                                  host_procs, host_speed, two_speeds)
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -179,7 +179,8 @@ def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list
 
 
 def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
-                clock: str, threshold: float, confidence: float, host: float | None = None) -> Row | str:
+                clock: str, threshold: float, confidence: float, host: float | None = None,
+                speeds: tuple[float, float] | None = None) -> Row | str:
     """The judged row, or why this pair is not comparable."""
     sb, sc = rb["status"], rc["status"]
     label = _key(scn_b, rb)[0]
@@ -195,7 +196,7 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.why.append("status")
         return row
     # Both ran: timing, then numbers.
-    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host)
+    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds)
     if problem:
         return problem
     _judge_numbers(row, scenario, scn_b, rb, scn_c, rc)
@@ -211,9 +212,11 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
 
 
 def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
-                host: float | None) -> str | None:
-    """Set row's ratio, interval and timing verdict (against host, the host factor, where given);
-    or why the clock cannot be compared."""
+                host: float | None, speeds: tuple[float, float] | None = None) -> str | None:
+    """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
+    runs recorded the host loop beside each process, a change that the host can explain (regress_env
+    HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
+    unknown; in older files, host-bound rows are judged against host, the calibration's factor."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
@@ -229,7 +232,7 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     eff = None
     if xb is not None and xc is not None:
         eff = host_effect(host_procs(rb, [float(np.median(p)) for p in xb]),
-                          host_procs(rc, [float(np.median(p)) for p in xc]))
+                          host_procs(rc, [float(np.median(p)) for p in xc]), speeds)
     if eff is not None:
         host = None  # the row's own processes say what the host did to it: not the start-up calibration
     lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
@@ -238,7 +241,7 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
         row.why.append("host")
     if eff is not None and row.timing in ("regression", "improvement"):
         # the most the host's change between the runs can have moved this row, in the change's direction
-        e = eff.explainable
+        e = eff.explainable(row.timing == "regression")
         if judge_timing(lo / e, hi / e, threshold) != row.timing:
             row.timing, row.host = "unknown", eff.describe()
             row.why.append("host")
@@ -275,6 +278,7 @@ class _Context:
     excluded: dict[str, str]
     host: HostSpeed | None
     host_bound: set[tuple[str, str, str]]
+    speeds: tuple[float, float] | None = None
 
 
 def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
@@ -296,7 +300,7 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
             notes.append(f"the {which} keeps one process's repeats per row (written before rows were timed in "
                          "several processes): its intervals count only the noise within one process")
     ctx = _Context(clock, threshold, confidence, frameworks, variants, excluded, host,
-                   host_bound(base) | host_bound(cand))
+                   host_bound(base) | host_bound(cand), two_speeds(base, cand, threshold))
     rows: list[Row] = []
     nc: list[tuple[str, str]] = []
     for name, scn_b in base["scenarios"].items():
@@ -344,7 +348,7 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
             continue
         bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
         factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
-        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor)
+        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds)
         if isinstance(got, str):
             nc.append((what, got))
         else:

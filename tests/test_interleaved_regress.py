@@ -203,6 +203,17 @@ def test_a_device_paced_row_that_the_host_cannot_explain_stays_a_regression():
     assert r.verdict == "regression" and not r.host
 
 
+def test_a_host_at_two_speeds_within_the_runs_explains_a_row_whose_own_loops_did_not_move():
+    # the host flips between 6.8 and 13.3 ms within each run (sync_each's processes met both); async's
+    # two processes a run read 6.8 ms before timing in both runs, yet may have run at either speed
+    mixed = [6.8e-3, 13.3e-3, 13.3e-3, 6.8e-3]
+    base = [_row("async", [1e-3] * 2, [6.8e-3] * 2), _row("sync_each", [2e-3] * 4, mixed, seed=2)]
+    cand = [_row("async", [1.5e-3] * 2, [6.8e-3] * 2, seed=1), _row("sync_each", [2e-3] * 4, mixed, seed=3)]
+    got = {r.variant: r for r in regress(doc(base), doc(cand)).rows}
+    assert got["async"].verdict == "unknown" and "ran at 6.8 and 13.3 ms during the runs" in got["async"].host
+    assert got["sync_each"].verdict == "unchanged"
+
+
 def test_a_slowdown_on_a_faster_host_stays_a_regression_and_an_unchanged_host_explains_nothing():
     base = _row("async", [1e-3] * 3, [13.3e-3] * 3)
     cand = _row("async", [1.3e-3] * 3, [6.8e-3] * 3, seed=1)  # host faster: it cannot explain a slowdown

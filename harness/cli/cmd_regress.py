@@ -181,7 +181,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
     # every pair's processes live side by side (and as many rank groups where a scenario has ranks)
     fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
-                                            int(95 / (2 * a.pairs * (2 if ranks else 1))) / 100)
+                                            int(70 / (2 * a.pairs * (2 if ranks else 1))) / 100)
     start_checks(out, fraction, frameworks, 1)
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
     old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
