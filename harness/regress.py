@@ -13,13 +13,19 @@ timing    r = candidate median / baseline median on one clock (device_done by de
           their interval counts only the noise within one process (method "repeats", said in the
           header). For files without samples, a normal interval on log r from each median's standard
           error, estimated from its IQR: SE(median) ~ 1.253 sigma / sqrt(n), sigma ~ IQR / 1.349.
-          Where the two hosts' speeds differ beyond the calibration's noise (harness/regress_env.py),
-          host-bound rows are judged on r / host factor (why "host").
+          Where both files recorded the host loop beside each process (timing.processes[].host_loop_s),
+          a change that the host can explain is unknown, never a regression or an improvement: the
+          interval divided by the largest factor the host can put on the row in the change's
+          direction (the row's processes' loop change, or the host's two speeds where it ran at two
+          within a run, raised to the row's sensitivity: fitted from its processes, else 1;
+          harness/regress_env.py HostEffect) no longer shows the change. Older files: where the two
+          hosts' calibrations differ beyond their noise, host-bound rows are judged on r / host factor.
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
                          the repeats cannot resolve a change of that size
             unchanged    otherwise
+            unknown      the host's change explains it: "host speed changed (X ms → Y ms; ...)"
 numbers   the worst relative error of the timed outputs against the reference (check.max_rel_err),
           judged only where both runs drew the same inputs (same params and seed): "worse" when the
           candidate's error is over NUM_FACTOR times the baseline's and over NUM_FLOOR of the dtype's
@@ -27,6 +33,9 @@ numbers   the worst relative error of the timed outputs against the reference (c
           became wrong is worse whatever the numbers. Hazard variants are not judged on numbers.
 status    a row that ran in the baseline and failed in the candidate (error, oom, timeout, crashed)
           is a regression; the other way round an improvement.
+
+An interleaved run (harness/interleave.py) is judged by judge_pairs below: same, different or
+unknown per row, from the paired processes of one run.
 
 Comparability: runs on different GPUs (or a GPU and a CPU) share nothing to compare. A framework
 whose version (or CUDA runtime) differs is left out unless across_versions is set: then its rows
