@@ -179,11 +179,20 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     seed = a.seed if a.seed is not None else random.randrange(2**32)
     out = a.out if a.out is not None else DEFAULT_OUT
     ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
-    # every pair's processes live side by side (and as many rank groups where a scenario has ranks)
+    # every pair's processes live side by side (and as many rank groups where a scenario has ranks):
+    # 70% of the GPU for their pools leaves room for their CUDA contexts
     fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
                                             int(70 / (2 * a.pairs * (2 if ranks else 1))) / 100)
     start_checks(out, fraction, frameworks, 1)
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
+    from harness import faults
+
+    for option, env in zip(("--baseline-env", "--candidate-env"), envs):
+        if faults.ENV in env:
+            try:
+                faults.parse(env[faults.ENV])
+            except ValueError as e:
+                raise UsageError(f"{option} {e}") from None
     old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
     os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
     try:
