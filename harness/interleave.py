@@ -367,6 +367,8 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
         judge_pairs(rows, plan.threshold, plan.confidence, plan.fdr)
     docs = [_document(side, scns, points, answers, env[side.name], machine[j], plan, started, j)
             for j, side in enumerate(schedule.sides)]
+    nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
+          for s in schedule.sides if not env[s.name][fw]["available"]] + nc
     return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), time.perf_counter() - t0, stopped)
 
 
@@ -469,5 +471,5 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
                           equivalence=False, argv=["python -m harness regress (interleaved)", side.name, side.label])
     doc = document(opts, started, fw_env, machine, out, [], not_placed("all"))
     doc["environment"]["host"]["code"] = side.label
-    doc["environment"]["host"]["python_executable"] = side.python
+    doc["interleaved"] = {"side": side.name, "code": side.label, "python": side.python, "env": dict(side.env)}
     return doc

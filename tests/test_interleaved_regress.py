@@ -15,6 +15,7 @@ import pytest
 from harness import interleave
 from harness.interleave import Plan, Schedule, Side
 from harness.regress import Paired, judge_pairs, regress
+from harness.results import load
 from harness.timing import Stats
 from tests.conftest import backend_or_skip
 from tests.synthetic import doc, row
@@ -240,13 +241,16 @@ def test_one_commit_against_itself_torch_and_jax(tmp_path):
                  "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "\ndifferent" not in r.stdout and "0 different (0 slower)" in r.stdout.splitlines()[-1], r.stdout
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    docs = sorted((load(p) for p in tmp_path.glob("*.json")), key=lambda d: d["interleaved"]["side"])
+    assert [d["interleaved"]["side"] for d in docs] == ["baseline", "candidate"]
+    assert all(len(r["timing"]["processes"]) == 2 for d in docs for r in d["scenarios"]["launch_overhead"]["rows"]
+               if r["status"] == "ok")
 
 
 def test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference(tmp_path):
     backend_or_skip("torch")
     r = _regress("--baseline-tree", str(ROOT), "--scenarios", "sync_points,launch_overhead", "--frameworks", "torch",
-                 "--size", "smoke", "--seed", "3", "--pairs", "3", "--max-pairs", "4", "--fdr", "0.01", "--quiet",
+                 "--size", "smoke", "--seed", "3", "--pairs", "3", "--max-pairs", "6", "--fdr", "0.01", "--quiet",
                  "--out", str(tmp_path), "--candidate-env", "TRIPTYCH_FAULT=launch_overhead:torch:slow15:eager")
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     different = [line for line in r.stdout.splitlines() if line.startswith("different")]
