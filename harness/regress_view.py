@@ -106,6 +106,13 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
         f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}) · paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order")
+    from harness.regress_env import fw_version
+
+    fws = [(d["environment"].get("frameworks") or {}) for d in res.docs]
+    for fw in sorted(set(fws[0]) & set(fws[1])):
+        vb, vc = fw_version(fws[0][fw]), fw_version(fws[1][fw])
+        if vb and vc and vb != vc:
+            say(f"  {fw} {vb} → {vc}")
     for side in sides:
         if side.env:
             say(f"  {side.name} environment: {' '.join(f'{k}={v}' for k, v in side.env.items())}")

@@ -285,5 +285,7 @@ def test_usage_errors():
     assert r.returncode == 2 and "needs --baseline-tree or --baseline-python" in r.stderr
     r = _regress("--baseline-tree", ".", "--candidate-env", "TRIPTYCH_FAULT=*:torch:melt")
     assert r.returncode == 2 and "--candidate-env TRIPTYCH_FAULT: unknown kind 'melt'" in r.stderr, r.stderr
+    r = _regress("--baseline-python", "/no/such/python")
+    assert r.returncode == 2 and "/no/such/python: cannot run it" in r.stderr, r.stderr
     r = _regress("--baseline-tree", "no-such-ref-or-folder")
     assert r.returncode == 2 and "neither a folder nor a git ref" in r.stderr, r.stderr
