@@ -258,7 +258,8 @@ class Schedule:
                 continue
             rank_pools, fws_run = None, running
             if getattr(scn, "ranks", False):  # each pair's rank groups, started at the first rank scenario
-                got = [p.groups.for_scenario(scn, p.pools, running, {}) for p in pairs]
+                with ThreadPoolExecutor(len(pairs)) as ex:  # every pair's groups start side by side
+                    got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.pools, running, {}), pairs))
                 rank_pools = [g[0] for g in got]
                 fws_run = [fw for fw in running if all(fw in g[1] for g in got)]
             for i in idx:

@@ -289,3 +289,16 @@ def test_usage_errors():
     assert r.returncode == 2 and "/no/such/python: cannot run it" in r.stderr, r.stderr
     r = _regress("--baseline-tree", "no-such-ref-or-folder")
     assert r.returncode == 2 and "neither a folder nor a git ref" in r.stderr, r.stderr
+
+
+def test_a_sides_rank_groups_start_with_its_interpreter_tree_and_environment(tmp_path):
+    sides = [Side("baseline", str(tmp_path), "/opt/py-a/bin/python", {"TRIPTYCH_FAULT": "x"}),
+             Side("candidate", str(ROOT), sys.executable)]
+    groups = interleave.SideGroups(sides, ["torch"], 2, 60.0)
+    a, b = groups.make_group("torch", 0), groups.make_group("torch", 1)
+    assert (a.python, a.cwd, a.env) == ("/opt/py-a/bin/python", str(tmp_path),
+                                        {"PYTHONPATH": str(tmp_path), "TRIPTYCH_FAULT": "x"})
+    assert (b.python, b.cwd, b.env) == (sys.executable, str(ROOT), {"PYTHONPATH": str(ROOT)})
+    from harness.ranks import RankGroup
+
+    assert RankGroup.python == sys.executable and RankGroup.env == {} and RankGroup.cwd is None
