@@ -262,4 +262,5 @@ def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[f
     procs = (row.get("timing") or {}).get("processes") or []
     if medians is None or len(medians) != len(procs):
         return []
-    return [(float(p["host_loop_s"]), m) for p, m in zip(procs, medians) if p.get("host_loop_s") and m > 0]
+    return [(float(p["host_loop_s"]), m) for p, m in zip(procs, medians)
+            if isinstance(p.get("host_loop_s"), (int, float)) and 0 < p["host_loop_s"] < math.inf and 0 < m < math.inf]
