@@ -15,6 +15,8 @@
 #                                timing and numerical changes of b against a; without CANDIDATE, a fresh
 #                                run of a's scenarios/frameworks/size/seed is the candidate (written to
 #                                runs/). Exit 1 on any regression.
+#   make regress BASELINE=ref|folder|python [CANDIDATE=ref|folder|python]
+#                                both sides timed in one run, interleaved (default candidate: this tree)
 #
 # Exit status: make exits 2 whenever a command fails, whatever its own status; compare and regress then
 # say the harness's own in their last line (1: a check failed or a regression; 2: bad input; 130/143:
@@ -55,7 +57,7 @@ endif
 
 .PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,25p' Makefile
+	@sed -n '1,27p' Makefile
 
 setup: $(STAMP)
 
@@ -88,9 +90,12 @@ list: $(STAMP)
 selfcheck: $(STAMP)
 	$(PY) -m harness selfcheck $(ARGS)
 
+# BASELINE (and CANDIDATE) is a result file, or a side of an interleaved run: an executable file is an
+# interpreter, anything else (a folder, a git ref) a code tree.
+SIDE = $(if $(wildcard $(2)),$(if $(shell test -x "$(2)" -a ! -d "$(2)" && echo x),--$(1)-python,$(if $(shell test -f "$(2)" && echo x),--$(1),--$(1)-tree)),--$(1)-tree)
 regress: $(STAMP)
-	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
-	$(call harness,regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS))
+	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" >&2; exit 2; }
+	$(call harness,regress $(call SIDE,baseline,$(BASELINE)) "$(BASELINE)" $(if $(CANDIDATE),$(call SIDE,candidate,$(CANDIDATE)) "$(CANDIDATE)") $(ARGS))
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

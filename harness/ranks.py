@@ -73,6 +73,12 @@ def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
 
 
 class RankGroup:
+    # The interpreter, working folder and extra environment of the ranks: this harness's by default,
+    # another code tree's or interpreter's in an interleaved regress (harness/interleave.py).
+    python: str = sys.executable
+    cwd: str | None = None
+    env: dict[str, str] = {}
+
     def __init__(self, fw: str, world_size: int) -> None:
         self.fw, self.world_size = fw, world_size
         self._procs: list[subprocess.Popen] = []
@@ -89,12 +95,12 @@ class RankGroup:
         ports = free_ports(3)
         fault_rank = os.environ.get(FAULT_RANK_ENV)
         for r in range(self.world_size):
-            env = os.environ | rank_env(r, self.world_size, ports) | {
+            env = os.environ | self.env | rank_env(r, self.world_size, ports) | {
                 PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}", KEY_ENV: key.hex()}
             if fault_rank is not None and fault_rank != str(r):
                 env.pop("TRIPTYCH_FAULT", None)
-            self._procs.append(subprocess.Popen([sys.executable, "-m", "harness.rank_main", "--framework", self.fw],
-                                                env=env, start_new_session=True))
+            self._procs.append(subprocess.Popen([self.python, "-m", "harness.rank_main", "--framework", self.fw],
+                                                env=env, cwd=self.cwd, start_new_session=True))
         by_rank: dict[int, Any] = {}
 
         def accept() -> None:
@@ -312,7 +318,7 @@ class Groups:
         if not self.groups:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.groups = [{fw: RankGroup(fw, self.world_size) for fw in self.frameworks} for _ in pools]
+            self.groups = [{fw: self.make_group(fw, i) for fw in self.frameworks} for i in range(len(pools))]
             every = [g for rnd in self.groups for g in rnd.values()]
             with ThreadPoolExecutor(len(every)) as pool:
                 infos = iter(list(pool.map(self._hello, every)))
@@ -324,6 +330,10 @@ class Groups:
                 for rnd in self.groups:
                     rnd[fw].close(1.0)
         return self.groups, self.available, self.fw_env
+
+    def make_group(self, fw: str, round_: int) -> RankGroup:
+        """The group of fw for process round round_ (a subclass picks another interpreter or tree)."""
+        return RankGroup(fw, self.world_size)
 
     def _hello(self, g: RankGroup) -> dict[str, Any]:
         try:

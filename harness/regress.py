@@ -13,13 +13,19 @@ timing    r = candidate median / baseline median on one clock (device_done by de
           their interval counts only the noise within one process (method "repeats", said in the
           header). For files without samples, a normal interval on log r from each median's standard
           error, estimated from its IQR: SE(median) ~ 1.253 sigma / sqrt(n), sigma ~ IQR / 1.349.
-          Where the two hosts' speeds differ beyond the calibration's noise (harness/regress_env.py),
-          host-bound rows are judged on r / host factor (why "host").
+          Where both files recorded the host loop beside each process (timing.processes[].host_loop_s),
+          a change that the host can explain is unknown, never a regression or an improvement: the
+          interval divided by the largest factor the host can put on the row in the change's
+          direction (the row's processes' loop change, or the host's two speeds where it ran at two
+          within a run, raised to the row's sensitivity: fitted from its processes, else 1;
+          harness/regress_env.py HostEffect) no longer shows the change. Older files: where the two
+          hosts' calibrations differ beyond their noise, host-bound rows are judged on r / host factor.
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
                          the repeats cannot resolve a change of that size
             unchanged    otherwise
+            unknown      the host's change explains it: "host speed changed (X ms → Y ms; ...)"
 numbers   the worst relative error of the timed outputs against the reference (check.max_rel_err),
           judged only where both runs drew the same inputs (same params and seed): "worse" when the
           candidate's error is over NUM_FACTOR times the baseline's and over NUM_FLOOR of the dtype's
@@ -27,6 +33,9 @@ numbers   the worst relative error of the timed outputs against the reference (c
           became wrong is worse whatever the numbers. Hazard variants are not judged on numbers.
 status    a row that ran in the baseline and failed in the candidate (error, oom, timeout, crashed)
           is a regression; the other way round an improvement.
+
+An interleaved run (harness/interleave.py) is judged by judge_pairs below: same, different or
+unknown per row, from the paired processes of one run.
 
 Comparability: runs on different GPUs (or a GPU and a CPU) share nothing to compare. A framework
 whose version (or CUDA runtime) differs is left out unless across_versions is set: then its rows
@@ -44,7 +53,8 @@ from typing import Any
 import numpy as np
 
 from harness.noise import ratio_interval, split
-from harness.regress_env import RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_speed
+from harness.regress_env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
+                                  host_procs, host_speed, two_speeds)
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -60,7 +70,7 @@ class Row:
     framework: str
     variant: str
     hazard: bool = False
-    verdict: str = "unchanged"  # regression | improvement | noisy | unchanged
+    verdict: str = "unchanged"  # regression | improvement | noisy | unchanged | unknown (the host's change explains it)
     base_s: float | None = None
     cand_s: float | None = None
     ratio: float | None = None
@@ -73,6 +83,7 @@ class Row:
     numbers: str = ""  # worse | better | same | "" (not judged)
     status: str = ""  # "ok → oom: why" when the status changed
     why: list[str] = field(default_factory=list)  # what made the verdict: time, numbers, outputs, status
+    host: str = ""  # where the verdict is unknown: "host speed changed (X ms → Y ms; its sensitivity)"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -95,7 +106,7 @@ class Regress:
         return [r for r in self.rows if r.verdict == "regression"]
 
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in ("regression", "improvement", "noisy", "unchanged")}
+        out = {k: 0 for k in ("regression", "improvement", "noisy", "unchanged", "unknown")}
         for r in self.rows:
             out[r.verdict] += 1
         return out
@@ -177,7 +188,8 @@ def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list
 
 
 def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
-                clock: str, threshold: float, confidence: float, host: float | None = None) -> Row | str:
+                clock: str, threshold: float, confidence: float, host: float | None = None,
+                speeds: tuple[float, float] | None = None) -> Row | str:
     """The judged row, or why this pair is not comparable."""
     sb, sc = rb["status"], rc["status"]
     label = _key(scn_b, rb)[0]
@@ -193,7 +205,7 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.why.append("status")
         return row
     # Both ran: timing, then numbers.
-    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host)
+    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds)
     if problem:
         return problem
     _judge_numbers(row, scenario, scn_b, rb, scn_c, rc)
@@ -201,15 +213,19 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.verdict = "regression"
     elif row.timing == "improvement" or row.numbers == "better":
         row.verdict = "improvement"
+    elif row.timing == "unknown":
+        row.verdict = "unknown"
     elif row.timing == "noisy":
         row.verdict = "noisy"
     return row
 
 
 def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
-                host: float | None) -> str | None:
-    """Set row's ratio, interval and timing verdict (against host, the host factor, where given);
-    or why the clock cannot be compared."""
+                host: float | None, speeds: tuple[float, float] | None = None) -> str | None:
+    """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
+    runs recorded the host loop beside each process, a change that the host can explain (regress_env
+    HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
+    unknown; in older files, host-bound rows are judged against host, the calibration's factor."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
@@ -222,10 +238,22 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
         row.ratio, row.lo, row.hi = ratio_ci_iqr(stb, stc, confidence)
         row.method = "iqr"
     row.base_s, row.cand_s = stb["median"], stc["median"]
+    eff = None
+    if xb is not None and xc is not None:
+        eff = host_effect(host_procs(rb, [float(np.median(p)) for p in xb]),
+                          host_procs(rc, [float(np.median(p)) for p in xc]), speeds)
+    if eff is not None:
+        host = None  # the row's own processes say what the host did to it: not the start-up calibration
     lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
     row.timing = judge_timing(lo, hi, threshold)
     if host:
         row.why.append("host")
+    if eff is not None and row.timing in ("regression", "improvement"):
+        # the most the host's change between the runs can have moved this row, in the change's direction
+        e = eff.explainable(row.timing == "regression")
+        if judge_timing(lo / e, hi / e, threshold) != row.timing:
+            row.timing, row.host = "unknown", eff.describe()
+            row.why.append("host")
     if row.timing in ("regression", "improvement"):
         row.why.append("time")
     return None
@@ -259,6 +287,7 @@ class _Context:
     excluded: dict[str, str]
     host: HostSpeed | None
     host_bound: set[tuple[str, str, str]]
+    speeds: tuple[float, float] | None = None
 
 
 def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
@@ -280,7 +309,7 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
             notes.append(f"the {which} keeps one process's repeats per row (written before rows were timed in "
                          "several processes): its intervals count only the noise within one process")
     ctx = _Context(clock, threshold, confidence, frameworks, variants, excluded, host,
-                   host_bound(base) | host_bound(cand))
+                   host_bound(base) | host_bound(cand), two_speeds(base, cand, threshold))
     rows: list[Row] = []
     nc: list[tuple[str, str]] = []
     for name, scn_b in base["scenarios"].items():
@@ -328,7 +357,7 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
             continue
         bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
         factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
-        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor)
+        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds)
         if isinstance(got, str):
             nc.append((what, got))
         else:
@@ -336,3 +365,106 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
     for k, rc in by_key_c.items():
         if k not in seen and wanted(rc):
             nc.append(("/".join(filter(None, (name, k[0], rc["framework"], rc["variant"]))), "not in the baseline"))
+
+
+# -- paired verdicts (an interleaved run: harness/interleave.py) ------------------------------------
+
+FDR = 0.05  # the share of false "different" rows tolerated among a run's rows (Benjamini-Hochberg)
+
+
+@dataclass
+class Paired:
+    """One row of an interleaved run: baseline and candidate process medians, pair by pair."""
+
+    scenario: str
+    label: str
+    framework: str
+    variant: str
+    base: list[float]  # process medians, pair order
+    cand: list[float]
+    point: int = 0
+    verdict: str = "unknown"  # same | different | unknown
+    ratio: float | None = None  # geometric mean over pairs of candidate / baseline
+    lo: float | None = None
+    hi: float | None = None
+    p: float = 1.0  # the paired t test's, on the pairs' log ratios
+    q: float = 1.0  # Benjamini-Hochberg adjusted over the run's rows
+    status: str = ""  # "ok → error: why" where a side failed
+    why: str = ""  # what made an unknown or a different verdict
+
+    @property
+    def pairs(self) -> int:
+        return min(len(self.base), len(self.cand))
+
+    @property
+    def slower(self) -> bool:
+        if self.verdict != "different":
+            return False
+        if self.status:
+            return "candidate" in self.why
+        return (self.ratio or 1.0) > 1
+
+
+def paired_test(base: list[float], cand: list[float], confidence: float) -> tuple[float, float, float, float]:
+    """(ratio, lo, hi, p): the geometric mean of the pairs' ratios, its Student-t interval and the
+    two-sided paired t test's p on the log ratios.
+
+    Why a t test and not a rank test (Wilcoxon signed-rank, a sign-flip permutation): with n pairs a
+    rank test's smallest two-sided p is 2 / 2^n (0.03 at 6 pairs), which Benjamini-Hochberg across a
+    run's ~100 rows can never pass (it needs p <= FDR / rows for a lone change); the t test's p is
+    continuous. The log makes a host's multiplicative effect additive, and a process's figure is the
+    median of its repeats, so that one stall inside a process does not reach the test."""
+    x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
+    n = len(x)
+    ratio = float(np.exp(np.mean(x))) if n else math.nan
+    if n < 2:
+        return ratio, 0.0, math.inf, 1.0
+    from scipy import stats
+
+    sd = float(np.std(x, ddof=1))
+    if sd == 0.0:
+        return ratio, ratio, ratio, (1.0 if np.mean(x) == 0 else 0.0)
+    se = sd / math.sqrt(n)
+    t = float(np.mean(x)) / se
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half), float(2 * stats.t.sf(abs(t), n - 1))
+
+
+def bh_adjust(ps: list[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p values (a row is different at FDR q where its adjusted p <= q)."""
+    m = len(ps)
+    if not m:
+        return []
+    order = np.argsort(ps)
+    adj = np.minimum.accumulate((np.asarray(ps)[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(adj, 1.0)
+    return out.tolist()
+
+
+def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: float = FDR) -> None:
+    """Every row's verdict, the false discoveries controlled across all the run's rows.
+
+    different  the paired test passes Benjamini-Hochberg at fdr and the ratio is beyond the effect
+               floor (1 + threshold, or its inverse: asv's 1.1 at the default 10%)
+    same       the ratio's interval lies within the floor both ways: a change as large as the floor
+               is unlikely (Pinpoint's SAME; the equivalence half of a TOST)
+    unknown    neither: more pairs may decide it
+    A row that ran on one side and failed on the other is different whatever its times."""
+    timed = [r for r in rows if not r.status]
+    for r in timed:
+        r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
+    for r, q in zip(timed, bh_adjust([r.p for r in timed])):
+        r.q = q
+        floor = math.log1p(threshold)
+        if q <= fdr and abs(math.log(r.ratio)) >= floor:
+            r.verdict, r.why = "different", ""
+        elif r.lo > 0 and r.hi < math.inf and abs(math.log(r.lo)) < floor and abs(math.log(r.hi)) < floor:
+            r.verdict, r.why = "same", ""
+        elif q <= fdr:
+            r.verdict, r.why = "unknown", "changed, but its interval reaches the effect floor"
+        else:
+            r.verdict, r.why = "unknown", f"not significant (BH q = {q:.2g}) and its interval reaches the floor"
+    for r in rows:
+        if r.status:
+            r.verdict = "different"

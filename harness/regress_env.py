@@ -173,3 +173,94 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
                 notes.append(f"{fw} {vb} → {vc}: its rows are not compared (--allow-version-change compares them)")
                 excluded[fw] = f"{fw} {vb} → {vc}"
     return notes, excluded
+
+
+# -- a row's sensitivity to the host, measured ------------------------------------------------------
+
+SENSITIVITY_MIN_SPREAD = 0.05  # the host loop must have varied this much within a run to fit a slope
+SENSITIVITY_MIN_DF = 3  # residual degrees of freedom of the fit: fewer cannot show a row to be insensitive
+
+
+@dataclass(frozen=True)
+class HostEffect:
+    """What the host's speed can do to one row between the two runs.
+
+    base_ms, cand_ms: the host loop's median over the row's processes in each run (timing.processes[]
+    .host_loop_s, measured just before the point was timed in that process).
+    fast_ms, slow_ms: the two speeds the host ran at during the runs (every process and point of both),
+    where it ran at two: a process can time its row at either whatever the loop read just before it
+    (the H200's host switches in spells of tens of milliseconds, docs/probes/host_speed.md); else None.
+    slope: the row's elasticity to the host, d log(time) / d log(host loop), fitted within each run
+    (a run's own intercept: a change of code between the runs is not read as host sensitivity) over
+    the row's processes; hi its upper 95% bound. None where it cannot be measured (too few processes,
+    or a host loop that hardly varied within the runs): the row is then taken to follow the host fully."""
+
+    base_ms: float
+    cand_ms: float
+    slope: float | None
+    hi: float | None
+    fast_ms: float | None = None
+    slow_ms: float | None = None
+
+    def explainable(self, slower: bool) -> float:
+        """The largest factor (candidate / baseline) in the change's direction that the host can put
+        on this row: the row's own host change, or the host's two speeds where it ran at two."""
+        own = self.cand_ms / self.base_ms
+        swing = self.slow_ms / self.fast_ms if self.fast_ms and self.slow_ms else 1.0
+        factor = max(own, swing, 1.0) if slower else min(own, 1 / swing, 1.0)
+        return factor ** (1.0 if self.hi is None else min(max(self.hi, 0.0), 1.5))
+
+    def describe(self) -> str:
+        sens = ("its sensitivity to the host not measurable" if self.slope is None
+                else f"sensitivity {self.slope:.2f} (up to {self.hi:.2f})")
+        two = (f"; the host ran at {self.fast_ms:.1f} and {self.slow_ms:.1f} ms during the runs"
+               if self.fast_ms and self.slow_ms else "")
+        return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms{two}; {sens})"
+
+
+def two_speeds(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> tuple[float, float] | None:
+    """(fast, slow) host loop seconds where a run's host itself ran at speeds further apart than the
+    threshold (its loop times' 10th and 90th percentiles), the two runs' together; else None (a host
+    steady within each run explains only the change of its speed between them)."""
+    hb, hc = host_during(base), host_during(cand)
+    if not hb or not hc:
+        return None
+    spread = [np.quantile(h, [0.1, 0.9], method="nearest") for h in (hb, hc)]
+    if not any(slow / fast > 1 + threshold for fast, slow in spread):
+        return None
+    fast, slow = (float(x) for x in np.quantile(hb + hc, [0.1, 0.9], method="nearest"))
+    return fast, slow
+
+
+def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[float, float]],
+                speeds: tuple[float, float] | None = None) -> HostEffect | None:
+    """From each run's (host loop seconds, process median) pairs; None where a run has no host loop."""
+    if not base_procs or not cand_procs:
+        return None
+    hb = float(np.median([h for h, _ in base_procs]))
+    hc = float(np.median([h for h, _ in cand_procs]))
+    slope = hi = None
+    groups = [np.log(np.asarray(g, dtype=np.float64)) for g in (base_procs, cand_procs) if len(g) >= 2]
+    n = sum(len(g) for g in groups)
+    df = n - len(groups) - 1
+    if df >= SENSITIVITY_MIN_DF and any(np.ptp(g[:, 0]) > math.log1p(SENSITIVITY_MIN_SPREAD) for g in groups):
+        x = np.concatenate([g[:, 0] - g[:, 0].mean() for g in groups])
+        y = np.concatenate([g[:, 1] - g[:, 1].mean() for g in groups])
+        sxx = float(x @ x)
+        slope = float(x @ y) / sxx
+        resid = y - slope * x
+        from scipy import stats
+
+        se = math.sqrt(float(resid @ resid) / df / sxx)
+        hi = slope + float(stats.t.ppf(0.975, df)) * se
+    fast, slow = speeds if speeds else (None, None)
+    return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow)
+
+
+def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:
+    """(host loop s, process median) for every process of a row that recorded its host loop."""
+    procs = (row.get("timing") or {}).get("processes") or []
+    if medians is None or len(medians) != len(procs):
+        return []
+    return [(float(p["host_loop_s"]), m) for p, m in zip(procs, medians)
+            if isinstance(p.get("host_loop_s"), (int, float)) and 0 < p["host_loop_s"] < math.inf and 0 < m < math.inf]

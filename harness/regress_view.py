@@ -32,7 +32,7 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
                   "file has no samples)", highlight=False)
     for n in res.notes:
         console.print(f"  [yellow]differs:[/yellow] {n}", highlight=False)
-    colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim"}
+    colour = {"regression": "red", "improvement": "green", "noisy": "yellow", "unchanged": "dim", "unknown": "magenta"}
     shown = [r for r in res.rows if show_all or r.verdict != "unchanged"]
     if shown:
         t = Table(title="regressions and improvements" + (" (and every other row)" if show_all else ""),
@@ -50,7 +50,9 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
             if r.status:
                 err = (err + "\n" if err != "—" else "") + escape(r.status)
             c = colour[r.verdict]
-            what = r.verdict + (f" ({', '.join(r.why)})" if r.why and r.verdict != "noisy" else "")
+            what = r.verdict + (f" ({', '.join(r.why)})" if r.why and r.verdict not in ("noisy", "unknown") else "")
+            if r.verdict == "unknown":
+                what += f": {escape(r.host)}"
             t.add_row(r.scenario + (f" · {r.label}" if r.label else ""), r.framework,
                       r.variant + (" (hazard)" if r.hazard else ""), fmt_s(r.base_s), fmt_s(r.cand_s), change, err,
                       f"[{c}]{what}[/{c}]")
@@ -70,7 +72,8 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
     n = res.counts()  # the verdict, last
     console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
                   f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
-                  f"[yellow]{n['noisy']} noisy[/yellow]; {len(res.not_comparable)} not comparable")
+                  f"[yellow]{n['noisy']} noisy[/yellow], [magenta]{n['unknown']} unknown[/magenta] (a change the "
+                  f"host's speed can explain); {len(res.not_comparable)} not comparable")
 
 
 SKIPPED_BOTH = "skipped in both: "
@@ -102,3 +105,47 @@ def grouped(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
         else:
             out.append((head, [last], why) if head else (what, [], why))
     return [(f"{h}/{','.join(v)}" if v else h, why) for h, v, why in out]
+
+
+def paired_line(r: Any) -> str:
+    """One row of an interleaved run, as `regress` prints it."""
+    what = " · ".join(filter(None, (r.scenario, r.label))) + f"  {r.framework}  {r.variant}"
+    if r.status:
+        return f"{r.verdict:<9}  {what}  {r.status} ({r.why})" + ("  SLOWER" if r.slower else "")
+    change = f"{_pct(r.ratio)} [{_pct(r.lo)}, {_pct(r.hi)}]" if r.ratio is not None else "—"
+    line = f"{r.verdict:<9}  {what}  {change}  p {r.p:.2g} · BH {r.q:.2g} · {_n(r.pairs, 'pair')}"
+    if r.verdict == "different":
+        line += "  SLOWER" if r.slower else "  faster"
+    elif r.why:
+        line += f"  ({r.why})"
+    return line
+
+
+def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
+    """The changed and unknown rows of an interleaved run, one line each, the summary line last; the
+    exit code: 1 where a row is different and slower (or failed in the candidate), else 0."""
+    say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
+    say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
+        f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}) · paired t on the log ratios "
+        "of the process medians, pairs in A-B-B-A order")
+    from harness.regress_env import fw_version
+
+    fws = [(d["environment"].get("frameworks") or {}) for d in res.docs]
+    for fw in sorted(set(fws[0]) & set(fws[1])):
+        vb, vc = fw_version(fws[0][fw]), fw_version(fws[1][fw])
+        if vb and vc and vb != vc:
+            say(f"  {fw} {vb} → {vc}")
+    for side in sides:
+        if side.env:
+            say(f"  {side.name} environment: {' '.join(f'{k}={v}' for k, v in side.env.items())}")
+    for r in res.rows:
+        if r.verdict != "same":
+            say(paired_line(r))
+    for what, why in grouped(res.not_comparable):
+        say(f"  not comparable: {what}: {why}")
+    counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}
+    slower = sum(r.slower for r in res.rows)
+    say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
+        f"{counts['different']} different ({slower} slower), {counts['same']} same, {counts['unknown']} unknown"
+        + (f"; stopped adding pairs: {res.stopped}" if res.stopped and counts["unknown"] else ""))
+    return 1 if slower else 0

@@ -24,9 +24,10 @@ def samples(median: float, spread: float = 0.01, n: int = 40, seed: int = 0) -> 
 
 def row(fw: str, variant: str, times: list[float] | None = None, *, status: str = "ok", err: float | None = 1e-6,
         reason: str = "", keep_samples: bool = True, scenario: str = "async_dispatch",
-        processes: int = 2) -> dict[str, Any]:
+        processes: int = 2, host_loop: list[float] | None = None) -> dict[str, Any]:
     """A row timed in `processes` worker processes (the repeats split evenly among them, in order);
-    processes=0: a file written before rows were timed in several processes (no timing.processes)."""
+    processes=0: a file written before rows were timed in several processes (no timing.processes).
+    host_loop: each process's host loop seconds (timing.processes[].host_loop_s)."""
     r: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": variant,
                          "hazard": get(scenario).variant(variant).hazard, "status": status, "point": 0, "label": ""}
     if status not in ("ok", "wrong"):
@@ -41,6 +42,8 @@ def row(fw: str, variant: str, times: list[float] | None = None, *, status: str 
         parts = np.array_split(np.asarray(times), processes)
         t["processes"] = [{"n": len(p), "stopped": "noise", "noise": 0.01, "median": float(np.median(p)),
                            "first_call_s": 0.1} for p in parts]
+        for p, h in zip(t["processes"], host_loop or []):
+            p["host_loop_s"] = h
     return r | {"timing": t, "check": {"against": "reference", "checked": 2, "wrong": t["wrong_repeats"],
                                        "worst": "output 'x'[0]: got 1.0, want 2.0" if status == "wrong" else "",
                                        "max_rel_err": err}}

@@ -78,7 +78,7 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "baseline samples lost": (["--baseline", "{bad_samples}", "--candidate", "{good}"],
                               "timing.samples.device_done: 39 samples where n is 40", {}),
     "baseline row without timing": (["--baseline", "{no_timing}", "--candidate", "{good}"], "rows[0]: 'timing' is a required property", {}),
-    "no baseline": (["--candidate", "{good}"], "the following arguments are required: --baseline", {}),
+    "no baseline": (["--candidate", "{good}"], "--baseline (a result file) or --baseline-tree / --baseline-python", {}),
     # regress: the candidate
     "candidate missing": (["--baseline", "{good}", "--candidate", "{missing}"], "--candidate {missing}: no such file", {}),
     "candidate a symlink loop": (["--baseline", "{good}", "--candidate", "{loop}"],

@@ -258,10 +258,19 @@ def test_make_regress(real_run):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run(["make", "-s", "regress", f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True,
                        text=True, env=env, timeout=120)
-    assert r.returncode == 2 and "BASELINE=path/to/result.json is required" in r.stderr
+    assert r.returncode == 2 and "BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" in r.stderr
     r = subprocess.run(["make", "-s", "regress", f"PYTHON={sys.executable}", f"BASELINE={real_run}",
                         f"CANDIDATE={real_run}"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "0 regressions" in r.stdout, r.stdout + r.stderr
+    # a ref, a folder or an interpreter: both sides in one interleaved run
+    for baseline, option in (("HEAD~1", "--baseline-tree"), (str(ROOT), "--baseline-tree"),
+                             (sys.executable, "--baseline-python"), (str(real_run), "--baseline")):
+        cand = real_run if option == "--baseline" else sys.executable
+        r = subprocess.run(["make", "-n", "regress", f"PYTHON={sys.executable}", f"BASELINE={baseline}",
+                            f"CANDIDATE={cand}"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+        want = f'{option} "{baseline}"'
+        assert r.returncode == 0 and want in r.stdout, (want, r.stdout, r.stderr)
+        assert ("--candidate " if option == "--baseline" else "--candidate-python ") in r.stdout
 
 
 

@@ -1,5 +1,7 @@
 """`regress --baseline A.json [--candidate B.json]`: timing and numerical changes of B against A; without
---candidate, a fresh run of A's scenarios, frameworks, size and seed is the candidate."""
+--candidate, a fresh run of A's scenarios, frameworks, size and seed is the candidate.
+`regress --baseline-tree DIR_OR_REF | --baseline-python PY [--candidate-tree ...] [--candidate-python ...]`:
+both sides timed in one run, process pair by process pair (harness/interleave.py)."""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +55,13 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     from harness.regress_view import render
     from harness.report import make_console
 
+    sides = [o for o in ("baseline_tree", "baseline_python", "candidate_tree", "candidate_python",
+                         "baseline_env", "candidate_env") if getattr(a, o)]
+    if sides:
+        return _interleaved(a, argv, ["--" + o.replace("_", "-") for o in sides])
+    if a.baseline is None:
+        raise UsageError("--baseline (a result file) or --baseline-tree / --baseline-python (an interleaved run) "
+                         "is required")
     fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),
                                  ("--gpu-memory-fraction", a.gpu_memory_fraction)) if v is not None]
     if a.candidate is not None and fresh_only:
@@ -130,3 +139,88 @@ def _processes(doc: dict[str, Any]) -> int:
     counts = [len((r.get("timing") or {}).get("processes") or ()) for scn in doc["scenarios"].values()
               for r in scn["rows"]]
     return max(counts, default=0) or default("processes")
+
+
+def _env(items: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"{option} takes KEY=VALUE, not {item!r}")
+        out[key] = value
+    return out
+
+
+def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> int:
+    """Baseline and candidate in one run (harness/interleave.py); exit 1 on a slower different row."""
+    import contextlib
+    import os
+    import random
+
+    from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV
+    from harness.cli.cmd_compare import start_checks
+    from harness.interleave import Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
+    from harness.regress_view import render_paired
+    from harness.results import claim_name, release_folder, write_or_rescue
+    from scenarios import DEFAULT_RUN, get
+
+    if a.baseline is not None or a.candidate is not None:
+        raise UsageError(f"{', '.join(given)} run both sides now: drop --baseline/--candidate (result files)")
+    if not (a.baseline_tree or a.baseline_python):
+        raise UsageError("an interleaved run needs --baseline-tree or --baseline-python (the candidate defaults to "
+                         "this checkout and this interpreter)")
+    if a.variants is not None or a.allow_version_change:
+        raise UsageError("--variants and --allow-version-change apply to result files, not to an interleaved run")
+    if a.max_pairs < a.pairs:
+        raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
+    scenarios = a.scenarios or list(DEFAULT_RUN)
+    frameworks = a.frameworks or list(FRAMEWORKS)
+    size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
+    seed = a.seed if a.seed is not None else random.randrange(2**32)
+    out = a.out if a.out is not None else DEFAULT_OUT
+    ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
+    # every pair's processes live side by side (and as many rank groups where a scenario has ranks):
+    # 70% of the GPU for their pools leaves room for their CUDA contexts
+    fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
+                                            int(70 / (2 * a.pairs * (2 if ranks else 1))) / 100)
+    start_checks(out, fraction, frameworks, 1)
+    envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
+    from harness import faults
+
+    for option, env in zip(("--baseline-env", "--candidate-env"), envs):
+        if faults.ENV in env:
+            try:
+                faults.parse(env[faults.ENV])
+            except ValueError as e:
+                raise UsageError(f"{option} {e}") from None
+    old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
+    os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
+    try:
+        with contextlib.ExitStack() as stack:
+            sides = []
+            for j, name in enumerate(("baseline", "candidate")):
+                where, label = stack.enter_context(tree(getattr(a, f"{name}_tree")))
+                py = getattr(a, f"{name}_python")
+                python = check_python(py) if py else sys.executable
+                sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
+            log = (lambda _t: None) if a.quiet else (lambda t: print(f"  {t}", file=sys.stderr, flush=True))
+            schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
+            plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
+                        a.clock)
+            res = run_interleaved(schedule, plan)
+    except SideError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if old_fraction is None:
+            os.environ.pop(MEMORY_FRACTION_ENV, None)
+        else:
+            os.environ[MEMORY_FRACTION_ENV] = old_fraction
+    paths = []
+    for side, doc in zip(sides, res.docs):
+        doc["command"] = ["python -m harness", *argv]
+        name = claim_name(out, doc)
+        path, rescued = write_or_rescue(doc, out, name, claimed=True)
+        release_folder(out, name)
+        paths.append(path)
+        print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
+    return render_paired(res, sides, plan, print)

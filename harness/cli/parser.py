@@ -202,7 +202,8 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     from harness.regress import CLOCKS
 
     r = sub.add_parser("regress", help="baseline vs candidate: timing changes with intervals, numerical changes")
-    r.add_argument("--baseline", type=Path, required=True, help="a result file")
+    r.add_argument("--baseline", type=Path, default=None,
+                   help="a result file (or --baseline-tree / --baseline-python: an interleaved run of both sides)")
     r.add_argument("--candidate", type=Path, default=None,
                    help="a result file; without it, a fresh run of the baseline's scenarios, frameworks, size, seed")
     r.add_argument("--threshold", type=_threshold, default=0.10, help="timing change that counts (default 10%%)")
@@ -223,3 +224,28 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     fresh.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
                        help="as for compare (default: the baseline's)")
     fresh.add_argument("--quiet", action="store_true", help="no progress output")
+    both = r.add_argument_group(
+        "interleaved run (baseline and candidate timed in one run, process pairs in A-B-B-A order)")
+    for side in ("baseline", "candidate"):
+        both.add_argument(f"--{side}-tree", default=None, metavar="DIR_OR_REF",
+                          help=f"the {side}'s code: a folder, or a git ref checked out into a temporary worktree "
+                               "(default: this checkout)")
+        both.add_argument(f"--{side}-python", default=None, metavar="PY",
+                          help=f"the {side}'s interpreter (default: this one)")
+        both.add_argument(f"--{side}-env", action="append", default=[], metavar="KEY=VALUE",
+                          help=f"an environment variable of the {side}'s processes alone, e.g. TRIPTYCH_FAULT=... "
+                               "(repeatable)")
+    both.add_argument("--size", choices=["auto", "smoke", "full"], default="auto",
+                      help="full on a GPU machine, smoke elsewhere (default: auto)")
+    both.add_argument("--seed", type=_bounded_int(0, 2**32 - 1, "--seed"), default=None,
+                      help="seed of every input, the same on both sides (default: a random one)")
+    both.add_argument("--pairs", type=_bounded_int(2, 64, "--pairs"), default=4,
+                      help="process pairs every row gets first (default 4)")
+    both.add_argument("--max-pairs", type=_bounded_int(2, 256, "--max-pairs"), default=12,
+                      help="pairs at most: rows whose verdict is unknown get one more pair at a time (default 12)")
+    both.add_argument("--budget", type=_seconds("--budget"), default=None,
+                      help="seconds after which no new pair starts (default: none; --max-pairs bounds the run)")
+    both.add_argument("--fdr", type=_threshold, default=0.05,
+                      help="false discovery rate over the run's rows, Benjamini-Hochberg (default 0.05)")
+    both.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
+                      help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

@@ -1,0 +1,304 @@
+"""Interleaved regress (harness/interleave.py, harness/regress.py judge_pairs) and the host-aware verdict
+of file regress: the schedule cancels a host that drifts, the test is paired, false discoveries are
+controlled across rows, a host speed change is never a regression; end to end on real processes."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import interleave
+from harness.interleave import Plan, Schedule, Side
+from harness.regress import Paired, judge_pairs, regress
+from harness.results import load
+from harness.timing import Stats
+from tests.conftest import backend_or_skip
+from tests.synthetic import doc, row
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- the schedule, on fake workers whose host drifts -----------------------------------------------
+
+
+class Host:
+    """A host whose speed drifts by `step` (a factor) at every timing request, whichever side makes it."""
+
+    def __init__(self, step: float, slow: dict[tuple[str, str], float] | None = None) -> None:
+        self.step, self.t, self.slow = step, 0, slow or {}
+        self.log: list[str] = []
+
+
+class FakeWorker:
+    def __init__(self, fw: str, side: Side, host: Host) -> None:
+        self.fw, self.side, self.host = fw, side, host
+
+    def request(self, op, *args, timeout=None, progress=None):
+        if op == "hello":
+            return {"available": True, "why": "fake", "env": {"version": "1.0"}, "on_gpu": False}
+        assert op == "time"
+        from scenarios import get
+
+        scn = get(args[0])
+        factor = self.host.step ** self.host.t
+        self.host.t += 1
+        self.host.log.append(self.side.name)
+        rng = np.random.default_rng(self.host.t)
+        rows = []
+        for v in scn.variants:
+            base = 1e-3 * self.host.slow.get((self.side.name, v.name), 1.0) * factor
+            times = [float(x) for x in base * np.exp(rng.normal(0, 0.002, 20))]
+            st = Stats.of(times).to_dict()
+            rows.append({"scenario": scn.name, "framework": self.fw, "variant": v.name, "hazard": v.hazard,
+                         "status": "ok", "wall_s": 0.1,
+                         "check": {"against": "reference", "checked": 1, "wrong": 0, "worst": "", "max_rel_err": 0.0},
+                         "timing": {"first_call_s": 0.1, "host_return": st, "device_done": dict(st),
+                                    "device_events": None, "metrics": {}, "checked_repeats": 1, "wrong_repeats": 0,
+                                    "worst": "", "samples": {"host_return": times, "device_done": times},
+                                    "stopped": "noise", "noise": 0.01, "host_loop_s": 0.007 * factor}})
+        return {"rows": rows, "sample": None}
+
+    def close(self, grace=0.0):
+        pass
+
+
+def fake_run(step: float, order=interleave.pair_order, slow=None, pairs: int = 6):
+    host = Host(step, slow)
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: FakeWorker(fw, s, host),
+                     order=order)
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=pairs, max_pairs=pairs))
+    return res, host
+
+
+def test_pairs_run_in_a_b_b_a_order_and_pair_process_by_process():
+    res, host = fake_run(1.0)
+    assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 3
+    assert all(r.pairs == 6 for r in res.rows) and res.rows
+    assert [len(p["processes"]) for p in (r["timing"] for r in res.docs[0]["scenarios"]["sync_points"]["rows"])] \
+        == [6] * len(res.rows)
+    assert all(r.verdict == "same" for r in res.rows)
+
+
+def test_a_host_that_drifts_during_the_run_is_no_change_when_interleaved():
+    # 12% slower at every process: A-B, B-A cancels it in the mean over pairs
+    res, _ = fake_run(1.12)
+    assert res.rows and not [r for r in res.rows if r.verdict == "different"], [(r.variant, r.ratio) for r in res.rows]
+
+
+def test_without_the_alternation_the_same_drift_reads_as_a_change():
+    """What the interleaved test above guards against: A before B in every pair."""
+    res, _ = fake_run(1.12, order=lambda k: (0, 1))
+    assert any(r.verdict == "different" for r in res.rows)
+
+
+def test_a_slowdown_planted_on_the_candidate_is_found_despite_the_drift():
+    res, _ = fake_run(1.05, slow={("candidate", "on_device"): 1.15})
+    got = {r.variant: r for r in res.rows}
+    assert got["on_device"].verdict == "different" and got["on_device"].slower
+    assert 1.12 < got["on_device"].ratio < 1.18
+    assert all(r.verdict != "different" for v, r in got.items() if v != "on_device")
+
+
+def test_unknown_rows_get_more_pairs_until_decided():
+    host = Host(1.0)
+
+    class Noisy(FakeWorker):
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            if op == "time":  # a process's own factor, 4%: two pairs cannot call it the same, more can
+                f = math.exp(np.random.default_rng(100 + self.host.t).normal(0, 0.04))
+                for r in out["rows"]:
+                    r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+            return out
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=20))
+    assert all(r.verdict == "same" for r in res.rows) and 2 < res.pairs < 20 and not res.stopped
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=3))
+    assert res.pairs == 3 and "--max-pairs 3" in res.stopped
+
+
+# -- the paired test and the false-discovery control -----------------------------------------------
+
+
+def _rows(rng, n_rows: int, pairs: int, effect: float, between: float, within: float = 0.0) -> list[Paired]:
+    """Rows whose pair k ran on a host of speed h_k (shared by both processes of the pair)."""
+    out = []
+    for i in range(n_rows):
+        h = rng.choice([1.0, 2.0], pairs) * np.exp(rng.normal(0, between, pairs))
+        base = h * np.exp(rng.normal(0, within, pairs))
+        cand = h * effect * np.exp(rng.normal(0, within, pairs))
+        out.append(Paired("s", "", "torch", f"v{i}", base.tolist(), cand.tolist()))
+    return out
+
+
+def test_the_test_is_paired_a_host_that_differs_between_pairs_cancels():
+    rng = np.random.default_rng(3)
+    rows = _rows(rng, 1, 6, 1.15, between=0.3, within=0.01) + _rows(rng, 1, 6, 1.0, between=0.3, within=0.01)
+    judge_pairs(rows, 0.10, 0.95)
+    assert rows[0].verdict == "different" and rows[0].slower and 1.12 < rows[0].ratio < 1.18
+    assert rows[1].verdict == "same"
+    shuffled = [Paired("s", "", "torch", "x", r.base, list(reversed(r.cand))) for r in rows]
+    judge_pairs(shuffled, 0.10, 0.95)  # the same figures, unpaired: the hosts' spread hides both answers
+    assert all(r.verdict == "unknown" for r in shuffled)
+
+
+def test_false_discoveries_are_controlled_across_the_rows():
+    rng = np.random.default_rng(7)
+    null = _rows(rng, 300, 6, 1.0, between=0.0, within=0.09)
+    real = _rows(rng, 3, 6, 1.4, between=0.0, within=0.01)
+    rows = null + real
+    judge_pairs(rows, 0.10, 0.95, fdr=0.05)
+    assert all(r.verdict == "different" for r in real)
+    assert not [r for r in null if r.verdict == "different"]
+    assert sum(r.p <= 0.05 and abs(math.log(r.ratio)) >= math.log(1.1) for r in null) >= 3  # what BH spares
+
+
+def test_a_failed_candidate_is_a_slower_difference():
+    r = Paired("s", "", "torch", "v", [], [], status="ok → error: boom", why="failed in the candidate")
+    judge_pairs([r], 0.10, 0.95)
+    assert r.verdict == "different" and r.slower
+
+
+# -- the host-aware verdict of file regress ---------------------------------------------------------
+
+
+def _row(variant, per_process, loops, seed=0):
+    rng = np.random.default_rng(seed)
+    times = [float(t * x) for t in per_process for x in np.exp(rng.normal(0, 0.002, 10))]
+    return row("torch", variant, times, processes=len(per_process), host_loop=loops)
+
+
+def test_a_host_paced_row_on_a_slower_host_is_unknown_not_a_regression():
+    fast, slow = [6.8e-3] * 3, [13.3e-3] * 3
+    # host-paced: every process's time follows its host loop; within a run the host did not vary
+    base = _row("async", [1e-3] * 3, fast)
+    cand = _row("async", [1.95e-3] * 3, slow, seed=1)
+    (r,) = regress(doc([base]), doc([cand])).rows
+    assert r.verdict == "unknown" and "host speed changed (6.8 ms → 13.3 ms" in r.host and "not measurable" in r.host
+
+
+def test_a_host_paced_row_whose_sensitivity_is_measured_is_unknown():
+    # the baseline's processes mostly met the fast host, the candidate's mostly the slow one
+    loops_b, loops_c = [6.8e-3] * 7 + [13.3e-3], [13.3e-3] * 7 + [6.8e-3]
+    base = _row("async", [1e-3 * h / 6.8e-3 for h in loops_b], loops_b)
+    cand = _row("async", [1e-3 * h / 6.8e-3 for h in loops_c], loops_c, seed=1)
+    (r,) = regress(doc([base]), doc([cand])).rows
+    assert r.timing == "unknown" and r.verdict == "unknown" and "sensitivity 1.00" in r.host, r
+    # what the verdict would have been without the host's account
+    assert r.lo > 1.1
+
+
+def test_a_device_paced_row_that_the_host_cannot_explain_stays_a_regression():
+    loops_b, loops_c = [6.8e-3, 13.3e-3, 6.8e-3, 13.3e-3], [13.3e-3, 13.3e-3, 6.8e-3, 13.3e-3]
+    base = _row("async", [1e-3] * 4, loops_b)  # the same time at either host speed: insensitive, measured
+    cand = _row("async", [1.3e-3] * 4, loops_c, seed=1)
+    (r,) = regress(doc([base]), doc([cand])).rows
+    assert r.verdict == "regression" and not r.host
+
+
+def test_a_host_at_two_speeds_within_the_runs_explains_a_row_whose_own_loops_did_not_move():
+    # the host flips between 6.8 and 13.3 ms within each run (sync_each's processes met both); async's
+    # two processes a run read 6.8 ms before timing in both runs, yet may have run at either speed
+    mixed = [6.8e-3, 13.3e-3, 13.3e-3, 6.8e-3]
+    base = [_row("async", [1e-3] * 2, [6.8e-3] * 2), _row("sync_each", [2e-3] * 4, mixed, seed=2)]
+    cand = [_row("async", [1.5e-3] * 2, [6.8e-3] * 2, seed=1), _row("sync_each", [2e-3] * 4, mixed, seed=3)]
+    got = {r.variant: r for r in regress(doc(base), doc(cand)).rows}
+    assert got["async"].verdict == "unknown" and "ran at 6.8 and 13.3 ms during the runs" in got["async"].host
+    assert got["sync_each"].verdict == "unchanged"
+
+
+def test_a_slowdown_on_a_faster_host_stays_a_regression_and_an_unchanged_host_explains_nothing():
+    base = _row("async", [1e-3] * 3, [13.3e-3] * 3)
+    cand = _row("async", [1.3e-3] * 3, [6.8e-3] * 3, seed=1)  # host faster: it cannot explain a slowdown
+    assert regress(doc([base]), doc([cand])).rows[0].verdict == "regression"
+    base = _row("async", [1e-3] * 3, [6.8e-3] * 3)
+    cand = _row("async", [1.3e-3] * 3, [6.8e-3] * 3, seed=1)
+    assert regress(doc([base]), doc([cand])).rows[0].verdict == "regression"
+
+
+# -- end to end: real worker processes of two sides -------------------------------------------------
+
+
+def _regress(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    e = dict(os.environ, PYTHONPATH=str(ROOT)) | (env or {})
+    return subprocess.run([sys.executable, "-m", "harness", "regress", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=e, timeout=600)
+
+
+def test_one_commit_against_itself_torch_and_jax(tmp_path):
+    backend_or_skip("torch")
+    backend_or_skip("jax")
+    r = _regress("--baseline-tree", str(ROOT), "--scenarios", "launch_overhead", "--frameworks", "torch,jax",
+                 "--size", "smoke", "--seed", "3", "--pairs", "2", "--max-pairs", "2", "--fdr", "0.01", "--quiet",
+                 "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "\ndifferent" not in r.stdout and "0 different (0 slower)" in r.stdout.splitlines()[-1], r.stdout
+    docs = sorted((load(p) for p in tmp_path.glob("*.json")), key=lambda d: d["interleaved"]["side"])
+    assert [d["interleaved"]["side"] for d in docs] == ["baseline", "candidate"]
+    assert all(len(r["timing"]["processes"]) == 2 for d in docs for r in d["scenarios"]["launch_overhead"]["rows"]
+               if r["status"] == "ok")
+
+
+def test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference(tmp_path):
+    backend_or_skip("torch")
+    r = _regress("--baseline-tree", str(ROOT), "--scenarios", "sync_points,launch_overhead", "--frameworks", "torch",
+                 "--size", "smoke", "--seed", "3", "--pairs", "3", "--max-pairs", "6", "--fdr", "0.01", "--quiet",
+                 "--out", str(tmp_path), "--candidate-env", "TRIPTYCH_FAULT=launch_overhead:torch:slow15:eager")
+    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
+    different = [line for line in r.stdout.splitlines() if line.startswith("different")]
+    assert len(different) == 1 and "launch_overhead  torch  eager" in different[0] and "SLOWER" in different[0], \
+        r.stdout
+
+
+def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "harness").mkdir(parents=True)
+    (repo / "harness" / "worker.py").write_text("# v1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "v1"], check=True)
+    (repo / "harness" / "worker.py").write_text("# v2\n")
+    with interleave.tree("HEAD", repo) as (where, label):
+        assert (Path(where) / "harness" / "worker.py").read_text() == "# v1\n" and label.startswith("HEAD (")
+    assert not Path(where).exists()
+    assert len(subprocess.run([*git, "worktree", "list"], capture_output=True, text=True).stdout.splitlines()) == 1
+    with interleave.tree(str(repo), repo) as (where, _):
+        assert where == str(repo)
+    with pytest.raises(interleave.SideError, match="neither a folder nor a git ref"):
+        with interleave.tree("no-such-ref", repo):
+            pass
+
+
+def test_usage_errors():
+    r = _regress("--baseline", "x.json", "--baseline-tree", "HEAD")
+    assert r.returncode == 2 and "drop --baseline" in r.stderr
+    r = _regress("--candidate-tree", "HEAD")
+    assert r.returncode == 2 and "needs --baseline-tree or --baseline-python" in r.stderr
+    r = _regress("--baseline-tree", ".", "--candidate-env", "TRIPTYCH_FAULT=*:torch:melt")
+    assert r.returncode == 2 and "--candidate-env TRIPTYCH_FAULT: unknown kind 'melt'" in r.stderr, r.stderr
+    r = _regress("--baseline-python", "/no/such/python")
+    assert r.returncode == 2 and "/no/such/python: cannot run it" in r.stderr, r.stderr
+    r = _regress("--baseline-tree", "no-such-ref-or-folder")
+    assert r.returncode == 2 and "neither a folder nor a git ref" in r.stderr, r.stderr
+
+
+def test_a_sides_rank_groups_start_with_its_interpreter_tree_and_environment(tmp_path):
+    sides = [Side("baseline", str(tmp_path), "/opt/py-a/bin/python", {"TRIPTYCH_FAULT": "x"}),
+             Side("candidate", str(ROOT), sys.executable)]
+    groups = interleave.SideGroups(sides, ["torch"], 2, 60.0)
+    a, b = groups.make_group("torch", 0), groups.make_group("torch", 1)
+    assert (a.python, a.cwd, a.env) == ("/opt/py-a/bin/python", str(tmp_path),
+                                        {"PYTHONPATH": str(tmp_path), "TRIPTYCH_FAULT": "x"})
+    assert (b.python, b.cwd, b.env) == (sys.executable, str(ROOT), {"PYTHONPATH": str(ROOT)})
+    from harness.ranks import RankGroup
+
+    assert RankGroup.python == sys.executable and RankGroup.env == {} and RankGroup.cwd is None
