@@ -58,7 +58,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     against = "reference" if expected is not None else "baseline"
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
     # changed speed during the run (on the H200, a factor of two between processes and runs: docs/gpu_runs.md).
-    host_loop = python_loop_s(3)
+    host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
     rows: list[dict[str, Any]] = []
     sample = None
     for v in scn.variants:
@@ -72,6 +72,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
         timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree,
                                    against == "reference")
         timed["timing"]["host_loop_s"] = host_loop
+        timed["timing"]["host_loop_at"] = host_loop_at
         timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
         if expected is None and v is scn.baseline:
             expected = got  # later variants are checked against this framework's baseline
@@ -122,6 +123,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     b.free_memory()
     timing = m.to_dict()
     timing["metrics"].update(from_outputs)
+    timing["phase_s"] = time.perf_counter() - t_variant  # this process's whole share of the row
     return {
         "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
         "timing": timing,

@@ -113,3 +113,25 @@ def ratio_interval(base: list[np.ndarray], cand: list[np.ndarray], confidence: f
     if between is not None:
         lo, hi = min(lo, between[0]), max(hi, between[1])
     return ratio, lo, hi
+
+
+def host_sensitivity(medians: Sequence[float], host_loops: Sequence[float]) -> dict[str, float | int | None]:
+    """How a row's process medians move with the host's speed measured beside them (each process's
+    Python loop, harness/calibrate.py): {"slope", "r", "n"} of the least-squares line of log(median) on
+    log(host loop) over the row's n processes. slope is an elasticity: 1 where the row's time grows in
+    proportion to the host's loop time (host-paced), 0 where the host does not move it (device-paced);
+    r is Pearson's correlation of the two logs. Both None below three processes, where a host loop or
+    median is not positive, or where the host's loop did not vary (nothing to regress on)."""
+    pairs = [(m, h) for m, h in zip(medians, host_loops) if m is not None and h is not None]
+    n = len(pairs)
+    out: dict[str, float | int | None] = {"slope": None, "r": None, "n": n}
+    if n < 3 or min(min(p) for p in pairs) <= 0:
+        return out
+    y, x = np.log([p[0] for p in pairs]), np.log([p[1] for p in pairs])
+    sx, sy = float(np.std(x)), float(np.std(y))
+    if sx <= 1e-12 * max(1.0, float(np.abs(x).max())):
+        return out
+    cov = float(np.mean((x - x.mean()) * (y - y.mean())))
+    out["slope"] = cov / sx ** 2
+    out["r"] = cov / (sx * sy) if sy > 0 else 0.0
+    return out

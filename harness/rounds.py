@@ -18,12 +18,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.noise import rel_halfwidth, split
+from harness.noise import host_sensitivity, rel_halfwidth, split
 from harness.timing import Stats
 from harness.worker import WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
 CLOCKS = ("host_return", "device_done", "device_events")
+# Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
+# the row's timed seconds and its whole wall time in that process (its timed share).
+PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s")
+SUMMED = ("timed_s", "phase_s", "loop_s", "check_s")
 Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
 
 
@@ -100,9 +104,30 @@ def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
                     for k in timings[0]["metrics"]}
     t["processes"] = [{"n": n, "stopped": m["stopped"], "noise": m["noise"],
                        "median": float(np.median(m["samples"]["device_done"])), "first_call_s": m["first_call_s"],
-                       **({"host_loop_s": m["host_loop_s"]} if "host_loop_s" in m else {})}
+                       **{k: m[k] for k in PER_PROCESS if k in m}}
                       for n, m in zip(counts, timings)]
-    t.pop("host_loop_s", None)  # the process's, kept per process above
+    for k in PER_PROCESS:
+        t.pop(k, None)  # the process's, kept per process above
+    for k in SUMMED:  # where the row's wall time went, all processes together
+        if all(k in m for m in timings):
+            t[k] = sum(m[k] for m in timings)
+    t["host_sensitivity"] = host_sensitivity([p["median"] for p in t["processes"]],
+                                             [p.get("host_loop_s") for p in t["processes"]])
     t["noise"] = {c: rel_halfwidth(split(samples[c], counts)) for c in samples}
     t.pop("stopped", None)
     return t
+
+
+def phase(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
+    trace included) and the seconds inside timed repeats, all processes together: the share of the
+    phase that measured something. Rows without timed_s (failed, skipped) add nothing."""
+    timed = sum(r["timing"].get("timed_s", 0.0) for r in rows if isinstance(r.get("timing"), dict))
+    return {"wall_s": wall_s, "timed_s": timed, "share": timed / wall_s if wall_s > 0 else None}
+
+
+def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
+    """The run's timing phase: its scenarios' phases summed (phase())."""
+    parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
+    wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
+    return {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}

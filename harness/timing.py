@@ -136,6 +136,11 @@ class Measurement:
     samples: dict[str, list[float]] = field(default_factory=dict)
     stopped: str = ""  # TimingConfig.stop's reason
     noise: float = float("inf")  # device_done median's relative half-width when it stopped
+    # Where measure()'s wall time went: timed_s inside the timed repeats (every call, start to synchronized
+    # end), loop_s the whole of measure() (first call, warm-up, poisoning, checks), check_s the checks alone.
+    timed_s: float = 0.0
+    loop_s: float = 0.0
+    check_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +155,9 @@ class Measurement:
             "samples": self.samples,
             "stopped": self.stopped,
             "noise": self.noise if math.isfinite(self.noise) else None,
+            "timed_s": self.timed_s,
+            "loop_s": self.loop_s,
+            "check_s": self.check_s,
         }
 
 
@@ -205,6 +213,7 @@ def measure(
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
+    t_measure = wall()
     _, first, _, out, _ = _timed_call(call, backend, before, None)
     del out
     t_warm = wall()
@@ -217,7 +226,9 @@ def measure(
         if not more:
             break
         _timed_call(call, backend, before, None, calls)
-    return _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    m.loop_s = wall() - t_measure
+    return m
 
 
 def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
@@ -233,6 +244,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
     t_loop = wall()
     t_agree = 0.0
     done_total = 0.0  # the device_done time spent, every call of every repeat, kept as it grows
+    check_s = 0.0
     while True:
         h, d, ev, out, emitted = _timed_call(call, backend, before, timer, calls)
         host.append(h)
@@ -249,7 +261,9 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
             t_agree += wall() - t0  # the group's broadcast is not the variant's loop time
         if check is not None and (check_every or len(done) == 1 or stopped):
             checked += 1
+            t0 = wall()
             problem = check(out)
+            check_s += wall() - t0
             if problem is not None:
                 wrong += 1
                 worst = worst or problem
@@ -268,4 +282,6 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
         stopped=stopped,
         noise=median_rel_halfwidth(done),
+        timed_s=done_total,
+        check_s=check_s,
     )
