@@ -14,6 +14,8 @@ as the mean over ranks pools its slowest rank's repeats beside (timing.slowest_r
 """
 from __future__ import annotations
 
+import math
+from dataclasses import is_dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -27,7 +29,9 @@ CLOCKS = ("host_return", "device_done", "device_events")
 # Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
 # the row's timed seconds and its whole wall time in that process (its timed share).
 PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s")
-SUMMED = ("timed_s", "phase_s", "loop_s", "check_s")
+SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s")
+PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
+MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
 
 
@@ -43,12 +47,53 @@ def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario
             if got[fw] and "status" in got[fw][-1]:
                 continue
             step(fw, f"timing (round {i + 1} of {len(pools)})")
+            todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
             try:
-                got[fw].append(pool[fw].request("time", scn.name, params, cfg, i == 0, timeout=timeout,
+                got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, timeout=timeout,
                                                 progress=lambda text, fw=fw: detail(fw, text)))
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})
     return got
+
+
+def repeats_where_the_variance_is(procs: list[tuple[list[float], float, float]], lo: int, hi: int) -> int | None:
+    """Kalibera and Jones' optimal repeats per process ("Rigorous benchmarking in reasonable time", 2013):
+    r = ceil(sqrt(c2 T1^2 / (c1 T2^2))), T1^2 the variance between repeats within a process, T2^2 the
+    variance between processes' means beyond what T1^2 explains, c1 the cost of one more repeat and c2
+    the cost of one more process (set-up, first call, warm-up, checks). Why: a repeat is cheap but
+    only averages out noise within its process; where the processes differ more, a new process buys
+    more certainty per second than more repeats in the same ones. procs: (the process's device_done
+    samples, its repeat loop's wall time, its whole wall time for the row); clipped to [lo, hi]; hi where
+    no variance between processes shows; None below two processes of two samples."""
+    procs = [(np.asarray(x, dtype=np.float64), r, w) for x, r, w in procs if len(x) >= 2]
+    if len(procs) < 2:
+        return None
+    t1 = float(np.mean([x.var(ddof=1) for x, _, _ in procs]))
+    n = float(np.mean([x.size for x, _, _ in procs]))
+    t2 = float(np.var([x.mean() for x, _, _ in procs], ddof=1)) - t1 / n
+    c1 = float(np.mean([r / x.size for x, r, _ in procs]))
+    c2 = float(np.mean([max(w - r, 0.0) for _, r, w in procs]))
+    if t2 <= 0 or c1 <= 0:
+        return hi  # no variance between processes beyond the repeats' own: spend on repeats
+    r = math.ceil(math.sqrt(c2 * t1 / (c1 * t2)))
+    return max(lo, min(hi, r))
+
+
+def plan(answers: list[Timed], cfg: Any) -> Any:
+    """cfg with, per variant, the repeats a further process runs (repeats_where_the_variance_is) from this
+    framework's processes so far; cfg itself where none can be decided (failed, skipped, no timings)."""
+    if not answers or any("status" in a for a in answers):
+        return cfg
+    decided = []
+    for i, row in enumerate(answers[0]["rows"]):
+        timings = [a["rows"][i].get("timing") for a in answers]
+        if not all(isinstance(t, dict) and "repeats_s" in t and "phase_s" in t for t in timings):
+            continue
+        r = repeats_where_the_variance_is([(t["samples"]["device_done"], t["repeats_s"], t["phase_s"])
+                                           for t in timings], min(MIN_PLANNED, cfg.max_repeats), cfg.max_repeats)
+        if r is not None:
+            decided.append((row["variant"], r))
+    return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
 
 
 def merge(answers: list[Timed]) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | Timed:

@@ -15,7 +15,7 @@ outputs checked are the last call's.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -82,11 +82,23 @@ class TimingConfig:
     max_wall_s: float = float("inf")  # the whole repeat loop, untimed work included
     warmup_s: float = 0.0
     max_noise: float = math.inf  # relative half-width of the median's interval; inf: min_time_s alone decides
+    # Per variant, the most repeats a process runs, decided from the row's earlier processes (harness/rounds.py
+    # plan: Kalibera and Jones' repeats where the variance is); a variant not named keeps max_repeats.
+    plan: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
-                or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0):
+                or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0
+                or any(n < 1 for _, n in self.plan)):
             raise ValueError(f"bad timing config {self}")
+
+    def for_variant(self, name: str) -> "TimingConfig":
+        """This config with the plan's repeats for one variant (at most max_repeats) and no plan."""
+        n = dict(self.plan).get(name)
+        if n is None:
+            return replace(self, plan=()) if self.plan else self
+        n = min(n, self.max_repeats)
+        return replace(self, min_repeats=min(self.min_repeats, n), max_repeats=n, plan=())
 
     def stop(self, n: int, done_total: float, loop_s: float, noise: Callable[[], float]) -> str | None:
         """Why the loop stops after n repeats, or None to go on (noise() is asked only when it matters)."""
@@ -141,6 +153,7 @@ class Measurement:
     timed_s: float = 0.0
     loop_s: float = 0.0
     check_s: float = 0.0
+    repeats_s: float = 0.0  # the repeat loop alone (what one more repeat costs: repeats_s / n)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,6 +171,7 @@ class Measurement:
             "timed_s": self.timed_s,
             "loop_s": self.loop_s,
             "check_s": self.check_s,
+            "repeats_s": self.repeats_s,
         }
 
 
@@ -284,4 +298,5 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         noise=median_rel_halfwidth(done),
         timed_s=done_total,
         check_s=check_s,
+        repeats_s=wall() - t_loop - t_agree,
     )
