@@ -195,3 +195,34 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     assert len(series) >= 2 and all(t0 <= e["at"] <= t1 and e["loop_s"] > 0 for e in series)
     assert [e["at"] for e in series] == sorted(e["at"] for e in series)
     assert phase_line(doc).startswith("timed share:") and host_speed_rows(doc)
+
+
+def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch):
+    """A checked output equal to the first keeps its verdict without a second comparison; one that
+    differs (here: the last repeat's, one element off) is compared in full and counted wrong."""
+    import importlib
+
+    from harness import backends, handlers, timing
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    impl = importlib.import_module("impls.sync_points.torch_impl")
+    original, calls = impl.run_on_device, []
+
+    def late(state):
+        out = dict(original(state))
+        calls.append(1)
+        if len(calls) > 4:  # the first call, one warm-up and the first timed repeat are right
+            key = next(iter(out))
+            a = backends.get("torch").to_numpy(out[key]).astype(np.float64).copy()
+            a.reshape(-1)[-1] += 1.0
+            out[key] = a
+        return out
+
+    monkeypatch.setattr(impl, "run_on_device", late)
+    cfg = timing.TimingConfig(warmup=1, min_repeats=6, max_repeats=6, min_time_s=0.0)
+    rows = handlers.time_scenario("torch", "sync_points", get("sync_points").params_for_size("smoke") | {"seed": 3},
+                                  cfg, progress=lambda _t: None)
+    row = next(r for r in rows if r["variant"] == "on_device")
+    assert row["status"] == "wrong" and (row["check"]["checked"], row["check"]["wrong"]) == (2, 1)
