@@ -226,3 +226,41 @@ def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch
                                   cfg, progress=lambda _t: None)
     row = next(r for r in rows if r["variant"] == "on_device")
     assert row["status"] == "wrong" and (row["check"]["checked"], row["check"]["wrong"]) == (2, 1)
+
+
+def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_different_ones(monkeypatch):
+    """Within a run (its point cache), a check against the reference is made once per distinct output:
+    a later process whose outputs are the same bytes reuses it; a planted wrong element is compared
+    in full and caught."""
+    from harness import handlers, point_cache, timing
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)  # smoke outputs are small: shortcut them too
+    compared: list[str] = []
+    real = handlers.compare_outputs
+    monkeypatch.setattr(handlers, "compare_outputs",
+                        lambda scn, params, got, want, variant: compared.append(variant) or real(
+                            scn, params, got, want, variant=variant))
+    root = point_cache.start()
+    try:
+        params = get("sync_points").params_for_size("smoke") | {"seed": 3}
+        cfg = timing.TimingConfig(warmup=1, min_repeats=4, max_repeats=4, min_time_s=0.0)
+
+        def one_process():
+            return {r["variant"]: r for r in handlers.time_scenario("torch", "sync_points", params, cfg,
+                                                                    progress=lambda _t: None)}
+
+        first = one_process()
+        n_first = len(compared)
+        assert n_first and all(r["status"] == "ok" for r in first.values() if r["status"] != "skipped")
+        again = one_process()
+        assert len(compared) == n_first  # every output the same bytes as the first process's: no comparison
+        assert {v: r["status"] for v, r in again.items()} == {v: r["status"] for v, r in first.items()}
+        _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
+        broken = one_process()
+        assert compared[n_first:] == ["on_device"] and broken["on_device"]["status"] == "wrong"
+    finally:
+        point_cache.stop(root)
