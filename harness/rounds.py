@@ -11,6 +11,12 @@ per clock, which counts the variance between processes as well as within one. A 
 pools are groups of rank processes, one group per framework and round (harness/ranks.py Groups):
 there a "process" of timing.processes is a group of WORLD_SIZE processes of its own, and a row timed
 as the mean over ranks pools its slowest rank's repeats beside (timing.slowest_rank).
+
+The first PLAN_AFTER processes of a row run the preset's budget; each later one at most the repeats
+that Kalibera and Jones' rule gives from the processes so far (plan, repeats_where_the_variance_is):
+more processes where the processes differ, more repeats where the repeats do. Each row also records
+where its wall time went (timed_s against phase_s, per process and summed) and how its process medians
+moved with the host loop measured beside them (timing.host_sensitivity, harness/noise.py).
 """
 from __future__ import annotations
 
