@@ -51,6 +51,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     (first=True) also count host syncs and trace the timeline, which a second process (or round) would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}."""
+    t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
     impl = load_impl(scenario, fw)
@@ -88,6 +89,10 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
                 progress(f"{row['variant']} · timeline")
                 call = variant_call(impl, scn.variant(row["variant"]))
                 row["timeline"] = trace_variant(b, impl, call, inputs, params)
+    served = time.perf_counter() - t_served  # set-up, host loop, every variant, the timeline: the worker's share
+    for row in rows:
+        if isinstance(row.get("timing"), dict):
+            row["timing"]["served_s"] = served
     return {"rows": rows, "sample": sample}
 
 

@@ -19,8 +19,11 @@ def phase_line(doc: dict[str, Any]) -> str | None:
     p = doc.get("timing_phase")
     if not isinstance(p, dict) or not p.get("wall_s"):
         return None
+    parts = ", ".join(f"{what} {p[k]:.1f} s" for k, what in (("rows_s", "rows"), ("served_s", "worker requests"),
+                                                               ("requests_s", "round trips"))
+                      if isinstance(p.get(k), (int, float)))
     return (f"timed share: {p['timed_s']:.1f} s inside timed repeats of the timing phase's {p['wall_s']:.1f} s "
-            f"({100 * p['timed_s'] / p['wall_s']:.0f}%)")
+            f"({100 * p['timed_s'] / p['wall_s']:.0f}%)" + (f"; {parts}" if parts else ""))
 
 
 def host_speed_rows(doc: dict[str, Any], bins: int = BINS) -> list[list[str]]:
@@ -59,9 +62,12 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
     if line is not None:
         out.append(("p", line[0].upper() + line[1:] + ": the rest is set-up, poisoning, checks, warm-up and "
                          "messages between the runner and its workers."))
-        out.append(("table", ["scenario", "timing phase", "timed", "share"],
+        out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", "requests in the workers",
+                               "requests' round trips"],
                     [[name, f"{p['wall_s']:.1f} s", f"{p['timed_s']:.1f} s",
-                      f"{100 * p['share']:.0f}%" if p.get("share") is not None else "—"]
+                      f"{100 * p['share']:.0f}%" if p.get("share") is not None else "—",
+                      *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—"
+                        for k in ("rows_s", "served_s", "requests_s"))]
                      for name, scn in doc["scenarios"].items() if isinstance(p := scn.get("timing_phase"), dict)]))
     if rows:
         out.append(("p", "The host's speed over the run: the Python loop (harness/calibrate.py) measured by every "

@@ -21,6 +21,7 @@ moved with the host loop measured beside them (timing.host_sensitivity, harness/
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import is_dataclass, replace
 from typing import Any, Callable
 
@@ -33,8 +34,9 @@ from scenarios.spec import Params, Scenario
 
 CLOCKS = ("host_return", "device_done", "device_events")
 # Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
-# the row's timed seconds and its whole wall time in that process (its timed share).
-PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s")
+# the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
+# the request that timed it (shared by the rows of one request): in the worker (served_s) and round trip.
+PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", "request_s")
 SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
@@ -54,11 +56,16 @@ def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario
                 continue
             step(fw, f"timing (round {i + 1} of {len(pools)})")
             todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
+            t0 = time.perf_counter()
             try:
                 got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, timeout=timeout,
                                                 progress=lambda text, fw=fw: detail(fw, text)))
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})
+                continue
+            for row in got[fw][-1].get("rows") or []:  # the request's round trip, messages included
+                if isinstance(row.get("timing"), dict):
+                    row["timing"]["request_s"] = time.perf_counter() - t0
     return got
 
 
@@ -172,13 +179,31 @@ def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
 def phase(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
     trace included) and the seconds inside timed repeats, all processes together: the share of the
-    phase that measured something. Rows without timed_s (failed, skipped) add nothing."""
-    timed = sum(r["timing"].get("timed_s", 0.0) for r in rows if isinstance(r.get("timing"), dict))
-    return {"wall_s": wall_s, "timed_s": timed, "share": timed / wall_s if wall_s > 0 else None}
+    phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
+    went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
+    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included)."""
+    timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
+    timed = sum(t.get("timed_s", 0.0) for t in timings)
+    out = {"wall_s": wall_s, "timed_s": timed, "share": timed / wall_s if wall_s > 0 else None,
+           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
+    requests: dict[tuple[Any, ...], tuple[float, float]] = {}  # one per framework, point and process
+    for r in rows:
+        t = r["timing"] if isinstance(r.get("timing"), dict) else {}
+        for i, p in enumerate(t.get("processes") or []):
+            if "request_s" in p and "served_s" in p:
+                requests[(r.get("framework"), r.get("point", 0), i)] = (p["request_s"], p["served_s"])
+    if requests:
+        out["requests_s"] = sum(q for q, _ in requests.values())
+        out["served_s"] = sum(s for _, s in requests.values())
+    return out
 
 
 def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
     """The run's timing phase: its scenarios' phases summed (phase())."""
     parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
     wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
-    return {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
+    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
+    for k in ("rows_s", "requests_s", "served_s"):
+        if any(k in p for p in parts):
+            out[k] = sum(p.get(k, 0.0) for p in parts)
+    return out

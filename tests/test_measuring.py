@@ -66,12 +66,16 @@ def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
 
 
 def test_the_timing_phase_share_of_a_scenario_and_of_the_run():
-    rows = [{"timing": {"timed_s": 3.0}}, {"timing": {"timed_s": 1.0}}, {"status": "skipped"}]
+    procs = [{"request_s": 2.0, "served_s": 1.5}, {"request_s": 3.0, "served_s": 2.5}]  # one request each
+    rows = [{"framework": "torch", "timing": {"timed_s": 3.0, "phase_s": 1.0, "processes": procs}},
+            {"framework": "torch", "timing": {"timed_s": 1.0, "phase_s": 2.0, "processes": procs}},
+            {"status": "skipped"}]
     p = rounds.phase(rows, 10.0)
-    assert p == {"wall_s": 10.0, "timed_s": 4.0, "share": 0.4}
+    assert p == {"wall_s": 10.0, "timed_s": 4.0, "share": 0.4, "rows_s": 3.0, "requests_s": 5.0, "served_s": 4.0}
     run = rounds.run_phase({"a": {"timing_phase": p}, "b": {"timing_phase": rounds.phase(rows[:1], 5.0)},
                             "c": {"rows": []}})
     assert run["wall_s"] == 15.0 and run["timed_s"] == 7.0 and run["share"] == pytest.approx(7 / 15)
+    assert run["requests_s"] == 10.0 and run["rows_s"] == 4.0
 
 
 def test_the_host_series_is_every_loop_measured_once_in_time_order():
@@ -189,8 +193,9 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     rows = [r for r in doc["scenarios"]["launch_overhead"]["rows"] if r["status"] == "ok"]
     assert rows and sum(r["timing"]["timed_s"] for r in rows) == pytest.approx(run["timed_s"])
     for r in rows:
-        t = r["timing"]
-        assert 0 < t["timed_s"] <= t["repeats_s"] <= t["loop_s"] <= t["phase_s"]
+        t, p = r["timing"], r["timing"]["processes"][0]
+        assert 0 < t["timed_s"] <= t["repeats_s"] <= t["loop_s"] <= t["phase_s"] <= p["served_s"] <= p["request_s"]
+    assert run["rows_s"] <= run["served_s"] <= run["requests_s"] <= run["wall_s"]
     series = doc["host_speed"]
     assert len(series) >= 2 and all(t0 <= e["at"] <= t1 and e["loop_s"] > 0 for e in series)
     assert [e["at"] for e in series] == sorted(e["at"] for e in series)
