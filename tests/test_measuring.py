@@ -269,3 +269,18 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
         assert compared[n_first:] == ["on_device"] and broken["on_device"]["status"] == "wrong"
     finally:
         point_cache.stop(root)
+
+
+def test_the_vectorized_hierarchical_bootstrap_draws_what_the_loop_draws(monkeypatch):
+    """Six processes take the vectorized way (noise._vectorized); its medians have the distribution of
+    the loop over draws of processes, uneven repeat counts included."""
+    from harness import noise
+
+    rng = np.random.default_rng(2)
+    procs = [rng.normal(1.0 + 0.05 * i, 0.03, n) for i, n in enumerate((3, 8, 5, 12, 4, 7))]
+    fast = noise.hierarchical_medians(procs, 20_000, seed=1)
+    monkeypatch.setattr(noise, "VECTORIZED_MAX", 0)
+    loop = noise.hierarchical_medians(procs, 20_000, seed=1)
+    assert fast.shape == loop.shape == (20_000,) and np.isfinite(fast).all()
+    for q in (0.025, 0.25, 0.5, 0.75, 0.975):
+        assert np.quantile(fast, q) == pytest.approx(np.quantile(loop, q), abs=0.004), q
