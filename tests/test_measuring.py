@@ -276,11 +276,10 @@ def test_the_vectorized_hierarchical_bootstrap_draws_what_the_loop_draws(monkeyp
     the loop over draws of processes, uneven repeat counts included."""
     from harness import noise
 
-    rng = np.random.default_rng(2)
-    procs = [rng.normal(1.0 + 0.05 * i, 0.03, n) for i, n in enumerate((3, 8, 5, 12, 4, 7))]
-    fast = noise.hierarchical_medians(procs, 20_000, seed=1)
+    procs = [np.array(x) for x in ([1.0, 2.0, 3.0], [10.0, 20.0], [4.0], [5.0, 6.0, 7.0, 8.0], [30.0], [0.5, 40.0])]
+    fast = noise.hierarchical_medians(procs, 40_000, seed=1)
     monkeypatch.setattr(noise, "VECTORIZED_MAX", 0)
-    loop = noise.hierarchical_medians(procs, 20_000, seed=1)
-    assert fast.shape == loop.shape == (20_000,) and np.isfinite(fast).all()
-    for q in (0.025, 0.25, 0.5, 0.75, 0.975):
-        assert np.quantile(fast, q) == pytest.approx(np.quantile(loop, q), abs=0.004), q
+    loop = noise.hierarchical_medians(procs, 40_000, seed=1)
+    assert fast.shape == loop.shape == (40_000,) and np.isfinite(fast).all()
+    for v in (2.0, 3.5, 4.0, 5.5, 6.5, 9.0, 15.0):  # discrete values: a median off by one slot moves these
+        assert (fast <= v).mean() == pytest.approx((loop <= v).mean(), abs=0.012), v
