@@ -158,8 +158,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         return known["err"], known["verdict"]
 
     with faults.slowed(b.name, scn.name, v.name):
-        m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard, agree=agree,
-                    calls=scn.calls(params))
+        m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard,
+                    agree=agree, calls=scn.calls(params))
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()

@@ -63,9 +63,10 @@ def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})
                 continue
-            for row in got[fw][-1].get("rows") or []:  # the request's round trip, messages included
+            took = time.perf_counter() - t0  # the request's round trip, messages included
+            for row in got[fw][-1].get("rows") or []:
                 if isinstance(row.get("timing"), dict):
-                    row["timing"]["request_s"] = time.perf_counter() - t0
+                    row["timing"]["request_s"] = took
     return got
 
 
