@@ -1,6 +1,7 @@
 """What a compare run is asked to do, and every default of it in one place (the CLI reads these)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -9,9 +10,11 @@ TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one 
 # request timeout: six workers start side by side, and on a loaded host an import alone can take 20 s.
 STARTUP_TIMEOUT_S = 120.0
 ISOLATION = "process"
-# Worker processes per framework that time every row (harness/rounds.py); between-process noise needs
-# at least two. --isolation none runs one, in this process.
-PROCESSES = 2
+# Worker processes per framework that time every row (harness/rounds.py). Six: most of a row's variance
+# on a shared host is between processes (harness/noise.py), and a between-process interval needs
+# several (pyperf times 20). After the first two, each process's repeats follow Kalibera and Jones
+# (harness/rounds.py plan). --isolation none runs one, in this process.
+PROCESSES = 6
 # Hypothesis examples per scenario's equivalence check. On the GPU (full) each example costs JAX a
 # compile per shape and every framework a round trip: a few draws check the device paths, while the CPU
 # suite (tests/test_equivalence.py) and the gpu suite's thorough profile draw more. Five fit a full run
@@ -27,6 +30,17 @@ class UI(Protocol):
     def advance(self) -> None: ...
     def note(self, text: str) -> None: ...
     def end(self) -> None: ...
+
+
+def default_memory_fraction(processes: int, frameworks: list[str]) -> float | None:
+    """The cap a run without --gpu-memory-fraction (and without $TRIPTYCH_GPU_MEMORY_FRACTION) gets:
+    the backends' default, lowered where JAX's pools (a worker and a rank group per process, each keeping
+    its pool) would not fit in the GPU together; None: the backends' default as it is."""
+    from harness.backends.base import DEFAULT_MEMORY_FRACTION
+
+    if "jax" not in frameworks or DEFAULT_MEMORY_FRACTION * 2 * processes <= 1.0:
+        return None
+    return math.floor(100 / (2 * processes)) / 100
 
 
 @dataclass

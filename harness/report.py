@@ -254,6 +254,11 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
                           f"{escape(c['evidence'])}", highlight=False)
     for nr in doc.get("not_run", []):
         console.print(f"\n[yellow]not run[/yellow] {nr['scenario']}: {escape(nr['why'])}", highlight=False)
+    from harness.report_measuring import host_speed_line, phase_line
+
+    for line in (phase_line(doc), host_speed_line(doc)):
+        if line is not None:
+            console.print(f"\n{line}", highlight=False, markup=False)
 
 
 FAILED_STATUSES = ("wrong", "error", "timeout", "crashed", "oom")

@@ -22,6 +22,7 @@ from harness.labels import gpu_label, pct_of_floor
 from harness.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
                             summary_status, timed)
 from harness.report_charts import chart_png, ordered_sweep, point_label, variants_of
+from harness.report_measuring import blocks as measuring_blocks
 from harness.report_render import Block, machine_line, render_html, render_md, text_of
 
 VERDICT_MARK = {"confirmed": "✓", "refuted": "✗", "inconclusive": "?"}
@@ -332,6 +333,7 @@ def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> di
     ]
     blocks += _summary_blocks(doc)
     blocks += _environment_blocks(doc, result_path.name)
+    blocks += measuring_blocks(doc)
     for n, (name, scn) in enumerate(doc["scenarios"].items(), 1):
         blocks += [("h", 2, f"{n}. {name} — {scn.get('title', '')}", name), ("quote", scn.get("concept", ""))]
         blocks.append(("p", f"Measured on {gpu} with {versions or 'no framework'}; size `{doc['size']}`, "

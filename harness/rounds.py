@@ -11,19 +11,35 @@ per clock, which counts the variance between processes as well as within one. A 
 pools are groups of rank processes, one group per framework and round (harness/ranks.py Groups):
 there a "process" of timing.processes is a group of WORLD_SIZE processes of its own, and a row timed
 as the mean over ranks pools its slowest rank's repeats beside (timing.slowest_rank).
+
+The first PLAN_AFTER processes of a row run the preset's budget; each later one at most the repeats
+that Kalibera and Jones' rule gives from the processes so far (plan, repeats_where_the_variance_is):
+more processes where the processes differ, more repeats where the repeats do. Each row also records
+where its wall time went (timed_s against phase_s, per process and summed) and how its process medians
+moved with the host loop measured beside them (timing.host_sensitivity, harness/noise.py).
 """
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import is_dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
-from harness.noise import rel_halfwidth, split
+from harness.noise import host_sensitivity, rel_halfwidth, split
 from harness.timing import Stats
 from harness.worker import WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
 CLOCKS = ("host_return", "device_done", "device_events")
+# Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
+# the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
+# the request that timed it (shared by the rows of one request): in the worker (served_s) and round trip.
+PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", "request_s")
+SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s")
+PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
+MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
 
 
@@ -39,12 +55,59 @@ def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario
             if got[fw] and "status" in got[fw][-1]:
                 continue
             step(fw, f"timing (round {i + 1} of {len(pools)})")
+            todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
+            t0 = time.perf_counter()
             try:
-                got[fw].append(pool[fw].request("time", scn.name, params, cfg, i == 0, timeout=timeout,
+                got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, timeout=timeout,
                                                 progress=lambda text, fw=fw: detail(fw, text)))
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})
+                continue
+            took = time.perf_counter() - t0  # the request's round trip, messages included
+            for row in got[fw][-1].get("rows") or []:
+                if isinstance(row.get("timing"), dict):
+                    row["timing"]["request_s"] = took
     return got
+
+
+def repeats_where_the_variance_is(procs: list[tuple[list[float], float, float]], lo: int, hi: int) -> int | None:
+    """Kalibera and Jones' optimal repeats per process ("Rigorous benchmarking in reasonable time", 2013):
+    r = ceil(sqrt(c2 T1^2 / (c1 T2^2))), T1^2 the variance between repeats within a process, T2^2 the
+    variance between processes' means beyond what T1^2 explains, c1 the cost of one more repeat and c2
+    the cost of one more process (set-up, first call, warm-up, checks). Why: a repeat is cheap but
+    only averages out noise within its process; where the processes differ more, a new process buys
+    more certainty per second than more repeats in the same ones. procs: (the process's device_done
+    samples, its repeat loop's wall time, its whole wall time for the row); clipped to [lo, hi]; hi where
+    no variance between processes shows; None below two processes of two samples."""
+    procs = [(np.asarray(x, dtype=np.float64), r, w) for x, r, w in procs if len(x) >= 2]
+    if len(procs) < 2:
+        return None
+    t1 = float(np.mean([x.var(ddof=1) for x, _, _ in procs]))
+    n = float(np.mean([x.size for x, _, _ in procs]))
+    t2 = float(np.var([x.mean() for x, _, _ in procs], ddof=1)) - t1 / n
+    c1 = float(np.mean([r / x.size for x, r, _ in procs]))
+    c2 = float(np.mean([max(w - r, 0.0) for _, r, w in procs]))
+    if t2 <= 0 or c1 <= 0:
+        return hi  # no variance between processes beyond the repeats' own: spend on repeats
+    r = math.ceil(math.sqrt(c2 * t1 / (c1 * t2)))
+    return max(lo, min(hi, r))
+
+
+def plan(answers: list[Timed], cfg: Any) -> Any:
+    """cfg with, per variant, the repeats a further process runs (repeats_where_the_variance_is) from this
+    framework's processes so far; cfg itself where none can be decided (failed, skipped, no timings)."""
+    if not answers or any("status" in a for a in answers):
+        return cfg
+    decided = []
+    for i, row in enumerate(answers[0]["rows"]):
+        timings = [a["rows"][i].get("timing") for a in answers]
+        if not all(isinstance(t, dict) and "repeats_s" in t and "phase_s" in t for t in timings):
+            continue
+        r = repeats_where_the_variance_is([(t["samples"]["device_done"], t["repeats_s"], t["phase_s"])
+                                           for t in timings], min(MIN_PLANNED, cfg.max_repeats), cfg.max_repeats)
+        if r is not None:
+            decided.append((row["variant"], r))
+    return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
 
 
 def merge(answers: list[Timed]) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | Timed:
@@ -100,9 +163,48 @@ def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
                     for k in timings[0]["metrics"]}
     t["processes"] = [{"n": n, "stopped": m["stopped"], "noise": m["noise"],
                        "median": float(np.median(m["samples"]["device_done"])), "first_call_s": m["first_call_s"],
-                       **({"host_loop_s": m["host_loop_s"]} if "host_loop_s" in m else {})}
+                       **{k: m[k] for k in PER_PROCESS if k in m}}
                       for n, m in zip(counts, timings)]
-    t.pop("host_loop_s", None)  # the process's, kept per process above
+    for k in PER_PROCESS:
+        t.pop(k, None)  # the process's, kept per process above
+    for k in SUMMED:  # where the row's wall time went, all processes together
+        if all(k in m for m in timings):
+            t[k] = sum(m[k] for m in timings)
+    t["host_sensitivity"] = host_sensitivity([p["median"] for p in t["processes"]],
+                                             [p.get("host_loop_s") for p in t["processes"]])
     t["noise"] = {c: rel_halfwidth(split(samples[c], counts)) for c in samples}
     t.pop("stopped", None)
     return t
+
+
+def phase(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
+    trace included) and the seconds inside timed repeats, all processes together: the share of the
+    phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
+    went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
+    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included)."""
+    timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
+    timed = sum(t.get("timed_s", 0.0) for t in timings)
+    out = {"wall_s": wall_s, "timed_s": timed, "share": timed / wall_s if wall_s > 0 else None,
+           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
+    requests: dict[tuple[Any, ...], tuple[float, float]] = {}  # one per framework, point and process
+    for r in rows:
+        t = r["timing"] if isinstance(r.get("timing"), dict) else {}
+        for i, p in enumerate(t.get("processes") or []):
+            if "request_s" in p and "served_s" in p:
+                requests[(r.get("framework"), r.get("point", 0), i)] = (p["request_s"], p["served_s"])
+    if requests:
+        out["requests_s"] = sum(q for q, _ in requests.values())
+        out["served_s"] = sum(s for _, s in requests.values())
+    return out
+
+
+def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
+    """The run's timing phase: its scenarios' phases summed (phase())."""
+    parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
+    wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
+    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
+    for k in ("rows_s", "requests_s", "served_s"):
+        if any(k in p for p in parts):
+            out[k] = sum(p.get(k, 0.0) for p in parts)
+    return out

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from harness import cpus, point_cache, rounds, stops
+from harness import calibrate, cpus, point_cache, rounds, stops
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
@@ -163,6 +163,8 @@ def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any
         "scenarios": out_scenarios,
         "complete": not not_run,
         "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why
+        "timing_phase": rounds.run_phase(out_scenarios),  # its wall time against the time inside timed calls
+        "host_speed": calibrate.host_series(machine, out_scenarios),  # the Python loop over the run
     }
 
 
@@ -188,6 +190,7 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
         if why:
             entry["floor_why"] = why
         entry["claims"], entry["cross_framework"] = [], []
+        t_timing = time.perf_counter()
         for i, params in enumerate(points):
             label = params.get("label", "")
             point_rows, samples = _time_point(scn, params, pools, fw_env, opts, ui)
@@ -201,6 +204,7 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
             entry["claims"].extend(c | {"point": i, "label": label}
                                    for c in judge_claims(scn, params, point_rows, on_cpu))
             rows.extend(point_rows)
+        entry["timing_phase"] = rounds.phase(rows, time.perf_counter() - t_timing)
     entry["rows"] = rows
     return entry
 

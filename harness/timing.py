@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -89,11 +89,23 @@ class TimingConfig:
     # One more repeat after the timed ones (and their checks), never a sample, under the framework's own
     # profiler: its trace goes beside the result (harness/profiling.py; compare --profile).
     profile: bool = False
+    # Per variant, the most repeats a process runs, decided from the row's earlier processes (harness/rounds.py
+    # plan: Kalibera and Jones' repeats where the variance is); a variant not named keeps max_repeats.
+    plan: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
-                or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0):
+                or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0
+                or any(n < 1 for _, n in self.plan)):
             raise ValueError(f"bad timing config {self}")
+
+    def for_variant(self, name: str) -> "TimingConfig":
+        """This config with the plan's repeats for one variant (at most max_repeats) and no plan."""
+        n = dict(self.plan).get(name)
+        if n is None:
+            return replace(self, plan=()) if self.plan else self
+        n = min(n, self.max_repeats)
+        return replace(self, min_repeats=min(self.min_repeats, n), max_repeats=n, plan=())
 
     def stop(self, n: int, done_total: float, loop_s: float, noise: Callable[[], float]) -> str | None:
         """Why the loop stops after n repeats, or None to go on (noise() is asked only when it matters)."""
@@ -143,6 +155,12 @@ class Measurement:
     samples: dict[str, list[float]] = field(default_factory=dict)
     stopped: str = ""  # TimingConfig.stop's reason
     noise: float = float("inf")  # device_done median's relative half-width when it stopped
+    # Where measure()'s wall time went: timed_s inside the timed repeats (every call, start to synchronized
+    # end), loop_s the whole of measure() (first call, warm-up, poisoning, checks), check_s the checks alone.
+    timed_s: float = 0.0
+    loop_s: float = 0.0
+    check_s: float = 0.0
+    repeats_s: float = 0.0  # the repeat loop alone (what one more repeat costs: repeats_s / n)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -157,6 +175,10 @@ class Measurement:
             "samples": self.samples,
             "stopped": self.stopped,
             "noise": self.noise if math.isfinite(self.noise) else None,
+            "timed_s": self.timed_s,
+            "loop_s": self.loop_s,
+            "check_s": self.check_s,
+            "repeats_s": self.repeats_s,
         }
 
 
@@ -215,6 +237,7 @@ def measure(
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
+    t_measure = wall()
     with _range(backend, name, "warm-up"):
         _, first, _, out, _ = _timed_call(call, backend, before, None)
         del out
@@ -229,7 +252,9 @@ def measure(
                 break
             _timed_call(call, backend, before, None, calls)
     with _range(backend, name, "repeats"):
-        return _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+        m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    m.loop_s = wall() - t_measure
+    return m
 
 
 def _range(backend: Backend, name: str, part: str) -> Any:
@@ -249,6 +274,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
     t_loop = wall()
     t_agree = 0.0
     done_total = 0.0  # the device_done time spent, every call of every repeat, kept as it grows
+    check_s = 0.0
     while True:
         h, d, ev, out, emitted = _timed_call(call, backend, before, timer, calls)
         host.append(h)
@@ -265,7 +291,9 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
             t_agree += wall() - t0  # the group's broadcast is not the variant's loop time
         if check is not None and (check_every or len(done) == 1 or stopped):
             checked += 1
+            t0 = wall()
             problem = check(out)
+            check_s += wall() - t0
             if problem is not None:
                 wrong += 1
                 worst = worst or problem
@@ -284,4 +312,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
         stopped=stopped,
         noise=median_rel_halfwidth(done),
+        timed_s=done_total,
+        check_s=check_s,
+        repeats_s=wall() - t_loop - t_agree,
     )

@@ -183,7 +183,7 @@ def test_check_reproduces_one_example():
 
 def test_compare_smoke_writes_a_valid_result(tmp_path):
     out = tmp_path / "res"
-    r = run("compare", "--size", "smoke", "--examples", "2", "--seed", "7", "--out", str(out))
+    r = run("compare", "--size", "smoke", "--examples", "2", "--seed", "7", "--out", str(out), "--processes", "2")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     files = list(out.glob("*.json"))
     assert len(files) == 1 and not list(out.glob(".tmp-*"))

@@ -37,6 +37,11 @@ class JaxBackend(Backend):
         self.fw = jax
         # JAX uses TF32 (one bf16x3 pass or less) for float32 dots on GPU by default; torch does not.
         jax.config.update("jax_default_matmul_precision", "highest")
+        cache = os.environ.get("TRIPTYCH_COMPILE_CACHE")  # a compare run's own (harness/point_cache.py)
+        if cache:
+            jax.config.update("jax_compilation_cache_dir", cache)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         gpus = [d for d in _devices(jax, "gpu")]
         self.device = gpus[0] if gpus else jax.devices("cpu")[0]
         self.on_gpu = bool(gpus)

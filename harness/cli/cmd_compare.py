@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import signal
 import sys
@@ -55,12 +56,16 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
+    from harness.backends.base import MEMORY_FRACTION_ENV
+    from harness.options import default_memory_fraction
     from harness.runner import CompareOptions
 
     from scenarios import default_run
 
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
+    if a.gpu_memory_fraction is None and not os.environ.get(MEMORY_FRACTION_ENV, "").strip():
+        a.gpu_memory_fraction = default_memory_fraction(a.processes, a.frameworks)  # JAX's pools must fit
     gpu = gpu_present()
     scenarios = a.scenarios if a.scenarios is not None else list(default_run(gpu))
     start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios)

@@ -1,0 +1,285 @@
+"""What a run records about its own measuring: the timed share (seconds inside timed repeats against
+the timing phase's wall time), the host's speed over the run with its timestamps, each row's
+host_sensitivity, and the per-process budget decided from the variance at each level (Kalibera and
+Jones). Each test fails where the recording or the rule is taken out."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from harness import rounds
+from harness.calibrate import host_series
+from harness.handlers import same_bytes
+from harness.noise import host_sensitivity
+from harness.timing import TimingConfig, measure
+from tests.test_timing import FakeAsyncBackend
+
+CFG = TimingConfig(warmup=0, min_repeats=10, max_repeats=10, min_time_s=0.0)
+
+
+def _spin(s: float) -> None:
+    end = time.perf_counter() + s
+    while time.perf_counter() < end:
+        pass
+
+
+def test_measure_records_the_seconds_inside_timed_repeats_apart_from_untimed_work():
+    b = FakeAsyncBackend(latency=2e-3)
+    m = measure(b.enqueue, b, CFG, before=lambda: _spin(3e-3), check=lambda out: _spin(5e-3))
+    done = m.samples["device_done"]
+    assert m.timed_s == pytest.approx(sum(done), rel=1e-9) and m.timed_s >= 10 * 2e-3
+    assert m.check_s >= 2 * 5e-3  # the first repeat's check and the last's
+    assert m.loop_s >= m.timed_s + 10 * 3e-3 + m.check_s  # poisoning and checks are outside the timed calls
+    assert m.repeats_s <= m.loop_s and m.repeats_s >= m.timed_s
+    assert 0.1 < m.timed_s / m.loop_s < 0.5
+    d = m.to_dict()
+    assert {k: d[k] for k in ("timed_s", "loop_s", "check_s", "repeats_s")} == {
+        "timed_s": m.timed_s, "loop_s": m.loop_s, "check_s": m.check_s, "repeats_s": m.repeats_s}
+
+
+def test_a_repeat_of_several_calls_counts_every_call():
+    b = FakeAsyncBackend(latency=1e-3)
+    m = measure(b.enqueue, b, CFG, calls=3)
+    assert m.timed_s == pytest.approx(3 * sum(m.samples["device_done"]), rel=1e-9)
+
+
+def _process(median: float, host_loop: float, at: float, timed: float = 0.5, phase: float = 1.0, n: int = 20,
+             seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    done = [float(x) for x in median * np.exp(rng.normal(0, 0.005, n))]
+    return {"first_call_s": 0.1, "host_return": None, "device_done": None, "device_events": None, "metrics": {},
+            "checked_repeats": 2, "wrong_repeats": 0, "worst": "", "samples": {"host_return": done, "device_done": done},
+            "stopped": "noise", "noise": 0.01, "timed_s": timed, "phase_s": phase, "loop_s": 0.8, "check_s": 0.1,
+            "repeats_s": 0.7, "host_loop_s": host_loop, "host_loop_at": at}
+
+
+def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
+    t = rounds.pool_timing([_process(1e-3, 0.010, 1000.0, 0.5, 1.0), _process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1)])
+    assert t["timed_s"] == 0.75 and t["phase_s"] == 3.0 and t["check_s"] == pytest.approx(0.2)
+    assert [(p["timed_s"], p["phase_s"], p["host_loop_s"], p["host_loop_at"]) for p in t["processes"]] == [
+        (0.5, 1.0, 0.010, 1000.0), (0.25, 2.0, 0.012, 1010.0)]
+    assert "host_loop_at" not in t and "host_loop_s" not in t  # per process only
+    assert t["host_sensitivity"] == {"slope": None, "r": None, "n": 2}  # two processes: nothing to regress on
+
+
+def test_the_timing_phase_share_of_a_scenario_and_of_the_run():
+    procs = [{"request_s": 2.0, "served_s": 1.5}, {"request_s": 3.0, "served_s": 2.5}]  # one request each
+    rows = [{"framework": "torch", "timing": {"timed_s": 3.0, "phase_s": 1.0, "processes": procs}},
+            {"framework": "torch", "timing": {"timed_s": 1.0, "phase_s": 2.0, "processes": procs}},
+            {"status": "skipped"}]
+    p = rounds.phase(rows, 10.0)
+    assert p == {"wall_s": 10.0, "timed_s": 4.0, "share": 0.4, "rows_s": 3.0, "requests_s": 5.0, "served_s": 4.0}
+    run = rounds.run_phase({"a": {"timing_phase": p}, "b": {"timing_phase": rounds.phase(rows[:1], 5.0)},
+                            "c": {"rows": []}})
+    assert run["wall_s"] == 15.0 and run["timed_s"] == 7.0 and run["share"] == pytest.approx(7 / 15)
+    assert run["requests_s"] == 10.0 and run["rows_s"] == 4.0
+
+
+def test_the_host_series_is_every_loop_measured_once_in_time_order():
+    machine = {"calibration": {"torch": [{"python_loop_s": 0.01, "tiny_op_s": 1e-5, "at": 100.0},
+                                         {"error": "crashed"}]}}
+    procs = [{"n": 5, "host_loop_s": 0.02, "host_loop_at": 130.0}, {"n": 5, "host_loop_s": 0.011, "host_loop_at": 120.0}]
+    rows = [{"framework": "torch", "variant": v, "point": 0, "timing": {"processes": procs}} for v in ("a", "b")]
+    rows.append({"framework": "torch", "variant": "c", "point": 0, "status": "skipped"})
+    series = host_series(machine, {"sync_points": {"rows": rows}})
+    assert [(e["at"], e["loop_s"], e["scenario"]) for e in series] == [
+        (100.0, 0.01, None), (120.0, 0.011, "sync_points"), (130.0, 0.02, "sync_points")]
+
+
+@pytest.mark.parametrize("elasticity", [1.0, 0.0, 0.5])
+def test_host_sensitivity_finds_a_planted_dependence_on_the_host(elasticity):
+    rng = np.random.default_rng(3)
+    loops = np.exp(rng.uniform(np.log(0.006), np.log(0.014), 8))  # a host twice as fast in some processes
+    medians = 1e-4 * (loops / 0.01) ** elasticity * np.exp(rng.normal(0, 0.01, 8))
+    h = host_sensitivity(list(medians), list(loops))
+    assert h["n"] == 8 and h["slope"] == pytest.approx(elasticity, abs=0.1)
+    assert (h["r"] > 0.9) if elasticity else (abs(h["r"]) < 0.9)
+    # The same through a pooled row: its processes' medians against their host loops.
+    t = rounds.pool_timing([_process(m, lp, 100.0 + i, seed=i) for i, (m, lp) in enumerate(zip(medians, loops))])
+    assert t["host_sensitivity"]["slope"] == pytest.approx(elasticity, abs=0.1)
+
+
+def test_host_sensitivity_needs_three_processes_and_a_host_that_varied():
+    assert host_sensitivity([1.0, 2.0], [0.01, 0.02]) == {"slope": None, "r": None, "n": 2}
+    assert host_sensitivity([1.0, 2.0, 3.0], [0.01, 0.01, 0.01])["slope"] is None
+    assert host_sensitivity([1.0, 2.0, 3.0], [0.01, None, 0.02])["n"] == 2
+
+
+def _procs(means, within, n=20, repeat_s=1e-3, process_s=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(list(m + rng.normal(0, within, n)), n * repeat_s, n * repeat_s + process_s) for m in means]
+
+
+def test_kalibera_jones_repeats_follow_the_variance_and_the_costs():
+    # Between-process variance dominates: few repeats a process, more processes.
+    few = rounds.repeats_where_the_variance_is(_procs([1.0, 1.2, 0.9, 1.1], 0.001), 5, 200)
+    assert few == 5
+    # Within-process variance alone: as many repeats as the preset allows.
+    assert rounds.repeats_where_the_variance_is(_procs([1.0, 1.0, 1.0, 1.0], 0.05), 5, 200) == 200
+    # In between, r = ceil(sqrt(c2 T1^2 / (c1 T2^2))) from the estimates, to the repeat.
+    procs = _procs([1.0, 1.01, 0.99, 1.005], 0.02, seed=4)
+    xs = [np.asarray(p[0]) for p in procs]
+    t1 = np.mean([x.var(ddof=1) for x in xs])
+    t2 = np.var([x.mean() for x in xs], ddof=1) - t1 / 20
+    want = math.ceil(math.sqrt(1.0 * t1 / (1e-3 * t2)))
+    assert 5 < want < 200 and rounds.repeats_where_the_variance_is(procs, 5, 200) == want
+    # A process that costs more to start buys repeats instead.
+    dear = [(x, r, w + 99.0) for x, r, w in procs]
+    assert 9 * want <= rounds.repeats_where_the_variance_is(dear, 5, 10_000) <= 10 * want + 1  # sqrt(100 x c2)
+    assert rounds.repeats_where_the_variance_is(procs[:1], 5, 200) is None
+
+
+class _Pool:
+    def __init__(self, log, means):
+        self.log, self.means = log, means
+
+    def request(self, op, scenario, params, cfg, first, timeout=None, progress=None):
+        i = len(self.log)
+        self.log.append(cfg)
+        t = _process(self.means[i], 0.01, float(i), seed=i)
+        t["samples"]["device_done"] = list(self.means[i] + np.random.default_rng(i).normal(0, 1e-6, 20))
+        t["repeats_s"], t["phase_s"] = 20 * 1e-3, 1.0 + 20 * 1e-3
+        return {"rows": [{"variant": "sync_each", "status": "ok", "timing": t}], "sample": None}
+
+
+def test_processes_after_the_first_two_run_the_planned_repeats():
+    from scenarios import get
+
+    log: list = []
+    means = [1e-3, 1.3e-3, 0.9e-3, 1.1e-3, 1.2e-3, 1e-3]
+    pools = [{"torch": _Pool(log, means)} for _ in means]
+    cfg = TimingConfig(min_repeats=3, max_repeats=200)
+    rounds.time_point(pools, ["torch"], get("async_dispatch"), {}, cfg, 10, lambda *a: None, lambda *a: None)
+    assert log[0] is cfg and log[1] is cfg  # the first two on the preset's budget
+    assert all(dict(c.plan) == {"sync_each": 5} for c in log[2:])  # between-process noise: few repeats
+    planned = log[2].for_variant("sync_each")
+    assert (planned.min_repeats, planned.max_repeats, planned.plan) == (3, 5, ())
+    assert log[2].for_variant("async") == cfg.for_variant("async")
+    b = FakeAsyncBackend(latency=1e-4)
+    assert measure(b.enqueue, b, planned).device_done.n == 5
+
+
+def test_same_bytes_is_bitwise():
+    a = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "s": np.asarray(1.5)}
+    assert same_bytes(a, {"x": a["x"].copy(), "s": np.asarray(1.5)})
+    assert not same_bytes(a, {"x": a["x"].astype(np.float64), "s": a["s"]})
+    assert not same_bytes(a, {"x": a["x"], "t": a["s"]})
+    neg = a["x"].copy()
+    neg[0, 0] = -0.0  # equal as numbers, not as bytes: compared in full
+    assert not same_bytes(a, {"x": neg, "s": a["s"]})
+    nan = np.array([np.nan], dtype=np.float32)
+    assert same_bytes(nan, nan.copy())
+    assert not same_bytes(np.array([object()]), np.array([object()]))
+
+
+def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
+    """End to end, in this process: the result carries the run's and each scenario's timing_phase, each
+    row's timed seconds per process, the host series with timestamps inside the run, and it validates."""
+    from harness.progress import QuietUI
+    from harness.results import as_written, validate
+    from harness.runner import CompareOptions, run_compare
+    from harness.report_measuring import host_speed_rows, phase_line
+
+    t0 = time.time()
+    doc = run_compare(CompareOptions(scenarios=["launch_overhead"], frameworks=["torch"], size="smoke", examples=1,
+                                     seed=1, isolation="none", equivalence=False), QuietUI())
+    t1 = time.time()
+    validate(as_written(doc))
+    run, scn = doc["timing_phase"], doc["scenarios"]["launch_overhead"]["timing_phase"]
+    assert 0 < run["timed_s"] < run["wall_s"] and run == scn | {"share": run["share"]}
+    rows = [r for r in doc["scenarios"]["launch_overhead"]["rows"] if r["status"] == "ok"]
+    assert rows and sum(r["timing"]["timed_s"] for r in rows) == pytest.approx(run["timed_s"])
+    for r in rows:
+        t, p = r["timing"], r["timing"]["processes"][0]
+        assert 0 < t["timed_s"] <= t["repeats_s"] <= t["loop_s"] <= t["phase_s"] <= p["served_s"] <= p["request_s"]
+    assert run["rows_s"] <= run["served_s"] <= run["requests_s"] <= run["wall_s"]
+    series = doc["host_speed"]
+    assert len(series) >= 2 and all(t0 <= e["at"] <= t1 and e["loop_s"] > 0 for e in series)
+    assert [e["at"] for e in series] == sorted(e["at"] for e in series)
+    assert phase_line(doc).startswith("timed share:") and host_speed_rows(doc)
+
+
+def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch):
+    """A checked output equal to the first keeps its verdict without a second comparison; one that
+    differs (here: the last repeat's, one element off) is compared in full and counted wrong."""
+    import importlib
+
+    from harness import backends, handlers, timing
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    impl = importlib.import_module("impls.sync_points.torch_impl")
+    original, calls = impl.run_on_device, []
+
+    def late(state):
+        out = dict(original(state))
+        calls.append(1)
+        if len(calls) > 4:  # the first call, one warm-up and the first timed repeat are right
+            key = next(iter(out))
+            a = backends.get("torch").to_numpy(out[key]).astype(np.float64).copy()
+            a.reshape(-1)[-1] += 1.0
+            out[key] = a
+        return out
+
+    monkeypatch.setattr(impl, "run_on_device", late)
+    cfg = timing.TimingConfig(warmup=1, min_repeats=6, max_repeats=6, min_time_s=0.0)
+    rows = handlers.time_scenario("torch", "sync_points", get("sync_points").params_for_size("smoke") | {"seed": 3},
+                                  cfg, progress=lambda _t: None)
+    row = next(r for r in rows if r["variant"] == "on_device")
+    assert row["status"] == "wrong" and (row["check"]["checked"], row["check"]["wrong"]) == (2, 1)
+
+
+def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_different_ones(monkeypatch):
+    """Within a run (its point cache), a check against the reference is made once per distinct output:
+    a later process whose outputs are the same bytes reuses it; a planted wrong element is compared
+    in full and caught."""
+    from harness import handlers, point_cache, timing
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)  # smoke outputs are small: shortcut them too
+    compared: list[str] = []
+    real = handlers.compare_outputs
+    monkeypatch.setattr(handlers, "compare_outputs",
+                        lambda scn, params, got, want, variant: compared.append(variant) or real(
+                            scn, params, got, want, variant=variant))
+    root = point_cache.start()
+    try:
+        params = get("sync_points").params_for_size("smoke") | {"seed": 3}
+        cfg = timing.TimingConfig(warmup=1, min_repeats=4, max_repeats=4, min_time_s=0.0)
+
+        def one_process():
+            return {r["variant"]: r for r in handlers.time_scenario("torch", "sync_points", params, cfg,
+                                                                    progress=lambda _t: None)}
+
+        first = one_process()
+        n_first = len(compared)
+        assert n_first and all(r["status"] == "ok" for r in first.values() if r["status"] != "skipped")
+        again = one_process()
+        assert len(compared) == n_first  # every output the same bytes as the first process's: no comparison
+        assert {v: r["status"] for v, r in again.items()} == {v: r["status"] for v, r in first.items()}
+        _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
+        broken = one_process()
+        assert compared[n_first:] == ["on_device"] and broken["on_device"]["status"] == "wrong"
+    finally:
+        point_cache.stop(root)
+
+
+def test_the_vectorized_hierarchical_bootstrap_draws_what_the_loop_draws(monkeypatch):
+    """Six processes take the vectorized way (noise._vectorized); its medians have the distribution of
+    the loop over draws of processes, uneven repeat counts included."""
+    from harness import noise
+
+    procs = [np.array(x) for x in ([1.0, 2.0, 3.0], [10.0, 20.0], [4.0], [5.0, 6.0, 7.0, 8.0], [30.0], [0.5, 40.0])]
+    fast = noise.hierarchical_medians(procs, 40_000, seed=1)
+    monkeypatch.setattr(noise, "VECTORIZED_MAX", 0)
+    loop = noise.hierarchical_medians(procs, 40_000, seed=1)
+    assert fast.shape == loop.shape == (40_000,) and np.isfinite(fast).all()
+    for v in (2.0, 3.5, 4.0, 5.5, 6.5, 9.0, 15.0):  # discrete values: a median off by one slot moves these
+        assert (fast <= v).mean() == pytest.approx((loop <= v).mean(), abs=0.012), v
