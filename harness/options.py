@@ -10,11 +10,12 @@ TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one 
 # request timeout: six workers start side by side, and on a loaded host an import alone can take 20 s.
 STARTUP_TIMEOUT_S = 120.0
 ISOLATION = "process"
-# Worker processes per framework that time every row (harness/rounds.py). Six: most of a row's variance
-# on a shared host is between processes (harness/noise.py), and a between-process interval needs
-# several (pyperf times 20). After the first two, each process's repeats follow Kalibera and Jones
-# (harness/rounds.py plan). --isolation none runs one, in this process.
-PROCESSES = 6
+# Worker processes per framework that time every row (harness/rounds.py). Most of a row's variance on
+# a shared host is between processes (harness/noise.py); from the third process on, each process's
+# repeats follow Kalibera and Jones (harness/rounds.py plan). Two until an H200 run shows that six fit a
+# full default run in ten minutes (docs/measuring.md); --processes 6 asks for six now. --isolation none
+# runs one, in this process.
+PROCESSES = 2
 # Hypothesis examples per scenario's equivalence check. On the GPU (full) each example costs JAX a
 # compile per shape and every framework a round trip: a few draws check the device paths, while the CPU
 # suite (tests/test_equivalence.py) and the gpu suite's thorough profile draw more. Five fit a full run
