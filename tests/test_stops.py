@@ -194,3 +194,34 @@ def test_a_stop_in_a_gc_callback_is_honoured_without_a_traceback(tmp_path):
     assert r.returncode != 0 and "stopped (SIGINT)" in r.stderr, r.stderr[-2000:]
     (path,) = tmp_path.glob("*.json")
     assert json.loads(path.read_text())["complete"] is False or r.returncode == 130
+
+
+def test_a_stopped_fresh_regress_says_so_and_keeps_its_candidate(tmp_path):
+    """`regress` without --candidate reruns the baseline; stopped while timing it, it says so (it said
+    "nothing comparable", exit 2, as if the files did not match) and keeps what the candidate measured."""
+    backend_or_skip("torch")
+    r = subprocess.run([sys.executable, "-m", "harness", *ARGS, "--processes", "1", "--isolation", "none",
+                        "--no-report", "--out", str(tmp_path / "base")], cwd=ROOT, env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (baseline,) = (tmp_path / "base").glob("*.json")
+    out = tmp_path / "cand"
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, "regress", "--baseline", str(baseline), "--isolation", "none",
+                          "--quiet", "--out", str(out)], cwd=ROOT, env=_env(STOP_TEST_PHASE="timing1"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if "paused at timing1" in line:
+                os.kill(p.pid, signal.SIGTERM)
+                break
+        err = "".join(lines) + p.communicate(timeout=240)[1]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err[-2000:])
+    assert "stopped (SIGTERM) during the candidate run: nothing compared" in err and "Traceback" not in err, err
+    (candidate,) = out.glob("*.json")
+    assert json.loads(candidate.read_text())["complete"] is False
