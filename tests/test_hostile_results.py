@@ -1,11 +1,14 @@
 """A result file is data, never a path: crafted and damaged files are refused by `report` and `regress`
 with one line and exit 2, the same with and without jsonschema importable, and nothing is written
-outside the output folder. In-process calls of the CLI (no subprocess); the generated sweep is tests/test_sweep_results.py."""
+outside the output folder. In-process calls of the CLI, except where a file could hang the reader or
+take its memory (a process of its own, bounded); the generated sweep is tests/test_sweep_results.py."""
 from __future__ import annotations
 
 import copy
 import json
 import os
+import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +16,8 @@ import pytest
 
 from harness import cli
 from tests.report_fixture import fake_doc, timeline_png, write_fake_result
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _call(argv: list[str], capsys) -> tuple[int, str]:
@@ -62,6 +67,7 @@ DAMAGED = {  # name: how the document is damaged (item 5 of issue 33, and the cr
     "claim_without_evidence": lambda d: _scn(d)["claims"][0].pop("evidence"),
     "claim_without_text": lambda d: _scn(d)["claims"][0].pop("text"),
     "cross_without_frameworks": lambda d: _scn(d).__setitem__("cross_framework", [{"status": "disagree"}]),
+    "framework_without_env": lambda d: d["environment"]["frameworks"]["torch"].pop("env"),  # found by the sweep
     "created_nonsense": lambda d: d.__setitem__("created", "yesterday!"),
     "size_nonsense": lambda d: d.__setitem__("size", "huge"),
     "equivalence_bogus": lambda d: _scn(d).__setitem__("equivalence", {"status": "bogus"}),
@@ -105,8 +111,23 @@ def test_a_damaged_file_is_refused_in_one_line(tmp_path, monkeypatch, capsys, na
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # nothing beside the result's folder either
 
 
+def _report_process(path: Path, out: Path) -> tuple[int, str]:
+    """`report` in a process of its own, bounded: a file that hangs an open or never ends a read must
+    fail this test, not hang it or take the machine's memory."""
+    def bounded() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    try:
+        r = subprocess.run([sys.executable, "-m", "harness", "report", str(path), "--out", str(out)], cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=90,
+                           preexec_fn=bounded)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"report {path} hung (90 s)")
+    return r.returncode, r.stderr
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "outside_png"])
-def test_a_timeline_file_that_is_not_a_picture_in_the_folder_is_refused(tmp_path, capsys, kind):
+def test_a_timeline_file_that_is_not_a_picture_in_the_folder_is_refused(tmp_path, kind):
     """The path is clean; the file behind it is a FIFO (an open would hang), /dev/zero (a read would
     never end) or a picture outside the result's folder."""
     path = write_fake_result(tmp_path / "in")
@@ -119,13 +140,13 @@ def test_a_timeline_file_that_is_not_a_picture_in_the_folder_is_refused(tmp_path
     else:
         (tmp_path / "secret.png").write_bytes(timeline_png())
         png.symlink_to(tmp_path / "secret.png")
-    code, err = _call(["report", str(path), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "refused" in err, err
+    code, err = _report_process(path, tmp_path / "out")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "refused" in err, (code, err[-2000:])
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "loop"])
-def test_a_result_path_that_is_not_a_file_is_refused(tmp_path, capsys, kind):
+def test_a_result_path_that_is_not_a_file_is_refused(tmp_path, kind):
     path = tmp_path / "r.json"
     if kind == "fifo":
         os.mkfifo(path)
@@ -134,8 +155,8 @@ def test_a_result_path_that_is_not_a_file_is_refused(tmp_path, capsys, kind):
     else:
         path.symlink_to(tmp_path / "r2.json")
         (tmp_path / "r2.json").symlink_to(path)
-    code, err = _call(["report", str(path), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    code, err = _report_process(path, tmp_path / "out")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (code, err[-2000:])
     assert ("not a regular file" in err) if kind != "loop" else ("symbolic links" in err), err
 
 

@@ -1,86 +1,163 @@
 """A run stopped at any moment (Ctrl-C, SIGTERM; to the process or to its group) keeps its result or
 was stopped before it measured anything; a second signal during the stop changes nothing and prints
 nothing; a stop that lands in a gc callback (hypothesis keeps one) is honoured without "Exception
-ignored". Runs are paused at a phase with $TRIPTYCH_PAUSE_AT (harness/stops.py) and stopped there."""
+ignored".
+
+Every run is a real `compare` in a process of its own, paused at a phase by DRIVER: it wraps, for that
+run only, a function that each version of the harness calls at that moment (starting the workers,
+the first calibration, the first equivalence example, each timing round, closing the workers,
+naming the result, drawing the timelines, writing the report), and waits there until a signal
+arrives. Only the CLI, signals and the files on disk are observed, so these tests read the same
+against any version of the harness (docs/reliability.md: how they read against dc804b0's)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from harness import cli, stops
 from harness.results import validate
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["compare", "--size", "smoke", "--frameworks", "torch", "--scenarios", "event_sync", "--examples", "2",
-        "--seed", "1", "--processes", "1", "--quiet"]
-# phase: (exit status, whether the result holds the scenario, whether the run counts as complete)
-MEASURING = {"startup": False, "calibration": False, "equivalence": False, "timing": False,
-             "shutdown": True, "result": True, "timelines": True, "report": True}
+        "--seed", "1", "--quiet"]
+# phase: whether everything was measured when the run is stopped there (then the result is complete)
+MEASURED = {"startup": False, "calibration": False, "equivalence": False, "timing1": False, "timing2": False,
+            "shutdown": True, "result": True, "timelines": True, "report": True}
+
+DRIVER = r"""
+import os, runpy, select, signal, sys, time
+from harness import equiv_phase, report_html, results, rounds, runner, timeline, worker
+
+PHASE, paused = os.environ["STOP_TEST_PHASE"], []
+wake_r, wake_w = os.pipe()  # every signal Python's handler sees writes a byte here, whatever the handler does
+os.set_blocking(wake_r, False)
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
 
 
-def _stop_at(phase: str, sig: signal.Signals, twice: bool = True) -> threading.Thread:
-    """A thread that waits until the run pauses at phase, then signals this process (twice)."""
-    def send() -> None:
-        end = time.monotonic() + 120
-        while phase not in stops.S.reached and time.monotonic() < end:
-            time.sleep(0.01)
-        os.kill(os.getpid(), sig)
-        if twice:
-            time.sleep(0.05)
-            os.kill(os.getpid(), sig)
-    t = threading.Thread(target=send, daemon=True)
-    t.start()
-    return t
+def pause(phase):
+    # Wait here for a signal: one handled (a byte on the wakeup pipe) or one left pending by a mask.
+    if phase != PHASE or paused:
+        return
+    paused.append(phase)
+    while select.select([wake_r], [], [], 0)[0]:
+        os.read(wake_r, 512)
+    os.write(2, f"harness: paused at {phase}\n".encode())
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if select.select([wake_r], [], [], 0.01)[0] or {signal.SIGINT, signal.SIGTERM} & signal.sigpending():
+            return
 
 
-def _results(out: Path) -> list[Path]:
-    return sorted(out.glob("*.json"))
+def before(owner, name, phase):
+    real = getattr(owner, name)
+
+    def wrapped(*a, **kw):
+        pause(phase)
+        return real(*a, **kw)
+    setattr(owner, name, wrapped)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("phase", list(MEASURING))
-def test_a_stop_at_each_phase_keeps_the_result(tmp_path, monkeypatch, capfd, phase, sig):
-    backend_or_skip("torch")
-    monkeypatch.setenv(stops.PAUSE_ENV, phase)
-    out = tmp_path / "out"
-    stops.S.reached = []
-    before = signal.signal(sig, lambda *_: None)  # a second signal that comes after the run ended
-    sender = _stop_at(phase, sig)
+before(runner, "_start_all", "startup")
+before(runner, "_calibrate", "calibration")
+before(worker.LocalWorker, "close", "shutdown")
+before(worker.ProcessWorker, "close", "shutdown")
+before(results, "result_name", "result")
+before(timeline, "write_timelines", "timelines")
+before(report_html, "make_report", "report")
+
+real_equivalence, real_time_point, rounds_seen = equiv_phase.run_equivalence, rounds.time_point, [0]
+
+
+def run_equivalence(scn, execute, *a, **kw):
+    def example(*x, **y):  # called inside hypothesis's example
+        pause("equivalence")
+        return execute(*x, **y)
+    return real_equivalence(scn, example, *a, **kw)
+
+
+def time_point(pools, frameworks, scn, params, cfg, timeout, step, detail):
+    def round_step(fw, text):  # called as each process round's request starts
+        step(fw, text)
+        rounds_seen[0] += 1
+        pause(f"timing{rounds_seen[0]}")
+    return real_time_point(pools, frameworks, scn, params, cfg, timeout, round_step, detail)
+
+
+equiv_phase.run_equivalence, rounds.time_point = run_equivalence, time_point
+runpy.run_module("harness", run_name="__main__")  # as `python -m harness` (sys.argv[1:] are its arguments)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
+
+
+def _stop_at(phase: str, sig: signal.Signals, to_group: bool, out: Path) -> tuple[int, str]:
+    """Run compare paused at phase, send sig twice (50 ms apart) to it or to its group; (exit status, stderr)."""
+    # a group: the framework's workers get the signal too; a second timing round needs a second worker process
+    isolation = "process" if to_group or phase == "timing2" else "none"
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, *ARGS, "--processes", "2", "--isolation", isolation, "--out",
+                          str(out)] + ([] if phase == "report" else ["--no-report"]),
+                         cwd=ROOT, env=_env(STOP_TEST_PHASE=phase), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines = []
     try:
-        code = cli.main([*ARGS, "--isolation", "none", "--out", str(out)]
-                        + ([] if phase == "report" else ["--no-report"]))
-        sender.join(5)
+        for line in p.stderr:
+            lines.append(line)
+            if f"paused at {phase}" in line:
+                break
+        else:
+            p.wait(60)
+            pytest.fail(f"the run never reached {phase} (exit {p.returncode}):\n{''.join(lines)[-3000:]}")
+        kill = os.killpg if to_group else os.kill
+        kill(p.pid, sig)
+        time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            kill(p.pid, sig)
+        rest = p.communicate(timeout=240)[1]
     finally:
-        signal.signal(sig, before)
-    err = capfd.readouterr().err
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return p.returncode, "".join(lines) + rest
+
+
+@pytest.mark.parametrize("to_group", [False, True], ids=["process", "group"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("phase", list(MEASURED))
+def test_a_stop_at_each_phase_keeps_the_result(tmp_path, phase, sig, to_group):
+    backend_or_skip("torch")
+    out = tmp_path / "out"
+    code, err = _stop_at(phase, sig, to_group, out)
     assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
-    assert stops.S.reached == [phase]
-    (path,) = _results(out)  # a result, also for a stop before anything was measured
-    doc = json.loads(path.read_text())
+    results = sorted(out.glob("*.json"))
+    assert len(results) == 1, (code, err[-3000:])  # a result, also for a stop before anything was measured
+    doc = json.loads(results[0].read_text())
     validate(doc)
-    if MEASURING[phase]:  # everything was measured: the result is complete, the stop is honoured after it
-        assert doc["complete"] is True and "event_sync" in doc["scenarios"]
-        assert code == 128 + sig.value, err[-2000:]
-        assert f"stopped ({sig.name}) after the result was written: {path} is complete" in err
+    if MEASURED[phase]:  # everything was measured: the result is complete, the stop is honoured after it
+        assert doc["complete"] is True and "event_sync" in doc["scenarios"], err[-2000:]
+        assert code == 128 + sig.value, (code, err[-2000:])
+        assert f"stopped ({sig.name}) after the result was written: {results[0]} is complete" in err, err[-2000:]
     else:
-        assert doc["complete"] is False and doc["scenarios"] == {}
-        assert doc["not_run"][0]["why"].startswith(f"the run was stopped ({sig.name})")
-        assert code == 1, err[-2000:]
-    assert not list(out.rglob(".*tmp-*"))
+        assert doc["complete"] is False and doc["scenarios"] == {}, err[-2000:]
+        assert doc["not_run"][0]["why"].startswith(f"the run was stopped ({sig.name})"), doc["not_run"]
+        assert code == 1, (code, err[-2000:])
+    assert not [p for p in out.rglob("*") if "tmp" in p.name], sorted(out.rglob("*"))
 
 
 GC_DRIVER = """
-import gc, os, signal, sys
-from harness import cli, equiv_phase
+import gc, os, runpy, signal
+from harness import equiv_phase
 
 armed = [False]
 
@@ -100,7 +177,7 @@ def equivalence_with_a_collection(*a, **kw):
 
 equiv_phase.run_equivalence = equivalence_with_a_collection
 gc.callbacks.insert(0, callback)
-sys.exit(cli.main(sys.argv[1:]))
+runpy.run_module("harness", run_name="__main__")
 """
 
 
@@ -110,38 +187,41 @@ def test_a_stop_in_a_gc_callback_is_honoured_without_a_traceback(tmp_path):
     own receives the Ctrl-C, as hypothesis's gc_callback did during equivalence. A process of its own:
     pytest replaces sys.unraisablehook in its."""
     backend_or_skip("torch")
-    r = subprocess.run([sys.executable, "-c", GC_DRIVER, *ARGS, "--isolation", "none", "--no-report",
-                        "--examples", "30", "--out", str(tmp_path)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    r = subprocess.run([sys.executable, "-c", GC_DRIVER, *ARGS, "--processes", "1", "--isolation", "none",
+                        "--no-report", "--examples", "30", "--out", str(tmp_path)], cwd=ROOT, env=_env(),
                        capture_output=True, text=True, timeout=300)
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert r.returncode != 0 and "stopped (SIGINT)" in r.stderr, r.stderr[-2000:]
-    (path,) = _results(tmp_path)
+    (path,) = tmp_path.glob("*.json")
     assert json.loads(path.read_text())["complete"] is False or r.returncode == 130
 
 
-@pytest.mark.parametrize("phase,sig", [("equivalence", signal.SIGTERM), ("shutdown", signal.SIGINT)])
-def test_a_stop_to_the_process_group_keeps_the_result(tmp_path, phase, sig):
-    """What a terminal (Ctrl-C) or `timeout --kill-after` on a group does: every process of the group,
-    the framework's worker included, gets the signal, twice."""
+def test_a_stopped_fresh_regress_says_so_and_keeps_its_candidate(tmp_path):
+    """`regress` without --candidate reruns the baseline; stopped while timing it, it says so (it said
+    "nothing comparable", exit 2, as if the files did not match) and keeps what the candidate measured."""
     backend_or_skip("torch")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **{stops.PAUSE_ENV: phase})
-    p = subprocess.Popen([sys.executable, "-m", "harness", *ARGS, "--no-report", "--out", str(tmp_path)], cwd=ROOT,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    r = subprocess.run([sys.executable, "-m", "harness", *ARGS, "--processes", "1", "--isolation", "none",
+                        "--no-report", "--out", str(tmp_path / "base")], cwd=ROOT, env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (baseline,) = (tmp_path / "base").glob("*.json")
+    out = tmp_path / "cand"
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, "regress", "--baseline", str(baseline), "--isolation", "none",
+                          "--quiet", "--out", str(out)], cwd=ROOT, env=_env(STOP_TEST_PHASE="timing1"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if f"paused at {phase}" in line:
-            break
-    os.killpg(p.pid, sig)
-    time.sleep(0.05)
-    os.killpg(p.pid, sig)
-    _, rest = p.communicate(timeout=120)
-    err = "".join(lines) + rest
-    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
-    (path,) = _results(tmp_path)
-    doc = json.loads(path.read_text())
-    if phase == "shutdown":
-        assert p.returncode == 128 + sig.value and doc["complete"] is True, err[-2000:]
-    else:
-        assert p.returncode == 1 and doc["not_run"][0]["why"].startswith(f"the run was stopped ({sig.name})")
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if "paused at timing1" in line:
+                os.kill(p.pid, signal.SIGTERM)
+                break
+        err = "".join(lines) + p.communicate(timeout=240)[1]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err[-2000:])
+    assert "stopped (SIGTERM) during the candidate run: nothing compared" in err and "Traceback" not in err, err
+    (candidate,) = out.glob("*.json")
+    assert json.loads(candidate.read_text())["complete"] is False

@@ -14,6 +14,7 @@ import copy
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,16 @@ def damaged(draw: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _call(argv: list[str]) -> tuple[int, str]:
+    """The CLI in-process: (exit status, stderr). An exception that escapes main is what the command
+    line prints as a traceback and exit 1; it is returned as such, so that the sweep reads the same
+    against any version of the harness (docs/reliability.md)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
+        try:
+            code = cli.main(argv)
+        except Exception as e:  # noqa: BLE001 - recorded as the traceback it would print
+            code = 1
+            print(f"Traceback (most recent call last):\n{type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
     return code, err.getvalue()
 
 
@@ -133,18 +141,22 @@ def _listing(root: Path) -> set[Path]:
     return set(root.rglob("*"))
 
 
-def _one_line(code: int, err: str, what: str) -> None:
+def _one_line(code: int, err: str) -> str | None:
+    """Why (code, err) is not a one-line refusal with exit 2, or None."""
     lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("harness: error:"), (what, code, err[-2000:])
+    if "Traceback" in err:
+        return "traceback: " + err.strip().splitlines()[-1][:200]
+    if code != 2:
+        return f"exit {code} on a refused file"
+    if len(lines) != 1 or not lines[0].startswith("harness: error:"):
+        return f"not one line: {err[-300:]!r}"
+    return None
 
 
-@settings(max_examples=120, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=damaged())
-def test_damaged_files_never_crash_report_or_regress(tmp_path_factory, case):
-    base, doc = case
-    jail = tmp_path_factory.mktemp("jail")
+def _case(base: str, doc: dict[str, Any], jail: Path, accepted: bool | None = None) -> tuple[bool, list[str]]:
+    """Feed one damaged document to report and regress inside jail: (whether the file counts as
+    accepted, what went wrong: empty when nothing did). accepted: given (the verdict of another
+    version's loader), or None to ask this harness's loader."""
     above = set(jail.parent.iterdir()) - {jail}
     good = synthetic.write(BASES[base], jail / "good" / "20261201T000000Z_nvidia-h200_full.json")
     folder, out = jail / "in", jail / "out"
@@ -153,31 +165,57 @@ def test_damaged_files_never_crash_report_or_regress(tmp_path_factory, case):
     path = folder / "20261202T100000Z_nvidia-h200_full.json"
     path.write_text(json.dumps(doc).replace(JAIL, str(jail)))
     before = _listing(jail)
-    try:
-        load(path)
-        accepted = True
-    except ResultError:
-        accepted = False
-    event(f"{base}: {'accepted' if accepted else 'refused'}")
+    if accepted is None:
+        try:
+            load(path)
+            accepted = True
+        except ResultError:
+            accepted = False
+    wrong = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("matplotlib.figure.Figure.savefig", lambda self, buf, **kw: buf.write(PNG))
         code, err = _call(["report", str(path), "--out", str(out)])
     if accepted and code == 0:
-        assert err == "", err
+        if err:
+            wrong.append(f"report: exit 0 with {err[-300:]!r}")
     else:  # refused: by the loader, or (accepted) a timeline picture that the damage made unreadable
-        _one_line(code, err, "report")
-        assert not out.exists(), sorted(out.rglob("*"))
+        why = _one_line(code, err)
+        if why:
+            wrong.append(f"report: {why}")
+        elif out.exists():
+            wrong.append(f"report: refused, but wrote {sorted(out.rglob('*'))[:3]}")
     for argv in (["regress", "--baseline", str(path), "--candidate", str(path)],
                  ["regress", "--baseline", str(good), "--candidate", str(path)]):
         code, err = _call(argv)
         if not accepted or code == 2:
-            _one_line(code, err, "regress")
+            why = _one_line(code, err)
         else:
-            assert code in (0, 1) and "Traceback" not in err, (code, err[-2000:])
+            why = None if code in (0, 1) and "Traceback" not in err else f"exit {code}: {err[-300:]!r}"
+        if why:
+            wrong.append(f"regress: {why}")
     new = _listing(jail) - before
-    assert {p for p in new if p != out and out not in p.parents} == set()
-    assert set(jail.parent.iterdir()) - {jail} == above
-    assert not ESCAPE.exists()
+    outside = {p for p in new if p != out and out not in p.parents} | (set(jail.parent.iterdir()) - {jail} - above)
+    if ESCAPE.exists():
+        outside.add(ESCAPE)
+    if outside:
+        wrong.append(f"wrote outside the output folder: {sorted(outside)[:3]}")
+    return accepted, wrong
+
+
+@settings(max_examples=120, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(case=damaged())
+@pytest.mark.parametrize("jsonschema", [True, False], ids=["with_jsonschema", "without_jsonschema"])
+def test_damaged_files_never_crash_report_or_regress(tmp_path_factory, jsonschema, case):
+    base, doc = case
+    jail = tmp_path_factory.mktemp("jail")
+    with pytest.MonkeyPatch.context() as mp:
+        if not jsonschema:  # as on the H200's image: import jsonschema raises ImportError
+            mp.setitem(sys.modules, "jsonschema", None)
+        accepted, wrong = _case(base, doc, jail)
+    event(f"{base}: {'accepted' if accepted else 'refused'}")
+    assert wrong == [], wrong
     shutil.rmtree(jail)
 
 
@@ -205,3 +243,74 @@ def test_a_spread_far_beyond_its_median_gives_an_unbounded_interval(tmp_path):
     load(path)
     code, err = _call(["regress", "--baseline", str(path), "--candidate", str(path)])
     assert code == 0 and err == "", err
+
+
+# -- the sweep as a tally, to read one set of damaged files against two versions of the harness -------
+# python -m tests.test_sweep_results save 200 cases.json      (draws as the test does, derandomized)
+# python -m tests.test_sweep_results tally cases.json [--oracle verdicts.json] [--without-jsonschema] > verdicts.json
+# With --oracle (the tally of another version), a file counts as refused where that version's loader
+# refused it: "exit 0 on a refused file" then means this version's tools read what that loader refuses.
+
+
+class _Hung(BaseException):
+    pass
+
+
+def _save(n: int, to: Path) -> None:
+    from hypothesis import Phase
+
+    got: list[Any] = []
+
+    @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=damaged())
+    def collect(case: tuple[str, dict[str, Any]]) -> None:
+        got.append(copy.deepcopy(case))
+
+    collect()
+    to.write_text(json.dumps({"bases": BASES, "cases": got}))
+    print(f"{len(got)} damaged files in {to}")
+
+
+def _tally(cases: Path, oracle: Path | None) -> dict[str, Any]:
+    import resource
+    import signal
+    import tempfile
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a read of /dev/zero ends in MemoryError
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Hung()))
+    saved = json.loads(cases.read_text())
+    BASES.update(saved["bases"])
+    verdicts = json.loads(oracle.read_text())["cases"] if oracle else None
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for i, (base, doc) in enumerate(saved["cases"]):
+            jail = Path(root) / f"jail{i}"
+            jail.mkdir()
+            signal.alarm(60)
+            try:
+                accepted, wrong = _case(base, doc, jail, verdicts[i]["accepted"] if verdicts else None)
+            except _Hung:
+                accepted, wrong = bool(verdicts and verdicts[i]["accepted"]), ["hung (60 s)"]
+            finally:
+                signal.alarm(0)
+            rows.append({"base": base, "accepted": accepted, "wrong": wrong})
+            shutil.rmtree(jail, ignore_errors=True)
+    kinds = {"traceback": "traceback", "exit 0 on a refused file": "exit 0 on a refused file",
+             "not one line": "not one line", "outside": "wrote outside", "hung": "hung"}
+    return {"files": len(rows), "accepted": sum(r["accepted"] for r in rows),
+            "files_with_a_problem": sum(bool(r["wrong"]) for r in rows),
+            "by_kind": {k: sum(any(w in x for x in r["wrong"]) for r in rows) for k, w in kinds.items()},
+            "cases": rows}
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "save":
+        _save(int(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        if "--without-jsonschema" in sys.argv:
+            sys.argv.remove("--without-jsonschema")
+            sys.modules["jsonschema"] = None  # type: ignore[assignment]
+        got = _tally(Path(sys.argv[2]), Path(sys.argv[4]) if len(sys.argv) > 4 else None)
+        print(json.dumps(got, indent=1))
+        print(json.dumps({k: v for k, v in got.items() if k != "cases"}), file=sys.stderr)
