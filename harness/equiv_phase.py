@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from harness import stops
 from harness.equivalence import run_equivalence
 from harness.options import CompareOptions
 from harness.worker import WorkerError, WorkerLost
@@ -29,7 +28,6 @@ def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], o
 
         def execute(fw: str, params: dict[str, Any]) -> Any:
             if not lost:
-                stops.pause("equivalence")  # inside hypothesis's example
                 try:
                     return workers[fw].request("equiv", scn.name, params, timeout=opts.timeout_s)
                 except WorkerLost as e:

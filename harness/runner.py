@@ -100,7 +100,6 @@ def _run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
         not_run += [{"scenario": x.name, "why": stopped} for x in scenarios if x.name not in done_or_said]
     finally:
         stops.defer()
-        stops.pause("shutdown")
         grace = 10.0 if stopped is None else 1.0  # a stopped run ends now: busy workers are killed
         for pool in pools:
             for w in pool.values():
@@ -119,7 +118,6 @@ def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, A
     """Start every worker side by side; each measures the host's speed; on a full-size GPU run, the
     first CuPy worker measures the GPU's ceilings."""
     ui.step(f"starting {', '.join(pools[0])}" + (f" ({len(pools)} processes each)" if len(pools) > 1 else ""))
-    stops.pause("startup")
     for fw, info in _start_all(pools, opts).items():
         fw_env[fw] = info
         if info["available"]:
@@ -129,7 +127,6 @@ def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, A
         ui.advance()
     if opts.timing:
         ui.step("measuring the host's speed in every process (tiny op, Python loop)")
-        stops.pause("calibration")
         machine["calibration"] = {fw: [_calibrate(pool[fw], opts) for pool in pools] for fw in available}
     if "cupy" in available and opts.timing and opts.size == "full":
         ui.step("measuring the machine's ceilings (raw CUDA via CuPy)")
@@ -235,7 +232,7 @@ def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dic
     where = f"{scn.name}{' · ' + label if label else ''}"
     running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
     got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
-                            lambda fw, text: (ui.step(f"{where} · {fw} · {text}"), stops.pause("timing")),
+                            lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
                             lambda fw, text: ui.detail(f"{where} · {fw} · {text}"))
     rows: list[dict[str, Any]] = []
     samples: list[tuple[str, dict[str, Any]]] = []

@@ -6,9 +6,6 @@ and while a run shuts down and writes its result ("defer"), a signal is only rec
 second Ctrl-C must not interrupt the writing of what was measured. A stop raised where Python cannot
 propagate it (a gc callback: hypothesis keeps one, and it runs often during equivalence) is not
 printed as "Exception ignored" but delivered again a moment later, outside that callback.
-
-`pause(phase)` is the test hook: with $TRIPTYCH_PAUSE_AT=<phase> a run says "paused at <phase>" on
-stderr and waits there (up to a minute) for a signal, so that a test can stop it at that moment.
 """
 from __future__ import annotations
 
@@ -20,8 +17,6 @@ import threading
 import time
 from typing import Any, Iterator
 
-PAUSE_ENV = "TRIPTYCH_PAUSE_AT"
-PHASES = ("startup", "calibration", "equivalence", "timing", "shutdown", "result", "timelines", "report")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -34,7 +29,6 @@ class _State:
     mode = "raise"  # "raise": a signal stops the run; "defer": it is recorded only
     first: str | None = None  # the signal that stopped the run (raised)
     late: str | None = None  # the first signal that arrived while deferred and stopped nothing
-    reached: list[str] = []  # the phases paused at (tests)
 
 
 S = _State()
@@ -82,7 +76,7 @@ def handling() -> Iterator[None]:
         return
     previous = {s: signal.getsignal(s) for s in _SIGNALS}
     hook = sys.unraisablehook
-    S.depth, S.mode, S.first, S.late, S.reached = 1, "raise", None, None, []
+    S.depth, S.mode, S.first, S.late = 1, "raise", None, None
     try:
         for s in _SIGNALS:
             signal.signal(s, _handler)
@@ -120,14 +114,3 @@ def raise_if_stopped() -> None:
     """Raise the stop again where code it landed in swallowed it (hypothesis reports it as a failure)."""
     if S.first is not None:
         raise _exception(S.first)
-
-
-def pause(phase: str) -> None:
-    """The test hook (see the module's doc): wait here for a signal when $TRIPTYCH_PAUSE_AT names phase."""
-    if os.environ.get(PAUSE_ENV) != phase:
-        return
-    S.reached.append(phase)
-    print(f"harness: paused at {phase}", file=sys.stderr, flush=True)
-    end = time.monotonic() + 60
-    while time.monotonic() < end and S.first is None and S.late is None:
-        time.sleep(0.01)

@@ -117,7 +117,6 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
     if notice:  # after the imports: an interpreter without the dependencies gets its one line alone
         print(notice, file=sys.stderr, flush=True)
     doc = run_compare(opts, make_ui(quiet))  # returns with stops deferred
-    stops.pause("result")
     name = claim_name(out, doc)  # the result's name and its pictures' folder, both ours alone
     stem = Path(name).stem
     drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
@@ -190,15 +189,11 @@ def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems
     from harness.report import Problem
     from harness.timeline import write_timelines
 
-    from harness import stops
-
     if drawn:
-        stops.pause("timelines")
         written = write_timelines(doc, path.parent, stem)
         print(f"timelines: {path.parent / stem}/ ({len(written) // 2} of {len(drawn)} scenarios, PNG + Chrome trace)",
               flush=True)
     if report:
-        stops.pause("report")
         from harness.report_html import make_report
         from harness.results import as_written
 
