@@ -3,7 +3,9 @@
 #   make compare                 set up .venv if needed, then equivalence + timing of every scenario (the smoke
 #                                size without a GPU), a result JSON under runs/ (ignored by git; ARGS="--out
 #                                results" for a run to commit) and its report (report.md, report.html) beside it
-#   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
+#   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU) on
+#                                every core (TEST_WORKERS=auto), printing the count and the ten slowest tests
+#   make test-slow               the long end-to-end runs `make test` leaves out (`-m slow`; CI runs both)
 #   make test-gpu                only the GPU suite (`-m gpu`)
 #   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in runs/,
 #                                else in results/)
@@ -16,13 +18,17 @@
 #                                runs/). Exit 1 on any regression.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
-# RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
+# RESULT, PYTEST_ARGS, TEST_WORKERS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
 
 SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?=
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test / test-slow: one per core on a CPU machine (the tests start processes of
+# their own, so more workers than cores only makes them wait on each other); 0 (one process) where there is
+# a GPU, whose timing tests would otherwise measure each other.
+TEST_WORKERS ?= $(if $(CUDA_MAJOR),0,auto)
 # The newest result file (names start with their UTC time): a user's run in runs/, else a committed one.
 RESULT ?= $(or $(lastword $(sort $(wildcard runs/*.json))),$(lastword $(sort $(wildcard results/*.json))))
 
@@ -48,9 +54,9 @@ PY := $(PYTHON)
 STAMP :=
 endif
 
-.PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
+.PHONY: setup compare report docs test test-slow test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,19p' Makefile
+	@sed -n '1,21p' Makefile
 
 setup: $(STAMP)
 
@@ -82,8 +88,14 @@ regress: $(STAMP)
 	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json is required" >&2; exit 2; }
 	$(PY) -m harness regress --baseline "$(BASELINE)" $(if $(CANDIDATE),--candidate "$(CANDIDATE)") $(ARGS)
 
+# Tests that take the shared rank groups run on one worker (tests/conftest.py, --dist loadgroup). An
+# interpreter given as PYTHON= without pytest-xdist runs the suite in one process.
+XDIST = $$($(PY) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadgroup")
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(XDIST) --durations=10 $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(XDIST) --durations=10 $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu --hypothesis-profile=thorough $(PYTEST_ARGS)
