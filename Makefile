@@ -65,7 +65,7 @@ $(VENV)/.installed-%: pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(if $(filter cpu,$*),$(VENV)/bin/python -m pip install -q $(TORCH_CPU))
-	$(VENV)/bin/python -m pip install -q -e ".[$*]"
+	$(VENV)/bin/python -m pip install -q -e ".[$*,test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
 compare: $(STAMP)
