@@ -4,7 +4,9 @@
 #                                a GPU: the six that teach on a CPU, smoke size, figures indicative only), a
 #                                result JSON under runs/ (ignored by git; ARGS="--out results" for a run to
 #                                commit) and its report (report.md, report.html) beside it
-#   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU)
+#   make test                    set up .venv if needed, then the test suite (GPU tests skip without a GPU) on
+#                                every core (TEST_WORKERS=auto), printing the count and the ten slowest tests
+#   make test-slow               the long end-to-end runs `make test` leaves out (`-m slow`; CI runs both)
 #   make test-gpu                only the GPU suite (`-m gpu`)
 #   make report [RESULT=...]     report.md + report.html again from a result (default: the newest in runs/,
 #                                else in results/)
@@ -23,13 +25,17 @@
 # stopped). `$(VENV)/bin/python -m harness compare ...` exits with it.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
-# RESULT, PYTEST_ARGS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
+# RESULT, PYTEST_ARGS, TEST_WORKERS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
 
 SHELL := /bin/bash
 VENV ?= .venv
 PYTHON ?=
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test / test-slow: one per core on a CPU machine (the tests start processes of
+# their own, so more workers than cores only makes them wait on each other); 0 (one process) where there is
+# a GPU, whose timing tests would otherwise measure each other.
+TEST_WORKERS ?= $(if $(CUDA_MAJOR),0,auto)
 # The newest result file (names start with their UTC time): a user's run in runs/, else a committed one.
 RESULT ?= $(or $(lastword $(sort $(wildcard runs/*.json))),$(lastword $(sort $(wildcard results/*.json))))
 
@@ -55,9 +61,9 @@ PY := $(PYTHON)
 STAMP :=
 endif
 
-.PHONY: setup compare report docs test test-gpu list selfcheck regress clean help
+.PHONY: setup compare report docs test test-slow test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,27p' Makefile
+	@sed -n '1,30p' Makefile
 
 setup: $(STAMP)
 
@@ -66,7 +72,7 @@ $(VENV)/.installed-%: pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(if $(filter cpu,$*),$(VENV)/bin/python -m pip install -q $(TORCH_CPU))
-	$(VENV)/bin/python -m pip install -q -e ".[$*]"
+	$(VENV)/bin/python -m pip install -q -e ".[$*,test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
 # $(call harness,ARGS): run the harness; on failure say its own exit status, which make turns into 2.
@@ -97,8 +103,14 @@ regress: $(STAMP)
 	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" >&2; exit 2; }
 	$(call harness,regress $(call SIDE,baseline,$(BASELINE)) "$(BASELINE)" $(if $(CANDIDATE),$(call SIDE,candidate,$(CANDIDATE)) "$(CANDIDATE)") $(ARGS))
 
+# Tests that take the shared rank groups run on one worker (tests/conftest.py, --dist loadgroup). An
+# interpreter given as PYTHON= without pytest-xdist runs the suite in one process.
+XDIST = $$($(PY) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadgroup")
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(XDIST) --durations=10 $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(XDIST) --durations=10 $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu --hypothesis-profile=thorough $(PYTEST_ARGS)

@@ -1,12 +1,16 @@
-"""Shared test set-up: hypothesis profiles and the `gpu` marker.
+"""Shared test set-up: hypothesis profiles, the `gpu` and `slow` markers, and the rank groups.
 
 `gpu` marks the GPU suite (`make test-gpu`, `pytest -m gpu`). Tests in it that need a GPU skip
 themselves, with the framework's own reason, where there is none; those that don't (equivalence)
-also run on the CPU.
+also run on the CPU. `slow` marks the long end-to-end runs that `make test` leaves to
+`make test-slow` (CI runs both). `group` is one torch and one JAX group of 2 ranks for the whole
+session: starting one costs seconds of imports and a rendezvous, and no test that takes it needs a
+fresh one (those that kill or plant faults in a group start their own).
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +28,70 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+
+
+# The long end-to-end runs `make test` leaves to `make test-slow` (CI runs both), by node id: each is
+# minutes of a whole compare, or the same check again on another scenario of a kind the main suite
+# already covers (its first scenario stays there).
+SLOW = (
+    "tests/test_cli.py::test_compare_smoke_writes_a_valid_result",  # every scenario, a full compare + report
+    "tests/test_check.py::test_check_on_ranks_passes_without_a_plant[point_to_point]",
+    "tests/test_check.py::test_check_on_ranks_passes_without_a_plant[tensor_parallel]",
+    "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[point_to_point]",
+    "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[tensor_parallel]",
+)
+# A test that only waits (the harness's 120 s start-up timeout) goes first: one xdist worker waits while
+# the other works, instead of at the end of the run.
+FIRST = ("tests/test_robust.py::test_a_framework_broken_at_import_is_failed_not_skipped[hang-timeout]",)
+# Every committed report but the newest is re-rendered in the slow set (each costs seconds of drawing).
+COMMITTED_REPORTS = "tests/test_report.py::test_committed_reports_equal_what_the_renderer_makes["
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the slow set, puts FIRST first; under pytest-xdist, every test that takes `group` runs on one
+    worker, so the groups start once."""
+    items.sort(key=lambda i: i.nodeid not in FIRST)  # stable: the rest keep their order
+    reports = sorted(i.nodeid for i in items if i.nodeid.startswith(COMMITTED_REPORTS))  # names start with UTC time
+    slow = set(SLOW) | set(reports[:-1])
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+        if xdist and "group" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ranks"))
+
+
+def rank_children() -> list[int]:
+    """Rank processes this test process started that are still alive (zombies included)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"harness.rank_main" in cmd and ppid == os.getpid():
+            found.append(int(d.name))
+    return found
+
+
+@pytest.fixture(scope="session", params=("torch", "jax"))
+def group(request):
+    """A group of 2 ranks of torch (gloo) or JAX (CPU collectives), shared by every test that takes it."""
+    from harness.ranks import RankGroup
+    from scenarios import _ranks as R
+
+    backend_or_skip(request.param)
+    os.environ[R.WORLD_SIZE_ENV] = "2"
+    g = RankGroup(request.param, 2)
+    info = g.request("hello", timeout=120)
+    assert info["available"], info["why"]
+    yield g
+    pids = set(g.pids)
+    g.close()
+    assert not pids & set(rank_children()), "a rank outlived close()"
 
 
 def backend_or_skip(fw: str) -> backends.Backend:

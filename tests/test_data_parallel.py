@@ -15,7 +15,6 @@ from scenarios import _ranks as R
 from scenarios import data_parallel as D
 from scenarios import get
 from tests.conftest import gpu_backend_or_skip
-from tests.test_ranks import group  # noqa: F401 - the same fixture: a torch and a JAX group of 2 ranks
 
 SMALL = {"d_in": 5, "hidden": 7, "d_out": 3, "micro": 3, "accum": 2, "steps": 3, "lr": 0.05, "dtype": "float32",
          "seed": 4}

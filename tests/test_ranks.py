@@ -16,38 +16,7 @@ from harness.timing import PRESETS, TimingConfig
 from harness.worker import WorkerError, WorkerLost
 from scenarios import _ranks as R
 from scenarios import collectives, get
-from tests.conftest import backend_or_skip
-
-FRAMEWORKS = ("torch", "jax")
-
-
-def rank_children() -> list[int]:
-    """Rank processes this test process started that are still alive (zombies included)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes()
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"harness.rank_main" in cmd and ppid == os.getpid():
-            found.append(int(d.name))
-    return found
-
-
-@pytest.fixture(scope="module", params=FRAMEWORKS)
-def group(request):
-    backend_or_skip(request.param)
-    os.environ[R.WORLD_SIZE_ENV] = "2"
-    g = RankGroup(request.param, 2)
-    info = g.request("hello", timeout=120)
-    assert info["available"], info["why"]
-    yield g
-    pids = set(g.pids)
-    g.close()
-    assert not pids & set(rank_children()), "a rank outlived close()"
+from tests.conftest import backend_or_skip, rank_children
 
 
 @pytest.mark.parametrize("scenario", ["ranks", "point_to_point", "collectives"])

@@ -15,7 +15,6 @@ from impls._shared import tensor_parallel as tp
 from scenarios import _ranks as R
 from scenarios import get
 from scenarios import tensor_parallel as T
-from tests.test_ranks import group  # noqa: F401 - the torch (gloo) and JAX rank groups at world size 2
 
 SCN = get("tensor_parallel")
 

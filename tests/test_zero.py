@@ -19,7 +19,6 @@ from scenarios import _ranks as R
 from scenarios import get
 from scenarios import zero as SZ
 from tests.conftest import gpu_backend_or_skip
-from tests.test_ranks import group  # noqa: F401 - the same fixture: a torch and a JAX group of 2 ranks
 
 SMALL = {"width": 6, "depth": 3, "rows": 3, "steps": 3, "lr": 1e-3, "eps": 1e-4, "dtype": "float32", "seed": 4}
 # Four equal layers: torch's ZeroRedundancyOptimizer shares whole tensors out evenly over 2 ranks.
