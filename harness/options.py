@@ -53,6 +53,7 @@ class CompareOptions:
     seed: int
     isolation: str = ISOLATION
     timeout_s: float = TIMEOUT_S
+    startup_timeout_s: float = STARTUP_TIMEOUT_S  # a worker's import and device pick
     equivalence: bool = True
     timing: bool = True
     argv: list[str] = field(default_factory=list)

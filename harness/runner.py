@@ -24,7 +24,7 @@ from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fract
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
 from harness.machine import host_env
-from harness.options import STARTUP_TIMEOUT_S, CompareOptions, UI
+from harness.options import CompareOptions, UI
 from harness.ranks import Groups
 from harness.results import SCHEMA
 from harness.stops import Stopped
@@ -269,7 +269,7 @@ def _start_all(pools: Pools, opts: CompareOptions) -> dict[str, dict[str, Any]]:
 
     def hello(w: Any) -> dict[str, Any]:
         try:
-            return w.request("hello", timeout=max(opts.timeout_s, STARTUP_TIMEOUT_S))
+            return w.request("hello", timeout=opts.startup_timeout_s)
         except (WorkerError, WorkerLost) as e:  # broken (crashed, hung, raised): failed, not skipped
             return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False,
                     "status": e.status}

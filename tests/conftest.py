@@ -40,17 +40,13 @@ SLOW = (
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[point_to_point]",
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[tensor_parallel]",
 )
-# A test that only waits (the harness's 120 s start-up timeout) goes first: one xdist worker waits while
-# the other works, instead of at the end of the run.
-FIRST = ("tests/test_robust.py::test_a_framework_broken_at_import_is_failed_not_skipped[hang-timeout]",)
 # Every committed report but the newest is re-rendered in the slow set (each costs seconds of drawing).
 COMMITTED_REPORTS = "tests/test_report.py::test_committed_reports_equal_what_the_renderer_makes["
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the slow set, puts FIRST first; under pytest-xdist, every test that takes `group` runs on one
+    """Marks the slow set; under pytest-xdist, every test that takes `group` runs on one
     worker, so the groups start once."""
-    items.sort(key=lambda i: i.nodeid not in FIRST)  # stable: the rest keep their order
     reports = sorted(i.nodeid for i in items if i.nodeid.startswith(COMMITTED_REPORTS))  # names start with UTC time
     slow = set(SLOW) | set(reports[:-1])
     xdist = config.pluginmanager.hasplugin("xdist")

@@ -144,7 +144,7 @@ def _started(p: subprocess.Popen) -> None:
 
 @pytest.mark.parametrize("kind,status", [("crash", "crashed"), ("hang", "timeout"), ("raise", "error")])
 def test_a_framework_broken_at_import_is_failed_not_skipped(tmp_path, kind, status):
-    p = _run(tmp_path, kind, "--timeout", "20")
+    p = _run(tmp_path, kind, "--timeout", "20", "--startup-timeout", "8")
     out, err = p.communicate(timeout=300)
     assert p.returncode == 1, err[-2000:]
     (result,) = (tmp_path / "out").glob("*.json")

@@ -73,7 +73,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
     opts = CompareOptions(scenarios=scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,
-                          isolation=a.isolation, timeout_s=a.timeout, equivalence=not a.no_equivalence,
+                          isolation=a.isolation, timeout_s=a.timeout, startup_timeout_s=a.startup_timeout,
+                          equivalence=not a.no_equivalence,
                           timing=not a.no_timing, argv=["python -m harness", *argv],
                           gpu_memory_fraction=a.gpu_memory_fraction, budget_s=a.budget,
                           world_size=a.world_size, cpus=a.cpus, processes=a.processes, profile=a.profile)

@@ -173,6 +173,9 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
                    help="a child process per framework (default) or everything in this process")
     c.add_argument("--timeout", type=_positive_float, default=default("timeout_s"),
                    help=f"seconds per framework per scenario (default {default('timeout_s'):g})")
+    c.add_argument("--startup-timeout", type=_positive_float, default=default("startup_timeout_s"),
+                   help="seconds a framework's worker may take to import and pick its device before it counts as "
+                        f"failed (default {default('startup_timeout_s'):g}; on a loaded host an import alone can take 20 s)")
     c.add_argument("--budget", type=_seconds("--budget"), default=None,
                    help="wall-clock seconds for the whole run: no scenario starts once they are spent; the result "
                         "keeps what finished and names what did not run (also on SIGTERM)")
