@@ -67,6 +67,7 @@ DAMAGED = {  # name: how the document is damaged (item 5 of issue 33, and the cr
     "claim_without_evidence": lambda d: _scn(d)["claims"][0].pop("evidence"),
     "claim_without_text": lambda d: _scn(d)["claims"][0].pop("text"),
     "cross_without_frameworks": lambda d: _scn(d).__setitem__("cross_framework", [{"status": "disagree"}]),
+    "cross_without_elements": lambda d: _scn(d).__setitem__("cross_framework", [{"status": "agree", "frameworks": ["torch"]}]),
     "framework_without_env": lambda d: d["environment"]["frameworks"]["torch"].pop("env"),  # found by the sweep
     "created_nonsense": lambda d: d.__setitem__("created", "yesterday!"),
     "size_nonsense": lambda d: d.__setitem__("size", "huge"),
