@@ -40,6 +40,24 @@ SLOW = (
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[point_to_point]",
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[tensor_parallel]",
     "tests/test_report.py::test_reports_do_not_scroll_sideways[1400]",  # Chromium at 1280 px stays in make test
+    # Faults that wait for a timeout or restart workers (a raised fault stays in make test)
+    "tests/test_faults.py::test_a_fault_costs_only_its_own_rows[hang]",
+    "tests/test_faults.py::test_a_fault_costs_only_its_own_rows[oom]",
+    "tests/test_faults.py::test_a_fault_costs_only_its_own_rows[crash]",
+    "tests/test_faults.py::test_a_framework_lost_in_equivalence_is_named_and_the_rest_still_checked",
+    "tests/test_ranks.py::test_a_failing_rank_ends_its_whole_group[hang-timeout-did not answer within 8 s (group killed)]",
+    "tests/test_robust.py::test_sigterm_while_a_rank_is_busy_ends_the_run_at_once",
+    # Several processes timed end to end
+    "tests/test_selfcheck.py::test_selfcheck_writes_its_rows_and_environment",
+    "tests/test_selfcheck.py::test_selfcheck_rows_time_each_kernel_with_both_clocks",
+    "tests/test_planted_slowdown.py::test_unchanged_host_paced_rows_are_flagged_at_the_intervals_rate_not_the_bootstraps",
+    "tests/test_interleaved_regress.py::test_one_commit_against_itself_torch_and_jax",
+    "tests/test_interleaved_regress.py::test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference",
+    "tests/test_ranks_torchrun.py::test_two_torchrun_launchers_on_localhost[torch]",
+    "tests/test_ranks_torchrun.py::test_two_torchrun_launchers_on_localhost[jax]",
+    # JAX's cold and warm compile caches, each in fresh child processes
+    "tests/test_equivalence.py::test_matches_reference_and_other_frameworks[cold_start-jax-cold_cache]",
+    "tests/test_equivalence.py::test_matches_reference_and_other_frameworks[cold_start-jax-warm_cache]",
 )
 # A stop at each phase: make test keeps what a terminal's Ctrl-C (SIGINT to the group) and `timeout`
 # (SIGTERM to the process) send; the other two pairings of each phase run in the slow set.
