@@ -39,6 +39,7 @@ SLOW = (
     "tests/test_check.py::test_check_on_ranks_passes_without_a_plant[tensor_parallel]",
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[point_to_point]",
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[tensor_parallel]",
+    "tests/test_check.py::test_check_on_ranks_passes_without_a_plant[ranks_default_world_size]",  # [ranks] stays
     "tests/test_report.py::test_reports_do_not_scroll_sideways[1400]",  # Chromium at 1280 px stays in make test
     # Faults that wait for a timeout or restart workers (a raised fault stays in make test)
     "tests/test_faults.py::test_a_fault_costs_only_its_own_rows[hang]",
