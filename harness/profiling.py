@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.files import write_files
+from harness.timeline import rehearsed
 
 MAX_BYTES = 64 << 20  # per trace file; one repeat's trace is kilobytes to a few megabytes
 # A trace's suffix -> its key in the row's "profile": what opens it (harness/schema/result.schema.json)
@@ -37,21 +38,11 @@ def profile_variant(b: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, 
     got: dict[str, Any] = {"tool": ""}
     state = out = None
     try:
-        state = impl.prepare(inputs, params, b.device)
-        poison = getattr(impl, "poison", None)
-        for profiled in (False, True):
-            if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
-                poison(state)
-            b.synchronize(state)
-            if not profiled:
+        state = rehearsed(b, impl, call, inputs, params)
+        with b.profiling() as got:
+            with b.range(f"{name} profiled"):
                 out = call(state)
                 b.synchronize(out)
-                out = None
-                continue
-            with b.profiling() as got:
-                with b.range(f"{name} profiled"):
-                    out = call(state)
-                    b.synchronize(out)
     except Exception as e:  # noqa: BLE001
         return {"tool": got.get("tool", ""), "why": f"the profiled run failed: {type(e).__name__}: {e}"[:300]}
     finally:

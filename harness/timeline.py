@@ -59,26 +59,16 @@ def trace_variant(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: A
     global _active
     state = out = None
     try:
-        state = impl.prepare(inputs, params, backend.device)
-        poison = getattr(impl, "poison", None)
-        for traced in (False, True):
-            if poison is not None:
-                poison(state)
-            backend.synchronize(state)
-            if not traced:
-                out = call(state)
-                backend.synchronize(out)
-                out = None
-                continue
-            rec, spans = backend.timeline_recorder(), []
-            rec.start()
-            _active = (rec, spans)
-            try:
-                out = call(state)
-                backend.synchronize(out)
-            finally:
-                _active = None
-                result = rec.finish(spans)  # also stops a profiler when the call failed
+        state = rehearsed(backend, impl, call, inputs, params)
+        rec, spans = backend.timeline_recorder(), []
+        rec.start()
+        _active = (rec, spans)
+        try:
+            out = call(state)
+            backend.synchronize(out)
+        finally:
+            _active = None
+            result = rec.finish(spans)  # also stops a profiler when the call failed
         spans = result["spans"]
         if len(spans) > MAX_SPANS:
             result["spans"] = spans[:MAX_SPANS]
@@ -90,6 +80,20 @@ def trace_variant(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: A
     finally:
         state = out = None
         backend.free_memory()
+
+
+def rehearsed(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any) -> Any:
+    """The state for one more run after the timed ones (a timeline's, a profile's): prepared, run once
+    untimed, then poisoned again (JAX's sources made fresh) and synchronized, as before every timed run."""
+    state = impl.prepare(inputs, params, backend.device)
+    poison = getattr(impl, "poison", None)
+    for last in (False, True):
+        if poison is not None:
+            poison(state)
+        backend.synchronize(state)
+        if last:
+            return state
+        backend.synchronize(call(state))
 
 
 # -- JAX: spans from a profiler trace (Chrome trace JSON, as jax.profiler writes it) ------------------
