@@ -136,8 +136,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     def check(out: Any) -> str | None:
         got = b.to_numpy(out)
         is_first = not captured
-        if is_first:
-            captured.append(got)
+        if is_first:  # a copy: an impl may hand back a buffer of its state, which the next run overwrites
+            captured.append(_copied(got))
         if want is None:
             return None
         if first and same_bytes(got, captured[0]):  # the same bytes get the same verdict: not compared again
@@ -184,6 +184,13 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         "wall_s": time.perf_counter() - t_variant,  # everything for this variant, untimed work included
     }, captured[0]
+
+
+def _copied(a: Any) -> Any:
+    """numpy outputs (arrays, or dicts of them) copied; anything else as it is."""
+    if isinstance(a, dict):
+        return {k: _copied(x) for k, x in a.items()}
+    return np.array(a, copy=True) if isinstance(a, np.ndarray) else a
 
 
 def same_bytes(a: Any, b: Any) -> bool:

@@ -233,6 +233,32 @@ def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch
     assert row["status"] == "wrong" and (row["check"]["checked"], row["check"]["wrong"]) == (2, 1)
 
 
+def test_an_output_in_a_buffer_the_impl_keeps_is_checked_on_its_own_bytes(monkeypatch):
+    """An impl may hand back a buffer of its state (torch's d2h copies into a host tensor it keeps): the
+    first checked output is kept as a copy, so a later run that leaves the poisoned bytes there is wrong."""
+    import importlib
+
+    from harness import handlers, timing
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    impl = importlib.import_module("impls.pinned_transfer.torch_impl")
+    original, calls = impl.run_d2h_pageable, []
+
+    def lazy(state):  # copies while right; from the fifth call on, hands back the poisoned buffer as it is
+        calls.append(1)
+        return original(state) if len(calls) <= 4 else {"x": state["out_pageable"]}
+
+    monkeypatch.setattr(impl, "run_d2h_pageable", lazy)
+    scn = get("pinned_transfer")
+    cfg = timing.TimingConfig(warmup=1, min_repeats=6, max_repeats=6, min_time_s=0.0)
+    out = handlers.time_point("torch", "pinned_transfer", scn.points("smoke")[0] | {"seed": 1}, cfg, True,
+                              progress=lambda _t: None)
+    row = next(r for r in out["rows"] if r["variant"] == "d2h_pageable")
+    assert len(calls) > 4 and row["status"] == "wrong" and row["check"]["wrong"] >= 1, row["check"]
+
+
 def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_different_ones(monkeypatch):
     """Within a run (its point cache), a check against the reference is made once per distinct output:
     a later process whose outputs are the same bytes reuses it; a planted wrong element is compared
