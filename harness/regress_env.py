@@ -243,7 +243,11 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
     groups = [np.log(np.asarray(g, dtype=np.float64)) for g in (base_procs, cand_procs) if len(g) >= 2]
     n = sum(len(g) for g in groups)
     df = n - len(groups) - 1
-    if df >= SENSITIVITY_MIN_DF and any(np.ptp(g[:, 0]) > math.log1p(SENSITIVITY_MIN_SPREAD) for g in groups):
+    within = max((float(np.ptp(g[:, 0])) for g in groups), default=0.0)
+    # a slope fitted on host loops that moved less within a run than between the runs says nothing of
+    # the change between them (a few % of jitter fits a slope near 0): then the row follows the host
+    if (df >= SENSITIVITY_MIN_DF and within > math.log1p(SENSITIVITY_MIN_SPREAD)
+            and within >= abs(math.log(hc / hb)) - 1e-9):
         x = np.concatenate([g[:, 0] - g[:, 0].mean() for g in groups])
         y = np.concatenate([g[:, 1] - g[:, 1].mean() for g in groups])
         sxx = float(x @ x)

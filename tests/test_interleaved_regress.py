@@ -185,6 +185,16 @@ def test_a_host_paced_row_on_a_slower_host_is_unknown_not_a_regression():
     assert r.verdict == "unknown" and "host speed changed (6.8 ms → 13.3 ms" in r.host and "not measurable" in r.host
 
 
+def test_host_loops_that_jitter_within_a_run_do_not_hide_a_host_change_between_runs():
+    """A few % of jitter in each run's host loops fits a slope near 0; it says nothing of a host twice as
+    slow in the other run, so the row still follows the host there."""
+    jitter = [0.97, 1.03, 0.99, 1.01]
+    base = _row("async", [1e-3] * 4, [6.8e-3 * j for j in jitter])
+    cand = _row("async", [1.95e-3] * 4, [13.3e-3 * j for j in jitter[::-1]], seed=1)
+    (r,) = regress(doc([base]), doc([cand])).rows
+    assert r.verdict == "unknown" and "host speed changed" in r.host, r
+
+
 def test_a_host_paced_row_whose_sensitivity_is_measured_is_unknown():
     # the baseline's processes mostly met the fast host, the candidate's mostly the slow one
     loops_b, loops_c = [6.8e-3] * 7 + [13.3e-3], [13.3e-3] * 7 + [6.8e-3]
