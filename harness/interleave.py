@@ -267,7 +267,7 @@ class Schedule:
                 for pi, pair in enumerate(pairs):
                     pools = rank_pools[pi] if rank_pools is not None else pair.pools
                     for j, (side, pool) in enumerate(zip(pair.sides, pools)):
-                        fws = fws_run if (pair.k + j) % 2 == 0 else fws_run[::-1]
+                        fws = fws_run if j == 0 else fws_run[::-1]  # mirrored: each framework's gap cancels over pairs
                         for fw in fws:
                             self.log(f"{scn.name} · {params.get('label', '') or i} · pair {pair.k + 1} · "
                                      f"{side.name} · {fw}")

@@ -67,10 +67,10 @@ class FakeWorker:
         pass
 
 
-def fake_run(step: float, order=interleave.pair_order, slow=None, pairs: int = 6):
+def fake_run(step: float, order=interleave.pair_order, slow=None, pairs: int = 6, fws=("torch",)):
     host = Host(step, slow)
     sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: FakeWorker(fw, s, host),
+    sched = Schedule(sides, list(fws), 60.0, world_size=2, make_worker=lambda fw, s: FakeWorker(fw, s, host),
                      order=order)
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=pairs, max_pairs=pairs))
     return res, host
@@ -89,6 +89,14 @@ def test_a_host_that_drifts_during_the_run_is_no_change_when_interleaved():
     # 12% slower at every process: A-B, B-A cancels it in the mean over pairs
     res, _ = fake_run(1.12)
     assert res.rows and not [r for r in res.rows if r.verdict == "different"], [(r.variant, r.ratio) for r in res.rows]
+
+
+def test_the_drift_cancels_for_every_framework_of_a_pair():
+    """Within a pair the second side runs the frameworks in the first side's reverse order, so each
+    framework's A-to-B gap is mirrored in the next pair (B-A): no framework reads the drift as a change."""
+    res, _ = fake_run(1.03, fws=("torch", "cupy", "jax"))
+    assert {r.framework for r in res.rows} == {"torch", "cupy", "jax"}
+    assert all(abs(r.ratio - 1) < 0.01 for r in res.rows), sorted({(r.framework, round(r.ratio, 3)) for r in res.rows})
 
 
 def test_without_the_alternation_the_same_drift_reads_as_a_change():
