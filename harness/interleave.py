@@ -304,6 +304,7 @@ class Outcome:
     pairs: int  # the most pairs any row got
     wall_s: float
     stopped: str  # why more pairs were not run ("" where every row was decided)
+    lost: list[tuple[str, str]] = field(default_factory=list)  # started on the baseline, not on the candidate: why
 
 
 @dataclass
@@ -344,8 +345,11 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
         schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers)
     finally:
         schedule.close(pairs)
+    # every look at the rows may call one different: the false-discovery rate is split over the looks the
+    # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
+    fdr = plan.fdr / (max(plan.max_pairs, plan.pairs) - plan.pairs + 1)
     rows, nc = _rows(answers, scns, points, plan.clock)
-    judge_pairs(rows, plan.threshold, plan.confidence, plan.fdr)
+    judge_pairs(rows, plan.threshold, plan.confidence, fdr)
     k, stopped = plan.pairs, ""
     while True:
         open_points = {(r.scenario, r.point) for r in rows if r.verdict == "unknown"}
@@ -365,12 +369,15 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
             schedule.close(more)
         k += 1
         rows, nc = _rows(answers, scns, points, plan.clock)
-        judge_pairs(rows, plan.threshold, plan.confidence, plan.fdr)
+        judge_pairs(rows, plan.threshold, plan.confidence, fdr)
     docs = [_document(side, scns, points, answers, env[side.name], machine[j], plan, started, j)
             for j, side in enumerate(schedule.sides)]
     nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
           for s in schedule.sides if not env[s.name][fw]["available"]] + nc
-    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), time.perf_counter() - t0, stopped)
+    base, cand = schedule.sides
+    lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
+            if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
+    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), time.perf_counter() - t0, stopped, lost)
 
 
 def _now() -> Any:

@@ -126,7 +126,7 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     exit code: 1 where a row is different and slower (or failed in the candidate), else 0."""
     say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
-        f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}) · paired t on the log ratios "
+        f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order")
     from harness.regress_env import fw_version
 
@@ -143,9 +143,12 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
             say(paired_line(r))
     for what, why in grouped(res.not_comparable):
         say(f"  not comparable: {what}: {why}")
+    for fw, why in res.lost:
+        say(f"  FAILED: {fw} started on the baseline side and not on the candidate's: {why}")
     counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}
     slower = sum(r.slower for r in res.rows)
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
         f"{counts['different']} different ({slower} slower), {counts['same']} same, {counts['unknown']} unknown"
-        + (f"; stopped adding pairs: {res.stopped}" if res.stopped and counts["unknown"] else ""))
-    return 1 if slower else 0
+        + (f"; stopped adding pairs: {res.stopped}" if res.stopped and counts["unknown"] else "")
+        + (f"; {len(res.lost)} framework(s) failed on the candidate" if res.lost else ""))
+    return 1 if slower or res.lost else 0
