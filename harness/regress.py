@@ -435,6 +435,7 @@ def bh_adjust(ps: list[float]) -> list[float]:
     m = len(ps)
     if not m:
         return []
+    ps = [p if math.isfinite(p) else 1.0 for p in ps]  # a row without a p (a median of 0) decides nothing
     order = np.argsort(ps)
     adj = np.minimum.accumulate((np.asarray(ps)[order] * m / np.arange(1, m + 1))[::-1])[::-1]
     out = np.empty(m)

@@ -118,6 +118,12 @@ def test_the_last_line_says_whether_every_check_passed_and_counts_the_claims_hon
                      str(tmp_path / "out"), "--quiet", "--seed", "1", "--no-report"])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1 and out[-1].startswith("NOT all checks passed (1 listed above): equivalence 0/1 scenarios")
+    d = _doc_with([_claim("confirmed")])
+    del d["scenarios"]["async_dispatch"]["equivalence"]  # --no-equivalence: nothing checked the impls
+    code = cli.main(["compare", "--frameworks", "torch", "--scenarios", "async_dispatch", "--out",
+                     str(tmp_path / "out"), "--quiet", "--seed", "1", "--no-report", "--no-equivalence"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and out[-1].startswith("every check that ran passed (no equivalence check ran)"), out[-1]
 
 
 # -- --processes counts rank groups only where a selected scenario has ranks ------------------------

@@ -340,3 +340,10 @@ def test_a_sides_rank_groups_start_with_its_interpreter_tree_and_environment(tmp
     from harness.ranks import RankGroup
 
     assert RankGroup.python == sys.executable and RankGroup.env == {} and RankGroup.cwd is None
+
+
+def test_a_row_without_a_p_value_does_not_poison_the_others():
+    from harness.regress import bh_adjust
+
+    q = bh_adjust([0.001, float("nan"), 0.002])
+    assert q[1] == 1.0 and q[0] <= 0.003 and q[2] <= 0.003, q

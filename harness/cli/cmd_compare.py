@@ -181,8 +181,9 @@ def verdict_line(doc: dict[str, Any], ok: bool, problems: list[Any]) -> str:
     if claims:
         parts.append("claims " + ", ".join(said))
     failed = [p for p in problems if p.kind != "refuted"]
-    head = "all checks passed" if ok else (f"NOT all checks passed ({len(failed)} listed above)" if failed
-                                          else "NOT all checks passed")
+    unchecked = "passed" not in eqs  # --no-equivalence, or every scenario's equivalence skipped
+    head = ("every check that ran passed (no equivalence check ran)" if ok and unchecked else "all checks passed"
+            if ok else (f"NOT all checks passed ({len(failed)} listed above)" if failed else "NOT all checks passed"))
     return f"{head}: " + "; ".join(parts) if parts else head
 
 
