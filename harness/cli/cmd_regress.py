@@ -195,26 +195,29 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 raise UsageError(f"{option} {e}") from None
     old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
     os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
-    try:
-        with contextlib.ExitStack() as stack:
-            sides = []
-            for j, name in enumerate(("baseline", "candidate")):
-                where, label = stack.enter_context(tree(getattr(a, f"{name}_tree")))
-                py = getattr(a, f"{name}_python")
-                python = check_python(py) if py else sys.executable
-                sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
-            log = (lambda _t: None) if a.quiet else (lambda t: print(f"  {t}", file=sys.stderr, flush=True))
-            schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
-            plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
-                        a.clock)
-            res = run_interleaved(schedule, plan)
-    except SideError as e:
-        raise UsageError(str(e)) from None
-    finally:
-        if old_fraction is None:
-            os.environ.pop(MEMORY_FRACTION_ENV, None)
-        else:
-            os.environ[MEMORY_FRACTION_ENV] = old_fraction
+    from harness import stops
+
+    with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
+        try:
+            with contextlib.ExitStack() as stack:
+                sides = []
+                for j, name in enumerate(("baseline", "candidate")):
+                    where, label = stack.enter_context(tree(getattr(a, f"{name}_tree")))
+                    py = getattr(a, f"{name}_python")
+                    python = check_python(py) if py else sys.executable
+                    sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
+                log = (lambda _t: None) if a.quiet else (lambda t: print(f"  {t}", file=sys.stderr, flush=True))
+                schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
+                plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
+                            a.clock)
+                res = run_interleaved(schedule, plan)
+        except SideError as e:
+            raise UsageError(str(e)) from None
+        finally:
+            if old_fraction is None:
+                os.environ.pop(MEMORY_FRACTION_ENV, None)
+            else:
+                os.environ[MEMORY_FRACTION_ENV] = old_fraction
     paths = []
     for side, doc in zip(sides, res.docs):
         doc["command"] = ["python -m harness", *argv]
