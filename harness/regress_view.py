@@ -126,7 +126,8 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     exit code: 1 where a row is different and slower (or failed in the candidate), else 0."""
     say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
-        f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · paired t on the log ratios "
+        f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · "
+        "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order")
     from harness.regress_env import fw_version
 
