@@ -30,7 +30,7 @@ from scenarios.spec import Arrays, Params, Scenario
 
 ENV = "TRIPTYCH_POINT_CACHE"
 # The run's persistent compilation cache (JAX's, harness/backends/jax_backend.py): every JAX worker compiled
-# every variant in its own process, 14 s a process in a full H200 run, six processes a row by default.
+# every variant in its own process, 14 s a process in a full H200 run; more processes a row, more compiles.
 # The first process of a point compiles (its first_call_s, the row's, stays a cold compile) and writes
 # the program; the row's later processes read it. Removed with the run: no run reads another's programs.
 COMPILE_ENV = "TRIPTYCH_COMPILE_CACHE"
