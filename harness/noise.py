@@ -165,11 +165,25 @@ def host_sensitivity(medians: Sequence[float], host_loops: Sequence[float]) -> d
     out: dict[str, float | int | None] = {"slope": None, "r": None, "n": n}
     if n < 3 or min(min(p) for p in pairs) <= 0:
         return out
-    y, x = np.log([p[0] for p in pairs]), np.log([p[1] for p in pairs])
-    sx, sy = float(np.std(x)), float(np.std(y))
-    if sx <= 1e-12 * max(1.0, float(np.abs(x).max())):
-        return out
-    cov = float(np.mean((x - x.mean()) * (y - y.mean())))
-    out["slope"] = cov / sx ** 2
-    out["r"] = cov / (sx * sy) if sy > 0 else 0.0
+    fit = loglog_fit([[(h, m) for m, h in pairs]])
+    if fit is not None:
+        out["slope"], _, _, out["r"] = fit
     return out
+
+
+def loglog_fit(groups: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, float, int, float] | None:
+    """The least-squares slope of log y on log x over groups of positive (x, y) pairs, each group centred
+    on its own means (a level that differs between groups, e.g. two runs, is not a slope): (slope, its
+    standard error, residual degrees of freedom, Pearson r of the centred logs); None where x did not vary."""
+    logs = [np.log(np.asarray(g, dtype=np.float64)) for g in groups if len(g)]
+    x = np.concatenate([g[:, 0] - g[:, 0].mean() for g in logs])
+    y = np.concatenate([g[:, 1] - g[:, 1].mean() for g in logs])
+    scale = max(1.0, max(float(np.abs(g[:, 0]).max()) for g in logs))
+    sxx, syy = float(x @ x), float(y @ y)
+    if sxx <= x.size * (1e-12 * scale) ** 2:
+        return None
+    slope = float(x @ y) / sxx
+    df = x.size - len(logs) - 1
+    resid = y - slope * x
+    se = math.sqrt(float(resid @ resid) / df / sxx) if df > 0 else math.inf
+    return slope, se, df, (float(x @ y) / math.sqrt(sxx * syy) if syy > 0 else 0.0)

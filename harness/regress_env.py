@@ -248,14 +248,11 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
     # the change between them (a few % of jitter fits a slope near 0): then the row follows the host
     if (df >= SENSITIVITY_MIN_DF and within > math.log1p(SENSITIVITY_MIN_SPREAD)
             and within >= abs(math.log(hc / hb)) - 1e-9):
-        x = np.concatenate([g[:, 0] - g[:, 0].mean() for g in groups])
-        y = np.concatenate([g[:, 1] - g[:, 1].mean() for g in groups])
-        sxx = float(x @ x)
-        slope = float(x @ y) / sxx
-        resid = y - slope * x
         from scipy import stats
 
-        se = math.sqrt(float(resid @ resid) / df / sxx)
+        from harness.noise import loglog_fit
+
+        slope, se, _, _ = loglog_fit([g for g in (base_procs, cand_procs) if len(g) >= 2])
         hi = slope + float(stats.t.ppf(0.975, df)) * se
     fast, slow = speeds if speeds else (None, None)
     return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow)
