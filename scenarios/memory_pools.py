@@ -71,7 +71,10 @@ def _pool_holds(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
     if nbytes(p) < MIN_JUDGED_BYTES:
         return Verdict("pool_holds", fw, "inconclusive", f"an array of {nbytes(p) / 2**20:.3g} MiB shares the pool's "
                        f"segments with the run's small arrays; judged from {MIN_JUDGED_BYTES >> 20} MiB", nums)
-    ok = held >= nbytes(p) and after < nbytes(p)
+    if fw == "jax":  # no call empties JAX's pool: deleting the arrays leaves their bytes in it
+        ok = held >= nbytes(p) and after >= nbytes(p)
+    else:
+        ok = held >= nbytes(p) and after < nbytes(p)
     return Verdict("pool_holds", fw, "confirmed" if ok else "refuted",
                    f"once the arrays are gone the pool holds {held / 2**20:.4g} MiB (an array is "
                    f"{nbytes(p) / 2**20:.4g} MiB); after releasing it, {after / 2**20:.4g} MiB", nums)
@@ -142,9 +145,9 @@ SCENARIO = Scenario(
     params=lambda: S.params(n=S.dims(1, 4096), cycles=st.integers(1, 6)),
     sizes={
         "smoke": [{"n": 1 << 14, "cycles": 8, "label": "64 KiB"}, {"n": 1 << 18, "cycles": 8, "label": "1 MiB"}],
-        # Two points: each point costs fresh_process and beside_jax a dozen new processes per framework (the
-        # harness's calls); 1 MiB shows cudaMalloc's cost beside a small kernel, 1 GiB what a pool holds.
-        "full": [{"n": 1 << 18, "cycles": 8, "label": "1 MiB"}, {"n": 1 << 28, "cycles": 8, "label": "1 GiB"}],
+        # One point: each point costs fresh_process and beside_jax five new processes per framework and row
+        # (about two minutes on the H200); below MIN_JUDGED_BYTES the claims about held bytes are not judged.
+        "full": [{"n": 1 << 28, "cycles": 8, "label": "1 GiB"}],
     },
     make_inputs=make_inputs,
     reference=reference,

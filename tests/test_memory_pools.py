@@ -98,7 +98,9 @@ def test_judges_on_synthetic_rows():
                 synthetic_row("released", 2e-3, held_after_free_bytes=released)]
 
     assert judge_claim(SCN.name, "pool_holds", pools(nb, 0), big).verdict == "confirmed"
-    assert judge_claim(SCN.name, "pool_holds", pools(nb, nb), big, "jax").verdict == "refuted"  # cannot release
+    assert judge_claim(SCN.name, "pool_holds", pools(nb, nb), big, "jax").verdict == "confirmed"  # cannot release
+    assert judge_claim(SCN.name, "pool_holds", pools(nb, 0), big, "jax").verdict == "refuted"  # it could after all
+    assert judge_claim(SCN.name, "pool_holds", pools(nb, nb), big).verdict == "refuted"  # torch/CuPy must release
     assert judge_claim(SCN.name, "pool_holds", pools(0, 0), big).verdict == "refuted"
     assert judge_claim(SCN.name, "pool_holds", pools(2 * MiB, 2 * MiB), small).verdict == "inconclusive"
 
