@@ -1,16 +1,9 @@
 """Running one framework's impl of a scenario, in this process.
 
-The impl contract (impls/<scenario>/<framework>_impl.py, same names in all three files):
-    prepare(inputs, params, device) -> state   host inputs -> whatever the variants need (untimed)
-    run_<variant>(state) -> outputs            enqueue the work; outputs: dict of arrays/scalars
-    poison(state)            (optional)        overwrite preallocated outputs before every run
-    NOT_EXPRESSIBLE = {variant: why}           (optional) variants this framework cannot express
-                                               without CUDA streams or events (JAX's data flow), so
-                                               they run on a CPU device too
-    cannot_run(device) -> why | None (optional) what this machine lacks (gpu_links: a second GPU)
-    cannot_run_at(variant, params) -> why | None (optional) a variant the framework cannot express at
-                                               these params (collectives: no in-place all_to_all in NCCL)
-The harness, not the impl, converts to numpy, synchronizes and times.
+An impl, impls/<scenario>/<framework>_impl.py, defines prepare(inputs, params, device) -> state (untimed)
+and run_<variant>(state) -> outputs (enqueues the work), optionally poison, NOT_EXPRESSIBLE, cannot_run
+and cannot_run_at; the harness, not the impl, converts to numpy, synchronizes and times. The contract in
+full: docs/CONTRIBUTING.md, "The impl contract".
 """
 from __future__ import annotations
 
