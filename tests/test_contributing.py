@@ -85,96 +85,53 @@ SCENARIO = Scenario(
 )
 '''
 
-TORCH = '''"""toy in PyTorch: two kernels (mul, add), or one (torch.add with alpha)."""
+# The three impls differ only in the framework's lines, as the impl contract asks: one text, three fillings.
+IMPL = '''"""toy in {title}: {how}."""
 from __future__ import annotations
 
-import torch
+import {module}
 
 from harness.metrics import emit
 from scenarios.toy import Calls
-
+{programs}
 
 def prepare(inputs, params, device):
-    x = torch.from_numpy(inputs["x"]).to(device)  # uploaded once, untimed
-    return {"x": x, "ones": torch.ones_like(x)}
+    # the inputs uploaded once, untimed
+    {prepare}
 
 
 def run_two_calls(state):
     call = Calls()
-    y = call(torch.mul, state["x"], 2)  # one kernel on the current stream
-    y = call(torch.add, y, 1)  # a second, ordered after the first by the stream
+    y = call({first}, state["x"]{by_two})  # one {unit}{queued}
+    y = call({second}, y{plus_one})  # a second, {ordered}
     emit("calls", call.n)
-    return {"y": y}
+    return {{"y": y}}
 
 
 def run_one_call(state):
     call = Calls()
-    y = call(torch.add, state["ones"], state["x"], alpha=2)  # 1 + 2x in one kernel
+    y = call({fused})  # 2x + 1 in one {unit}
     emit("calls", call.n)
-    return {"y": y}
+    return {{"y": y}}
 '''
-
-CUPY = '''"""toy in CuPy: two kernels (multiply, add), or one (an ElementwiseKernel)."""
-from __future__ import annotations
-
-import cupy
-
-from harness.metrics import emit
-from scenarios.toy import Calls
-
-AFFINE = cupy.ElementwiseKernel("T x", "T y", "y = 2 * x + 1", "toy_affine")  # compiled at its first call
-
-
-def prepare(inputs, params, device):
-    with device:
-        return {"x": cupy.asarray(inputs["x"])}  # uploaded once, untimed
-
-
-def run_two_calls(state):
-    call = Calls()
-    y = call(cupy.multiply, state["x"], 2)  # one kernel on the current stream
-    y = call(cupy.add, y, 1)  # a second, ordered after the first by the stream
-    emit("calls", call.n)
-    return {"y": y}
-
-
-def run_one_call(state):
-    call = Calls()
-    y = call(AFFINE, state["x"])  # 2x + 1 in one kernel
-    emit("calls", call.n)
-    return {"y": y}
-'''
-
-JAX = '''"""toy in JAX: two jitted programs (multiply, add), or one (XLA fuses both into one kernel)."""
-from __future__ import annotations
-
-import jax
-
-from harness.metrics import emit
-from scenarios.toy import Calls
-
-MUL, ADD = jax.jit(lambda x: x * 2), jax.jit(lambda y: y + 1)  # one program each, compiled at the first call
-AFFINE = jax.jit(lambda x: 2 * x + 1)  # one program, one fused kernel
-
-
-def prepare(inputs, params, device):
-    return {"x": jax.device_put(inputs["x"], device)}  # uploaded once, untimed
-
-
-def run_two_calls(state):
-    call = Calls()
-    y = call(MUL, state["x"])  # one dispatch; returns a future at once
-    y = call(ADD, y)  # a second, waiting on the first's output by data flow
-    emit("calls", call.n)
-    return {"y": y}
-
-
-def run_one_call(state):
-    call = Calls()
-    y = call(AFFINE, state["x"])  # 2x + 1 in one dispatch
-    emit("calls", call.n)
-    return {"y": y}
-'''
+ON_STREAM = {"queued": " on the current stream", "ordered": "ordered after the first by the stream", "unit": "kernel",
+             "by_two": ", 2", "plus_one": ", 1"}
+TORCH = IMPL.format(**ON_STREAM, title="PyTorch", how="two kernels (mul, add), or one (torch.add with alpha)",
+                    module="torch", programs="",
+                    prepare='return {"x": torch.from_numpy(inputs["x"]).to(device), '
+                            '"ones": torch.ones(int(params["n"]), device=device)}',
+                    first="torch.mul", second="torch.add", fused='torch.add, state["ones"], state["x"], alpha=2')
+CUPY = IMPL.format(**ON_STREAM, title="CuPy", how="two kernels (multiply, add), or one (an ElementwiseKernel)",
+                   module="cupy", programs='\nAFFINE = cupy.ElementwiseKernel("T x", "T y", "y = 2 * x + 1", "toy_affine")'
+                                          '  # compiled at its first call\n',
+                   prepare='with device:\n        return {"x": cupy.asarray(inputs["x"])}',
+                   first="cupy.multiply", second="cupy.add", fused='AFFINE, state["x"]')
+JAX = IMPL.format(title="JAX", how="two jitted programs (multiply, add), or one (XLA fuses both into one kernel)",
+                  module="jax", programs="\nMUL, ADD = jax.jit(lambda x: x * 2), jax.jit(lambda y: y + 1)  # compiled at "
+                                         "the first call\nAFFINE = jax.jit(lambda x: 2 * x + 1)  # one program, fused\n",
+                  prepare='return {"x": jax.device_put(inputs["x"], device)}', first="MUL", second="ADD",
+                  by_two="", plus_one="", unit="dispatch", queued="; returns a future at once",
+                  ordered="waiting on the first's output by data flow", fused='AFFINE, state["x"]')
 
 # The files the test writes, by the doc's names for them.
 FILES = {
