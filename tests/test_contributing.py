@@ -169,7 +169,8 @@ def register(repo: Path, step: str) -> None:
 
 
 def run(repo: Path, argv: list[str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(repo))
+    """In the copy, as a contributor's shell would: none of the harness's own variables a test may have set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIPTYCH_")} | {"PYTHONPATH": str(repo)}
     return subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -193,9 +194,9 @@ def pytest_step(repo: Path, argv: list[str], out: Path) -> None:
 
 
 def compare(repo: Path, argv: list[str], out: Path) -> None:
-    """The doc's compare, on torch and JAX (the CPU's), into the test's folder."""
-    r = run(repo, [sys.executable, *argv[1:], "--frameworks", "torch,jax", "--seed", "1", "--out", str(out),
-                   "--no-report"])
+    """The doc's compare, on torch and JAX (the CPU's), one worker process each, into the test's folder."""
+    r = run(repo, [sys.executable, *argv[1:], "--frameworks", "torch,jax", "--processes", "1", "--seed", "1",
+                   "--out", str(out), "--no-report"])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     [result] = out.glob("*.json")
     scn = json.loads(result.read_text())["scenarios"][NAME]
