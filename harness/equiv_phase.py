@@ -40,7 +40,8 @@ def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], o
             fw, why = next(iter(lost.items()))
             raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
 
-        eq = run_equivalence(scn, execute, remaining, opts.examples, seed=opts.seed)
+        examples = min(opts.examples, scn.max_examples or opts.examples)
+        eq = run_equivalence(scn, execute, remaining, examples, seed=opts.seed)
         stopped()  # a stop that hypothesis reported as a failure is a stop
         if not lost:
             break

@@ -97,6 +97,7 @@ SCENARIO = Scenario(
         "smoke": {"n": 4096, "dtype": "float32"},
         "full": {"n": 1 << 20, "dtype": "float32"},  # 4 MiB: the run is nothing beside the start-up
     },
+    max_examples=2,  # each example starts a process per variant and framework
     make_inputs=make_inputs,
     reference=reference,
     tolerance=Tolerance({"float32": (1e-5, 1e-4)}),

@@ -149,6 +149,7 @@ SCENARIO = Scenario(
         # (about two minutes on the H200); below MIN_JUDGED_BYTES the claims about held bytes are not judged.
         "full": [{"n": 1 << 28, "cycles": 8, "label": "1 GiB"}],
     },
+    max_examples=2,  # each example starts a process per variant and framework
     make_inputs=make_inputs,
     reference=reference,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),

@@ -140,3 +140,17 @@ def test_judges_on_synthetic_rows():
     assert judge_claim(SCN.name, "pool_faster", timed(1.05e-3, 1e-3, 1e-4), big, "cupy").verdict == "inconclusive"
     cpu = [synthetic_row("released", 2e-3), synthetic_row("pooled", 1e-3)]  # no pool counter: the CPU
     assert judge_claim(SCN.name, "release_costs", cpu, big, "torch").verdict == "inconclusive"
+
+
+def test_equivalence_examples_capped_where_every_call_starts_processes(tmp_path):
+    """--examples 5 asked, the spec's max_examples (2) taken: the run says how many it checked."""
+    import json
+    import subprocess
+    import sys
+    assert SCN.max_examples == 2
+    subprocess.run([sys.executable, "-m", "harness", "compare", "--scenarios", "memory_pools", "--frameworks",
+                    "torch", "--no-timing", "--examples", "5", "--out", str(tmp_path), "--no-report", "--quiet"],
+                   check=True, capture_output=True, timeout=300)
+    (result,) = tmp_path.glob("*.json")
+    eq = json.loads(result.read_text())["scenarios"]["memory_pools"]["equivalence"]
+    assert (eq["status"], eq["examples"]) == ("passed", 2)
