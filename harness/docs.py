@@ -115,7 +115,7 @@ def _codes(apis: tuple[str, ...] | list[str]) -> str:
 
 
 def _header() -> str:
-    """A table's header over one column per framework: "| | PyTorch | CuPy | JAX |" and its rule."""
+    """A table's header over one column per framework (its display name), and the rule under it."""
     return ("| | " + " | ".join(NAMES[f] for f in FRAMEWORKS) + " |\n"
             + "|---" * (len(FRAMEWORKS) + 1) + "|\n")
 

@@ -45,9 +45,9 @@ def display_names() -> dict[str, str]:
     return {fw: backend_class(fw).display_name for fw in FRAMEWORKS}
 
 
-def in_prose(joiner: str = ", ", last: str = " and ") -> str:
-    """The frameworks as running text names them: "torch, CuPy and JAX"."""
-    names = [backend_class(fw).short_name for fw in FRAMEWORKS]
+def in_prose(joiner: str = ", ", last: str = " and ", display: bool = False) -> str:
+    """The frameworks as running text names them: "torch, CuPy and JAX" ("PyTorch, CuPy and JAX" with display)."""
+    names = [getattr(backend_class(fw), "display_name" if display else "short_name") for fw in FRAMEWORKS]
     return joiner.join(names[:-1]) + last + names[-1] if len(names) > 1 else "".join(names)
 
 
