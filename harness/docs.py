@@ -2,8 +2,8 @@
 
 `python -m harness docs` (or `make docs`) rewrites both; `python -m harness docs --check` and
 tests/test_docs.py fail when the committed ones differ from what the specs (and the committed GPU
-result) give now. The porting guide holds, per concept, the torch, CuPy and JAX APIs side by side,
-links to the three impl files and the spec, the traps the specs state (framework notes, variants a
+result) give now. The porting guide holds, per concept, the frameworks' APIs side by side,
+links to the impl files and the spec, the traps the specs state (framework notes, variants a
 framework cannot express, GPU-only variants, hazards), and what the newest committed full-size GPU
 result holding each scenario measured (numbers, framework gaps, refuted claims, hazards that went wrong).
 Nothing here imports a framework: NOT_EXPRESSIBLE is read from the impl files' syntax tree.
@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.backends import FRAMEWORKS
+from harness.backends import FRAMEWORKS, backend_class, in_prose
 from harness.report import fmt_pct, fmt_s, points_of, sig, timed
 from harness.files import read_regular, write_files
 from harness.labels import NAMES, gpu_label, pct_of_floor
@@ -28,59 +28,13 @@ SCENARIOS = Path("docs/scenarios.md")
 RESULT_NAME = re.compile(r"^\d{8}T\d{6}Z_[a-z0-9-]+_full(-\d+)?\.json$")
 GAP = 1.2  # a framework this many times slower than the fastest at a variant is worth a line
 
-# Defaults that differ between the three and hold in every scenario. The harness pins the first three
-# (harness/backends/*.py) so that the three compare like with like; a port has to pin them too.
-DEFAULTS: tuple[tuple[str, str, str, str], ...] = (
-    ("float32 matmul precision",
-     "full float32 (`torch.backends.cuda.matmul.allow_tf32` is False); the harness also sets "
-     "`torch.set_float32_matmul_precision('highest')`",
-     "full float32 unless `CUPY_TF32=1` is set before the first GEMM",
-     "TF32-class on the GPU by default; the harness sets `jax_default_matmul_precision='highest'`, "
-     "impls pass `precision=lax.Precision.HIGHEST`"),
-    ("matrix-product library",
-     "cuBLAS (cuBLASLt), chosen by heuristics at the call: no compile-time tuning",
-     "cuBLAS, chosen by heuristics at the call",
-     "XLA:GPU autotunes Triton GEMMs at compile time (17.6 s for data_parallel's step on the H200); "
-     "the harness sets `XLA_FLAGS=--xla_gpu_enable_triton_gemm=false` so that JAX calls cuBLAS too (0.35 s)"),
-    ("GPU memory at start",
-     "caching allocator, grows on demand; `torch.cuda.empty_cache()` returns it",
-     "memory pool, grows on demand; `cupy.get_default_memory_pool().free_all_blocks()`",
-     "preallocates 75% of the GPU at first use unless `XLA_PYTHON_CLIENT_PREALLOCATE=false` (set by the harness)"),
-    ("wait for the device",
-     "`torch.cuda.synchronize()`, `Stream.synchronize()`, `Event.synchronize()`",
-     "`cupy.cuda.Device().synchronize()`, `Stream.synchronize()`, `Event.synchronize()`",
-     "`x.block_until_ready()` / `jax.block_until_ready(tree)`: no device-wide synchronize, you wait on arrays"),
-    ("reads that wait (implicit syncs)",
-     "`.item()`, `.cpu()`, `.tolist()`, `print(t)`, `bool(t)`, `nonzero()`",
-     "`.get()`, `cupy.asnumpy()`, `float(a)`, `print(a)` (blocking by default)",
-     "`float(x)`, `np.asarray(x)`, `print(x)`, `jax.device_get(x)`"),
-    ("user streams",
-     "`torch.cuda.Stream()`: non-blocking with respect to the legacy default stream",
-     "`cupy.cuda.Stream()` is *blocking* by default: pass `non_blocking=True`",
-     "none: XLA owns its streams; overlap comes from async dispatch and the scheduler"),
-    ("events",
-     "`torch.cuda.Event(enable_timing=False)`: timing *off* by default",
-     "`cupy.cuda.Event(disable_timing=False)`: timing *on* by default",
-     "none: dependencies follow data flow"),
-    ("host → device from numpy",
-     "`torch.from_numpy(a).to(dev, non_blocking=True)` still blocks from pageable memory; pin with "
-     "`.pin_memory()` or `torch.empty(..., pin_memory=True)`",
-     "`cupy.asarray(a)`, `ndarray.set(a, stream=)`; pinned buffers from `cupyx.empty_pinned`",
-     "`jax.device_put(a, dev)` (asynchronous); a user's numpy array cannot be pinned: stage through "
-     "`memory_kind='pinned_host'`"),
-    ("device → host",
-     "`.cpu()` (blocks); `.to('cpu', non_blocking=True)` into pinned memory must be synchronized before reading",
-     "`.get(stream=, out=, blocking=)`, `cupy.asnumpy()`",
-     "`np.asarray(x)`, `jax.device_get(x)`, `x.copy_to_host_async()`; "
-     "`device_put(x, memory_kind='pinned_host')`"),
-    ("sync detector",
-     "`torch.cuda.set_sync_debug_mode('warn')` (process-wide, prototype)",
-     "none reliable",
-     "`jax.transfer_guard_device_to_host('log')` (GPU only; does not see `block_until_ready`)"),
-    ("first call",
-     "initializes cuBLAS and friends",
-     "compiles elementwise/reduction kernels (cached on disk) and initializes cuBLAS",
-     "traces and compiles every jitted function for each new shape/dtype"),
+# Defaults that differ between the frameworks and hold in every scenario, in the guide's order; each
+# backend states its cell per topic (Backend.porting). The harness pins the first three
+# (harness/backends/*.py) so that the frameworks compare like with like; a port has to pin them too.
+DEFAULT_TOPICS: tuple[str, ...] = (
+    "float32 matmul precision", "matrix-product library", "GPU memory at start", "wait for the device",
+    "reads that wait (implicit syncs)", "user streams", "events", "host → device from numpy", "device → host",
+    "sync detector", "first call",
 )
 
 
@@ -158,6 +112,24 @@ def _cell(text: str) -> str:
 
 def _codes(apis: tuple[str, ...] | list[str]) -> str:
     return "<br>".join(f"`{a}`" for a in apis) or "—"
+
+
+def _header() -> str:
+    """A table's header over one column per framework (its display name), and the rule under it."""
+    return ("| | " + " | ".join(NAMES[f] for f in FRAMEWORKS) + " |\n"
+            + "|---" * (len(FRAMEWORKS) + 1) + "|\n")
+
+
+def _defaults_table() -> str:
+    """The frameworks' defaults side by side, each cell from its backend (Backend.porting)."""
+    cells = {}
+    for fw in FRAMEWORKS:
+        porting = backend_class(fw).porting
+        if missing := [t for t in DEFAULT_TOPICS if t not in porting]:
+            raise DocsError(f"{fw}'s backend states no porting cell for {', '.join(missing)}")
+        cells[fw] = porting
+    return _header() + "\n".join(f"| **{_cell(topic)}** | " + " | ".join(_cell(cells[fw][topic]) for fw in FRAMEWORKS)
+                                  + " |" for topic in DEFAULT_TOPICS)
 
 
 # ---------------------------------------------------------------------------------------------- measured
@@ -267,7 +239,7 @@ def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]
     out = []
     for s in (s for s in all_scenarios() if s.agree_by):
         out.append(f"### [{s.title}](#{s.name})\n\n"
-                   + "| | " + " | ".join(NAMES[f] for f in FRAMEWORKS) + " |\n|---|---|---|---|\n"
+                   + _header()
                    + "| **to agree** | " + " | ".join(_cell(s.agree_by.get(f, "—")) for f in FRAMEWORKS) + " |")
         measured = measured_by(results, s.name)
         if measured is None:
@@ -291,7 +263,7 @@ def porting_guide(root: Path = ROOT) -> str:
     source = {s.name: measured_by(results, s.name) for s in all_scenarios()}
     used = [(p, d) for p, d in results if any(m is not None and m[0] == p for m in source.values())]
     parts = [
-        "# Porting guide: PyTorch ⇄ CuPy ⇄ JAX",
+        "# Porting guide: " + " ⇄ ".join(NAMES[f] for f in FRAMEWORKS),
         "<!-- Generated by `python -m harness docs` (`make docs`) from scenarios/*.py, impls/ and the newest "
         "full-size GPU result in results/. Do not edit by hand: tests/test_docs.py fails when this file is stale. -->",
         "Each concept of the host/device paradigm, done three ways. For every scenario: the APIs side by side, "
@@ -300,8 +272,7 @@ def porting_guide(root: Path = ROOT) -> str:
         "## Defaults that differ everywhere",
         "The first three are pinned by the harness (`harness/backends/`) so that the three compare like with like; "
         "a port has to pin them too.",
-        "| | PyTorch | CuPy | JAX |\n|---|---|---|---|\n" + "\n".join(
-            f"| **{_cell(topic)}** | {_cell(t)} | {_cell(c)} | {_cell(j)} |" for topic, t, c, j in DEFAULTS),
+        _defaults_table(),
         *_defaults_that_differ(root, results),
         "## Concepts",
         "\n".join(f"{n}. [`{s.name}`](#{s.name}) — {s.title}" for n, s in enumerate(all_scenarios(), 1)),
@@ -321,7 +292,7 @@ def porting_guide(root: Path = ROOT) -> str:
         parts.append(f'<a id="{s.name}"></a>\n\n## {n}. {s.name} — {s.title}')
         parts.append(f"> {s.concept}")
         impl = {fw: f"[`{fw}_impl.py`](../impls/{s.name}/{fw}_impl.py)" for fw in FRAMEWORKS}
-        parts.append("| | " + " | ".join(NAMES[f] for f in FRAMEWORKS) + " |\n|---|---|---|---|\n"
+        parts.append(_header()
                      + "| **APIs** | " + " | ".join(_codes(s.key_apis.get(fw, ())) for fw in FRAMEWORKS) + " |\n"
                      + "| **impl** | " + " | ".join(impl[fw] for fw in FRAMEWORKS) + " |")
         parts.append(f"Spec: [`scenarios/{s.name}.py`](../scenarios/{s.name}.py). Variants, baseline first:\n\n"
@@ -351,7 +322,7 @@ def scenario_index() -> str:
     for n, s in enumerate(all_scenarios(), 1):
         vs = ", ".join(f"`{v.name}`" + (" (hazard)" if v.hazard else "") for v in s.variants)
         lines.append(f"| {n} | [`{s.name}`](../scenarios/{s.name}.py) | {_cell(s.title)} | {vs} | "
-                     f"[torch ⇄ CuPy ⇄ JAX](porting.md#{s.name}) |")
+                     f"[{in_prose(' ⇄ ', ' ⇄ ')}](porting.md#{s.name}) |")
     opt_in = "\n".join(f"- `{name}`: {why}" for name, why in OPT_IN.items())
     return "\n\n".join([
         "# Scenarios",
@@ -362,9 +333,10 @@ def scenario_index() -> str:
         "it is left out of the equivalence check, and every timed run of it is checked and counted.",
         "\n".join(lines),
         "A default `make compare` leaves these out; `--scenarios` names them to run them:\n\n" + opt_in,
-        "Each scenario's three implementations are `impls/<scenario>/{torch,cupy,jax}_impl.py`; they define the "
-        "same functions in the same order, so `diff impls/sync_points/torch_impl.py impls/sync_points/jax_impl.py` "
-        "shows only the framework. **[porting.md](porting.md)** puts them side by side per concept: the APIs of "
+        f"Each scenario's three implementations are `impls/<scenario>/{{{','.join(FRAMEWORKS)}}}_impl.py`; they "
+        "define the same functions in the same order, so "
+        f"`diff impls/sync_points/{FRAMEWORKS[0]}_impl.py impls/sync_points/{FRAMEWORKS[-1]}_impl.py` shows "
+        "only the framework. **[porting.md](porting.md)** puts them side by side per concept: the APIs of "
         "the three, links to the impl files, the defaults that differ (precision, memory, streams, events, "
         "transfer paths), what one framework cannot express, and what the newest committed GPU result measured. "
         "It and this index are generated from the specs: `make docs` (`python -m harness docs`) rewrites them, "

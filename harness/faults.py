@@ -41,11 +41,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from harness.backends import FRAMEWORKS, backend_class
+
 ENV = "TRIPTYCH_FAULT"
 KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>", "wrong")
 OPS = ("equiv", "time", "*")
 # What a framework's import pulls in first: refusing it makes `import <framework>` fail.
-MODULES = {"torch": "torch", "cupy": "cupy", "jax": "jax"}
+MODULES = {fw: backend_class(fw).module for fw in FRAMEWORKS}
 
 
 class InjectedFault(RuntimeError):

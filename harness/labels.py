@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
-NAMES = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX"}
+from harness.backends import display_names
+
+NAMES = display_names()  # {framework: its display name}, in registry order (each backend's display_name)
 
 
 def gpu_needs(variant: Any) -> str:
-    """"GPU only", "GPU only in PyTorch, CuPy" or "": from the spec's gpu_only (a Variant, or a variant
-    as a result file records it), per framework: a variant JAX runs on the CPU is not "GPU only"."""
+    """"GPU only", "GPU only in <display names>" or "": from the spec's gpu_only (a Variant, or a variant
+    as a result file records it), per framework: a variant a framework runs on the CPU is not "GPU only" there."""
     g = variant.get("gpu_only") if isinstance(variant, dict) else variant.gpu_only
     if not g:
         return ""

@@ -2,7 +2,7 @@
 
 Timings move with the host as much as with the code (a tiny torch op cost ~6 µs on one H200 host and
 ~9 µs on another), so the result records what the host was; the run's own calibration
-(harness/calibrate.py) and the GPU ceilings (CupyBackend.ceilings) measure it.
+(harness/calibrate.py) and the GPU ceilings (Backend.ceilings, of the backend that measures them) measure it.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 In the worker (profile_variant): after every row of a point is timed (as the timelines, so that no
 profiler disturbs a timing), one more run of each variant on fresh state under the framework's profiler
-(Backend.profiling: torch.profiler's Chrome trace; jax.profiler's trace.json.gz and xplane.pb; CuPy
-writes none, its ranges are NVTX, for nsys), inside the range "<row> profiled". No sample comes from it,
+(Backend.profiling: a framework's own trace where it writes one; one that writes none leaves NVTX
+ranges for nsys), inside the range "<row> profiled". No sample comes from it,
 so --profile changes no figure. The trace travels back in the row as bytes; in the parent,
 plan_profiles names each file in the run's own folder, which claim_name made the run's alone
 (<stem>/profile_<scenario>_<framework>_<variant>_p<point><suffix>), and write_profiles writes them

@@ -21,7 +21,7 @@ from multiprocessing.connection import Client
 from typing import Any
 
 from harness import faults, handlers, worker
-from harness.backends import get as get_backend
+from harness.backends import FRAMEWORKS, get as get_backend
 from harness.backends.base import Unavailable
 from harness.backends.dist import RankEnv, agree_stop, join, leave
 from harness.equivalence import compare_outputs
@@ -108,7 +108,7 @@ def standalone(fw: str, env: RankEnv, scenarios: list[str], size: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.rank_main", description=__doc__.splitlines()[0])
-    ap.add_argument("--framework", required=True, choices=("torch", "cupy", "jax"))
+    ap.add_argument("--framework", required=True, choices=FRAMEWORKS)
     ap.add_argument("--scenarios", default="ranks,collectives", help="standalone mode: comma-separated")
     ap.add_argument("--size", default="smoke", help="standalone mode: the size preset (default smoke)")
     a = ap.parse_args(argv)

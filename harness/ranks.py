@@ -1,8 +1,8 @@
 """A framework's worker as a group of WORLD_SIZE rank processes (the parent's side).
 
 The parent picks free ports, starts `python -m harness.rank_main` once per rank with torchrun's
-environment contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; JAX's coordinator
-and CuPy's NCCL-id store on ports of their own; NCCL_NVLS_ENABLE=0), and talks to every rank over
+environment contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; each framework's own
+rendezvous on ports of its own, as its backend declares them; NCCL_NVLS_ENABLE=0), and talks to every rank over
 an authenticated local socket whose address and key travel in the environment. Each request goes
 to every rank; the answers are gathered: outputs stacked along a new first axis (rank), and a
 timing row's time per repeat is the slowest rank's, or the mean over ranks where the scenario says so
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.backends import rendezvous_env, rendezvous_ports
 from harness.rank_main import KEY_ENV, PARENT_ENV
 from harness.timing import Stats
 from harness.worker import Progress, WorkerError, WorkerLost, _died
@@ -63,11 +64,11 @@ def free_ports(n: int) -> list[int]:
 
 
 def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
-    """torchrun's contract for one rank on this machine, plus the other frameworks' rendezvous."""
+    """torchrun's contract for one rank on this machine (ports[0] is MASTER_PORT), plus every framework's own
+    rendezvous on the ports after it (backends.rendezvous_env)."""
     return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
-            "TRIPTYCH_JAX_PORT": str(ports[1]), "CUPYX_DISTRIBUTED_HOST": "127.0.0.1",
-            "CUPYX_DISTRIBUTED_PORT": str(ports[2]), "NCCL_NVLS_ENABLE": "0",
+            **rendezvous_env("127.0.0.1", ports[1:]), "NCCL_NVLS_ENABLE": "0",
             # as torchrun does for several ranks on one machine: no thread oversubscription
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
@@ -92,7 +93,7 @@ class RankGroup:
     def _start(self) -> None:
         key = secrets.token_bytes(32)
         listener = Listener(("127.0.0.1", 0), authkey=key)
-        ports = free_ports(3)
+        ports = free_ports(1 + rendezvous_ports())
         fault_rank = os.environ.get(FAULT_RANK_ENV)
         for r in range(self.world_size):
             env = os.environ | self.env | rank_env(r, self.world_size, ports) | {
@@ -197,7 +198,7 @@ class RankGroup:
         for c in self._conns:
             c.close()
         for p in self._procs:
-            try:  # the rank's whole session: what it started (cupyx's TCP store server) dies with it
+            try:  # the rank's whole session: what it started (a framework's rendezvous server) dies with it
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass

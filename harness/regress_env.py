@@ -106,8 +106,8 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
 
 def host_bound(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
     """(scenario, point, variant) whose time is the host's: every row of a run without a GPU; on a GPU,
-    where device events saw the device busy for less than half the call (JAX, without events, follows
-    torch's and CuPy's rows of the same variant)."""
+    where device events saw the device busy for less than half the call (a framework without device
+    events follows the rows of the same variant that have them)."""
     out = set()
     on_gpu = bool(doc["environment"].get("gpu"))
     for name, scn in doc["scenarios"].items():

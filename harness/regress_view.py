@@ -81,7 +81,8 @@ SKIPPED_BOTH = "skipped in both: "
 
 def skipped_on_both_sides(items: list[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
     """(one line for the rows skipped in both runs, by reason, most first; "" for none), the other items.
-    Rows that ran in neither run (CuPy without a GPU, a GPU-only variant on a CPU) hide nothing: one line."""
+    Rows that ran in neither run (a framework that needs a GPU, without one; a GPU-only variant on a CPU)
+    hide nothing: one line."""
     both = [(what, why[len(SKIPPED_BOTH):]) for what, why in items if why.startswith(SKIPPED_BOTH)]
     others = [(what, why) for what, why in items if not why.startswith(SKIPPED_BOTH)]
     if not both:

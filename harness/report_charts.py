@@ -10,9 +10,10 @@ import io
 import textwrap
 from typing import Any
 
+from harness.backends import FRAMEWORKS, backend_class
 from harness.report import find_row, points_of, timed
 
-COLOURS = {"torch": "#ee4c2c", "cupy": "#2e8b57", "jax": "#4a6fd8"}
+COLOURS = {fw: backend_class(fw).colour for fw in FRAMEWORKS}  # each backend's colour, in every chart
 
 
 def tick(seconds: float) -> str:

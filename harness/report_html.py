@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.backends import in_prose
 from harness.files import check_writable, write_files
 from harness.labels import gpu_label, pct_of_floor
 from harness.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
@@ -325,7 +326,7 @@ def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> di
     images: dict[str, bytes] = {}
     blocks: list[Block] = [
         ("h", 1, f"triptych report — {gpu} · {doc['size']} · {doc['created']}", "top"),
-        ("p", "Each scenario is one concept of the GPU host/device paradigm, written in PyTorch, CuPy and JAX, "
+        ("p", f"Each scenario is one concept of the GPU host/device paradigm, written in {in_prose(display=True)}, "
               "checked for equivalence and timed on one clock. **device-done**: from the call until the device "
               "finished (a full synchronize); **host-return**: until the call handed control back to Python. "
               "Medians over the repeats, spread = IQR / median (marked ! above "

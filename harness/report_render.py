@@ -13,6 +13,9 @@ import html
 import re
 from typing import Any, Iterable
 
+from harness.backends import ceilings_framework
+from harness.labels import NAMES
+
 Block = tuple
 
 
@@ -137,12 +140,13 @@ def machine_line(machine: dict[str, Any]) -> str:
               ("d2h_Bps", "device→host pinned")) if k in machine]
     if "fp32_flops" in machine:
         parts.append(f"float32 GEMM {machine['fp32_flops'] / 1e12:.1f} TFLOP/s")
+    by = NAMES.get(ceilings_framework() or "", "the backend that measures them")
     nccl = [k for k in machine if k.startswith("nccl_") and k != "nccl_ranks"]
     if nccl:
         parts.append(f"raw NCCL at {machine.get('nccl_ranks', 0):g} rank(s): {len(nccl)} collective × size "
-                     "points, timed by the CuPy ranks (the collectives' floors)")
+                     f"points, timed by the {by} ranks (the collectives' floors)")
     if parts:
-        return "machine ceilings, measured by raw CUDA through CuPy in this run (the floors' denominators): " + \
+        return f"machine ceilings, measured by raw CUDA through {by} in this run (the floors' denominators): " + \
             "; ".join(parts)
-    return ("machine ceilings: not measured in this run (they need CuPy on a GPU and the full size), "
+    return (f"machine ceilings: not measured in this run (they need {by} on a GPU and the full size), "
             "so no physical floors")

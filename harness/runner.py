@@ -20,9 +20,11 @@ import time
 from typing import Any
 
 from harness import calibrate, cpus, point_cache, rounds, stops
+from harness.backends import ceilings_framework
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
+from harness.labels import NAMES
 from harness.machine import host_env
 from harness.options import CompareOptions, UI
 from harness.ranks import Groups
@@ -116,7 +118,7 @@ def _run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
 def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, Any],
                  available: list[str], machine: dict[str, Any]) -> None:
     """Start every worker side by side; each measures the host's speed; on a full-size GPU run, the
-    first CuPy worker measures the GPU's ceilings."""
+    first worker of the backend that measures ceilings (backends.ceilings_framework) measures the GPU's."""
     ui.step(f"starting {', '.join(pools[0])}" + (f" ({len(pools)} processes each)" if len(pools) > 1 else ""))
     for fw, info in _start_all(pools, opts).items():
         fw_env[fw] = info
@@ -128,10 +130,11 @@ def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, A
     if opts.timing:
         ui.step("measuring the host's speed in every process (tiny op, Python loop)")
         machine["calibration"] = {fw: [_calibrate(pool[fw], opts) for pool in pools] for fw in available}
-    if "cupy" in available and opts.timing and opts.size == "full":
-        ui.step("measuring the machine's ceilings (raw CUDA via CuPy)")
+    meter = ceilings_framework()
+    if meter in available and opts.timing and opts.size == "full":
+        ui.step(f"measuring the machine's ceilings (raw CUDA via {NAMES[meter]})")
         try:
-            machine.update(pools[0]["cupy"].request("ceilings", timeout=opts.timeout_s))
+            machine.update(pools[0][meter].request("ceilings", timeout=opts.timeout_s))
         except (WorkerError, WorkerLost) as e:
             ui.note(f"ceilings not measured: {e}")
 
@@ -208,16 +211,20 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
 
 def _rank_ceilings(scn: Scenario, points: list[dict[str, Any]], pools: Pools, available: list[str],
                    fw_env: dict[str, Any], machine: dict[str, Any], opts: CompareOptions, ui: UI) -> str | None:
-    """A rank scenario's raw floors, measured by the CuPy ranks before its timing, into the machine
-    ceilings (as the raw cudaMemcpy rates are at the start); why some or all are absent, or None."""
+    """A rank scenario's raw floors, measured by the ranks of the backend that measures ceilings before its
+    timing, into the machine ceilings (as the raw cudaMemcpy rates are at the start); why some or all are
+    absent, or None."""
     if not scn.rank_ceilings:
         return None
-    if "cupy" not in available:
-        return "no raw floor: it is measured by the CuPy ranks (NCCL), " + (
-            f"unavailable here ({fw_env['cupy']['why']})" if "cupy" in fw_env else "not in this run")
-    ui.step(f"{scn.name} · raw floor (the CuPy ranks, NCCL without a framework)")
+    meter = ceilings_framework()
+    if meter is None:
+        return "no raw floor: no backend measures it"
+    if meter not in available:
+        return f"no raw floor: it is measured by the {NAMES[meter]} ranks (NCCL), " + (
+            f"unavailable here ({fw_env[meter]['why']})" if meter in fw_env else "not in this run")
+    ui.step(f"{scn.name} · raw floor (the {NAMES[meter]} ranks, NCCL without a framework)")
     try:
-        got = pools[0]["cupy"].request("ceilings", points, timeout=opts.timeout_s)
+        got = pools[0][meter].request("ceilings", points, timeout=opts.timeout_s)
     except (WorkerError, WorkerLost) as e:
         ui.note(f"{scn.name}: raw floor not measured: {e}")
         return f"raw floor not measured: {e}"

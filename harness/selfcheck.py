@@ -3,8 +3,8 @@
 For a few fixed device-bound kernels (a float32 GEMM, a large elementwise add, a large reduction),
 each framework's worker times the kernel with the harness (wall clock with a full synchronize per
 call) and with its own tool in the same process, like for like: one call timed alone
-(torch.utils.benchmark's Timer.timeit(1), between the Timer's own synchronizes; cupyx.profiler.benchmark's
-device events around each call). JAX has no tool of its own. Shown beside them, not judged: the
+(Backend.own_benchmark: a tool that times one call between its own synchronizes, or with device events
+around each call); a framework with no tool of its own gives none. Shown beside them, not judged: the
 harness's device-event median, and torch's blocked_autorange, which runs ~100 calls back to back per
 measurement (a GPU that idles between synchronized calls runs a GEMM a few percent slower than back to
 back: a device effect that any caller who synchronizes after each call pays, not a fault of either clock).

@@ -7,10 +7,10 @@ Impls mark their operations, naming the lane (the stream) and the operation:
         ...
 
 Outside a traced run span() returns a shared no-op context, so timed repeats are untouched. During one,
-the backend's recorder stamps each span's start and end in stream order: CUDA events for torch and
-CuPy on a GPU (harness/backends/*), the host wall clock for torch on the CPU (each op runs inside the
-call there). JAX has no user streams or events: its recorder runs the variant under jax.profiler and
-reads each XLA stream's device activity from the trace (on the CPU: XLA's worker threads).
+the backend's recorder stamps each span's start and end in stream order (Backend.timeline_recorder,
+harness/backends/*): CUDA events for a framework with device events on a GPU, the host wall clock on the
+CPU (each op runs inside the call there). A framework without user streams or events runs the variant
+under its profiler and reads each stream's device activity from the trace (harness/backends/jax_backend.py).
 
 After a compare run, write_timelines() draws one PNG per scenario (a panel per framework x variant, a
 lane per stream) and writes the same spans as a Chrome/Perfetto trace (chrome://tracing,
@@ -94,43 +94,6 @@ def rehearsed(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, 
         if last:
             return state
         backend.synchronize(call(state))
-
-
-# -- JAX: spans from a profiler trace (Chrome trace JSON, as jax.profiler writes it) ------------------
-
-
-def spans_from_chrome_trace(trace: dict[str, Any]) -> dict[str, Any]:
-    """Device spans per stream from a jax.profiler trace: on a GPU the '/device:GPU:N' process's
-    'Stream #...' threads; without one, the XLA ops ('hlo_op' events) on the CPU client's threads."""
-    events = trace.get("traceEvents", [])
-    procs = {e.get("pid"): e["args"].get("name", "") for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
-    threads = {(e.get("pid"), e.get("tid")): e["args"].get("name", "") for e in events
-               if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    work = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
-    gpu = {pid for pid, name in procs.items() if name.startswith("/device:GPU")}
-    picked = [(threads.get((e["pid"], e["tid"]), ""), e) for e in work if e["pid"] in gpu]
-    picked = [(lane, e) for lane, e in picked if "Stream" in lane]
-    if picked:
-        clock = "jax.profiler device activity (CUPTI), one lane per XLA stream; t=0 at the first device op"
-    else:
-        picked = [(threads.get((e["pid"], e["tid"]), "thread"), e) for e in work
-                  if isinstance(e.get("args"), dict) and "hlo_op" in e["args"]]
-        names: dict[str, str] = {}
-        picked = [(names.setdefault(lane, f"XLA CPU thread {len(names) + 1}"), e) for lane, e in picked]
-        clock = ("jax.profiler on the CPU: XLA ops on the CPU client's worker threads (the CPU has no streams); "
-                 "t=0 at the first op")
-    if not picked:
-        seen = sorted(set(procs.values()))
-        return {"clock": "jax.profiler trace", "spans": [],
-                "why": f"the trace holds no device streams and no XLA ops (processes: {', '.join(seen) or 'none'})"}
-    t0 = min(float(e["ts"]) for _, e in picked)
-    spans = []
-    for lane, e in sorted(picked, key=lambda p: float(p[1]["ts"])):
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        op = str(args.get("hlo_op") or e.get("name", "?"))[:60]
-        start = (float(e["ts"]) - t0) / 1e6
-        spans.append([lane, op, start, start + float(e["dur"]) / 1e6])
-    return {"clock": clock, "spans": spans, "why": ""}
 
 
 # -- after the run: one PNG and one Chrome trace per scenario -------------------------------------

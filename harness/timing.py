@@ -3,10 +3,10 @@
 Each repeat records two host wall-clock times from the same start:
   host_return  when the call handed control back to Python (what async dispatch makes small);
   device_done  when the device had finished the call's work (after a full synchronize).
-Where the framework has device events (torch, CuPy on a GPU), events recorded on the current stream
+Where the framework has device events (Backend.event_timer, on a GPU), events recorded on the current stream
 around the call give a third, device-side time; they bracket the current stream only.
 
-The first call is timed apart (JAX compiles there; torch and CuPy initialize cuBLAS and friends),
+The first call is timed apart (a tracing framework compiles there; the others initialize cuBLAS and friends),
 then warm-up calls, then repeats until the median is sure enough or a time cap is hit (TimingConfig).
 A named measurement marks its warm-up (the first call included) and its repeats as two ranges in the
 profilers' timelines (Backend.range: NVTX for Nsight Systems, the framework's own annotation), each

@@ -60,6 +60,25 @@ class Backend(ABC):
     name: str = ""
     has_events = False  # device-side events (CUDA events) usable as a timer
     has_streams = False  # user-visible streams
+    # The framework's facts, read from the class without loading it (harness/backends/__init__.py):
+    display_name = ""  # how tables, reports and docs name it
+    short_name = ""  # how running text names it ("torch, CuPy and JAX")
+    colour = "grey"  # its colour in every chart
+    module = ""  # the top-level module its import pulls in first (harness/faults.py refuses it)
+    profiler = ""  # what profiling() writes, for --profile's help
+    # Its workers measure the machine's ceilings (raw CUDA copy rates, kernel launch) and a rank scenario's
+    # raw floor (NCCL without a framework): ceilings() and rank_ceilings(). One framework does it for all.
+    measures_ceilings = False
+    keeps_pool = False  # its allocator keeps what it took after each variant (options.default_memory_fraction)
+    rank_ports = 0  # rendezvous ports of its own a rank group needs beyond torchrun's MASTER_PORT
+    # The porting guide's "defaults that differ everywhere", one cell per topic of harness/docs.py DEFAULTS.
+    porting: dict[str, str] = {}
+
+    @classmethod
+    def rank_env(cls, host: str, ports: list[int]) -> dict[str, str]:
+        """The variables a rank of this framework rendezvous on (harness/backends/dist.py reads them), on
+        its rank_ports ports; torch's is torchrun's own MASTER_ADDR/MASTER_PORT, set for every rank."""
+        return {}
 
     def __init__(self) -> None:
         self._loaded = False

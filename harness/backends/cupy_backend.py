@@ -12,6 +12,33 @@ from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavail
 
 class CupyBackend(Backend):
     name = "cupy"
+    display_name = "CuPy"
+    short_name = "CuPy"
+    colour = "#2e8b57"
+    module = "cupy"
+    profiler = "NVTX ranges only"
+    measures_ceilings = True
+    rank_ports = 1
+    porting = {
+        "float32 matmul precision": "full float32 unless `CUPY_TF32=1` is set before the first GEMM",
+        "matrix-product library": "cuBLAS, chosen by heuristics at the call",
+        "GPU memory at start":
+            "memory pool, grows on demand; `cupy.get_default_memory_pool().free_all_blocks()`",
+        "wait for the device": "`cupy.cuda.Device().synchronize()`, `Stream.synchronize()`, `Event.synchronize()`",
+        "reads that wait (implicit syncs)": "`.get()`, `cupy.asnumpy()`, `float(a)`, `print(a)` (blocking by default)",
+        "user streams": "`cupy.cuda.Stream()` is *blocking* by default: pass `non_blocking=True`",
+        "events": "`cupy.cuda.Event(disable_timing=False)`: timing *on* by default",
+        "host → device from numpy":
+            "`cupy.asarray(a)`, `ndarray.set(a, stream=)`; pinned buffers from `cupyx.empty_pinned`",
+        "device → host": "`.get(stream=, out=, blocking=)`, `cupy.asnumpy()`",
+        "sync detector": "none reliable",
+        "first call": "compiles elementwise/reduction kernels (cached on disk) and initializes cuBLAS",
+    }
+
+    @classmethod
+    def rank_env(cls, host: str, ports: list[int]) -> dict[str, str]:
+        # cupyx.distributed's TCP store for the NCCL id (harness/backends/dist.py)
+        return {"CUPYX_DISTRIBUTED_HOST": host, "CUPYX_DISTRIBUTED_PORT": str(ports[0])}
 
     def _load(self) -> None:
         os.environ["CUPY_TF32"] = "0"  # like with like: no TF32 in float32 matmuls (read by cuBLAS calls)

@@ -16,6 +16,29 @@ from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecord
 
 class TorchBackend(Backend):
     name = "torch"
+    display_name = "PyTorch"
+    short_name = "torch"
+    colour = "#ee4c2c"
+    module = "torch"
+    profiler = "torch.profiler's Chrome trace"
+    porting = {
+        "float32 matmul precision":
+            "full float32 (`torch.backends.cuda.matmul.allow_tf32` is False); the harness also sets "
+            "`torch.set_float32_matmul_precision('highest')`",
+        "matrix-product library": "cuBLAS (cuBLASLt), chosen by heuristics at the call: no compile-time tuning",
+        "GPU memory at start": "caching allocator, grows on demand; `torch.cuda.empty_cache()` returns it",
+        "wait for the device": "`torch.cuda.synchronize()`, `Stream.synchronize()`, `Event.synchronize()`",
+        "reads that wait (implicit syncs)": "`.item()`, `.cpu()`, `.tolist()`, `print(t)`, `bool(t)`, `nonzero()`",
+        "user streams": "`torch.cuda.Stream()`: non-blocking with respect to the legacy default stream",
+        "events": "`torch.cuda.Event(enable_timing=False)`: timing *off* by default",
+        "host → device from numpy":
+            "`torch.from_numpy(a).to(dev, non_blocking=True)` still blocks from pageable memory; pin with "
+            "`.pin_memory()` or `torch.empty(..., pin_memory=True)`",
+        "device → host":
+            "`.cpu()` (blocks); `.to('cpu', non_blocking=True)` into pinned memory must be synchronized before reading",
+        "sync detector": "`torch.cuda.set_sync_debug_mode('warn')` (process-wide, prototype)",
+        "first call": "initializes cuBLAS and friends",
+    }
 
     def _load(self) -> None:
         import torch

@@ -24,7 +24,9 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
     """What every run checks before any work: memory caps that fit, planted faults, a writable --out.
     scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
     from harness import faults
+    from harness.backends import backend_class
     from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
+    from harness.labels import NAMES
     from harness.files import OutputError, check_writable
     from scenarios import get
 
@@ -41,13 +43,14 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
         raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
                          "they would not fit in it together")
     ranks = scenarios is None or any(getattr(get(s), "ranks", False) for s in scenarios)
-    jax_processes = processes * (2 if ranks else 1)  # each worker, and each round's rank group, keeps a pool
-    if "jax" in frameworks and fraction * jax_processes > 1.0 + 1e-9 and gpu_present():
+    keepers = [NAMES[f] for f in frameworks if backend_class(f).keeps_pool]
+    pool_processes = processes * (2 if ranks else 1)  # each worker, and each round's rank group, keeps a pool
+    if keepers and fraction * pool_processes > 1.0 + 1e-9 and gpu_present():
         held = (f"{processes} workers and as many rank groups" if ranks
                 else f"{processes} workers; no rank scenario is selected")
-        raise UsageError(f"{where} x {jax_processes} JAX processes ({held}, each keeping its pool) is "
-                         f"{fraction * jax_processes:.2f} of the GPU: use --gpu-memory-fraction "
-                         f"{math.floor(100 / jax_processes) / 100:g} or fewer --processes")
+        raise UsageError(f"{where} x {pool_processes} {'/'.join(keepers)} processes ({held}, each keeping its pool) "
+                         f"is {fraction * pool_processes:.2f} of the GPU: use --gpu-memory-fraction "
+                         f"{math.floor(100 / pool_processes) / 100:g} or fewer --processes")
     try:
         faults.planted()
         check_writable(out)

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from harness.backends import FRAMEWORKS
+from harness.backends import FRAMEWORKS, backend_class, in_prose
 from harness.options import EXAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -121,7 +121,7 @@ def gpu_present() -> bool:
 def build_parser() -> argparse.ArgumentParser:
     from scenarios import ORDER
 
-    p = _Parser(prog="python -m harness", description="triptych: the host/device paradigm in torch, CuPy and JAX")
+    p = _Parser(prog="python -m harness", description=f"triptych: the host/device paradigm in {in_prose()}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     sub.add_parser("list", help="the scenarios, their variants and concepts")
@@ -196,9 +196,9 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
     c.add_argument("--no-report", action="store_true",
                    help="do not write report.md/report.html (default: into a folder named after the result file)")
     c.add_argument("--profile", action="store_true",
-                   help="after each row's timed repeats, one more under the framework's own profiler: "
-                        "torch.profiler's Chrome trace, jax.profiler's trace (CuPy: NVTX ranges only), "
-                        "written beside the result and linked from the report; no figure changes")
+                   help="after each row's timed repeats, one more under the framework's own profiler ("
+                        + "; ".join(f"{backend_class(f).short_name}: {backend_class(f).profiler}" for f in FRAMEWORKS)
+                        + "), written beside the result and linked from the report; no figure changes")
 
 
 def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
