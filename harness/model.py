@@ -104,7 +104,7 @@ def _keys() -> Any:
     return field(default=None, repr=False, compare=False)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Process(_Record):
     """One worker process's (or rank group's) share of a row's repeats, in the order of the samples."""
 
@@ -123,23 +123,23 @@ class Process(_Record):
     _keys: tuple[str, ...] | None = _keys()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Timing(_Record):
     """A row's timing. From one worker process (handlers.time_point): that process's stop reason and
     noise (a number) and its per-process fields (host_loop_s, ...) at this level; once merged
     (rounds.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
 
+    first_call_s: float | None = None
     host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr
     device_done: Json
     device_events: Json | None  # null where the framework has no device events (CPU)
-    noise: Any  # one process: a number or null; merged: {clock: relative half-width or null}
-    first_call_s: float | None = None
     metrics: Json = field(default_factory=dict)
     checked_repeats: int | None = None
     wrong_repeats: int | None = None
     worst: str | None = None  # the first wrong repeat's description
     samples: dict[str, list[float]] = field(default_factory=dict)  # every repeat's seconds per clock
     stopped: str | None = None  # one process's stop reason (before merging)
+    noise: Any  # one process: a number or null; merged: {clock: relative half-width or null}
     processes: list[Process] | None = None
     timed_s: float | None = None
     phase_s: float | None = None
@@ -160,7 +160,7 @@ class Timing(_Record):
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"processes": ("list", Process)}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Check(_Record):
     """What the timed outputs' checks found."""
 
@@ -173,16 +173,16 @@ class Check(_Record):
     _keys: tuple[str, ...] | None = _keys()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Row(_Record):
     """One framework x variant x point: it ran (status ok or wrong, with timing and check) or why not."""
 
     scenario: str | None
     framework: str
     variant: str
-    status: str  # harness/results.py STATUSES
     hazard: bool | None = None
     setup_s: float | None = None
+    status: str  # harness/results.py STATUSES
     reason: str | None = None  # why it did not run
     timing: Timing | None = None
     check: Check | None = None
@@ -190,14 +190,14 @@ class Row(_Record):
     sync_method: str | None = None
     sync_why: str | None = None
     wall_s: float | None = None
-    point: int | None = None
-    label: str | None = None
-    floor_s: Any = None  # seconds, or "inf"
-    pct_of_floor: Any = None
     timeline: Json | None = None  # the traced run (harness/timeline.py), before the report draws it
     profile: Json | None = None  # compare --profile
     ranks: int | None = None  # a rank row: its world size
     rank_device_done_median: list[float] | None = None
+    point: int | None = None
+    label: str | None = None
+    floor_s: Any = None  # seconds, or "inf"
+    pct_of_floor: Any = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
@@ -209,11 +209,10 @@ class Row(_Record):
         return self.status in ("ok", "wrong") and self.timing is not None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class ScenarioResult(_Record):
     """One scenario of a run: what it is, its equivalence verdict, its points, rows, claims, cross-checks."""
 
-    rows: list[Row]
     title: str | None = None
     concept: str | None = None
     metrics_doc: dict[str, str] | None = None
@@ -225,6 +224,7 @@ class ScenarioResult(_Record):
     cross_framework: list[Json] | None = None
     timelines: Json | None = None
     timing_phase: Json | None = None
+    rows: list[Row]
     wall_s: float | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
@@ -232,7 +232,7 @@ class ScenarioResult(_Record):
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"rows": ("list", Row)}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Environment(_Record):
     """Where the run ran: the GPU (null on a CPU run), the host, each framework, the machine's ceilings
     and calibration, the memory fraction in effect and the CPUs the processes were pinned to."""
@@ -247,20 +247,20 @@ class Environment(_Record):
     _keys: tuple[str, ...] | None = _keys()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Result(_Record):
     """A `compare` run's result document."""
 
     schema: str
     created: str
-    size: str
-    seed: int | None
-    environment: Environment
-    scenarios: dict[str, ScenarioResult]
     finished: str | None = None
     command: list[str] | None = None
+    size: str
+    seed: int | None
     examples: int | None = None
     isolation: str | None = None
+    environment: Environment
+    scenarios: dict[str, ScenarioResult]
     complete: bool | None = None
     not_run: list[Json] | None = None  # scenarios asked for but not run, with why
     timing_phase: Json | None = None
