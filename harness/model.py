@@ -9,9 +9,10 @@ worker builds, the runner merges and the loader reads, instead of string keys sp
 Statistics (median, quartiles), samples, metrics and the environment's per-framework facts stay plain
 mappings: their keys are data (clock names, metric names), not fields.
 
-Writing: a field that is None is left out, except a field without a default (such as the seed or
-the GPU, written as null) and a field `_WITH` ties to another (a row's host_syncs is written, null
-or not, wherever its sync_method is: the census ran).
+Writing a record a run built: a field that is None is left out, except a field without a default
+(such as the seed or the GPU, written as null) and a field `_WITH` ties to another (a row's host_syncs
+is written, null or not, wherever its sync_method is: the census ran). A record read from a file
+writes its own keys, then any field set since.
 """
 from __future__ import annotations
 
@@ -133,11 +134,11 @@ class Timing(_Record):
     host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr
     device_done: Json
     device_events: Json | None  # null where the framework has no device events (CPU)
-    metrics: Json = field(default_factory=dict)
+    metrics: Json  # medians of what the impl emitted, and the output metrics
     checked_repeats: int | None = None
     wrong_repeats: int | None = None
     worst: str | None = None  # the first wrong repeat's description
-    samples: dict[str, list[float]] = field(default_factory=dict)  # every repeat's seconds per clock
+    samples: dict[str, list[float]]  # every repeat's seconds per clock
     stopped: str | None = None  # one process's stop reason (before merging)
     noise: Any  # one process: a number or null; merged: {clock: relative half-width or null}
     processes: list[Process] | None = None
@@ -238,9 +239,9 @@ class Environment(_Record):
     and calibration, the memory fraction in effect and the CPUs the processes were pinned to."""
 
     gpu: str | None
-    host: Json = field(default_factory=dict)
-    frameworks: dict[str, Json] = field(default_factory=dict)
-    machine: Json = field(default_factory=dict)
+    host: Json
+    frameworks: dict[str, Json]
+    machine: Json
     gpu_memory_fraction: Any = None  # a fraction, or why none is in effect
     cpus: Json | None = None
     extra: Json = _extra()
