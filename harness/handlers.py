@@ -16,6 +16,7 @@ from harness.calibrate import calibrate as _calibrate
 from harness.calibrate import python_loop_s
 from harness.equivalence import compare_outputs, relative_error, strided_sample
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.model import Check, Row, Timing
 from harness.profiling import profile_variant, row_name
 from harness.timeline import trace_variant
 from harness.timing import SELFCHECK, TimingConfig, measure
@@ -42,7 +43,7 @@ def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
 
 
 def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[dict[str, Any]]:
-    """time_point's rows alone (tests)."""
+    """time_point's rows alone, as the wire has them (tests)."""
     return time_point(fw, scenario, params, cfg, progress=progress)["rows"]
 
 
@@ -52,7 +53,8 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     (first=True) also count host syncs, trace the timeline and, with cfg.profile, profile one more run of
     each row, which a second process (or round) would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
-    checked against the reference (for the runner's cross-framework check), else None}."""
+    checked against the reference (for the runner's cross-framework check), else None}. Each row is
+    built here as a model.Row, and sent as its to_dict()."""
     t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
@@ -66,44 +68,44 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
     # changed speed during the run (on the H200, a factor of two between processes and runs: docs/gpu_runs.md).
     host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     sample = None
     for v in scn.variants:
-        row: dict[str, Any] = {"scenario": scenario, "framework": fw, "variant": v.name, "hazard": v.hazard,
-                               "setup_s": setup_s}
         why = skip_reason(scn, v, b, impl, params)
         if why:
-            rows.append(row | {"status": "skipped", "reason": why})
+            rows.append(Row(scenario=scenario, framework=fw, variant=v.name, hazard=v.hazard, setup_s=setup_s,
+                            status="skipped", reason=why))
             continue
         progress(v.name)
         timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree,
                                    against == "reference")
-        timed["timing"]["host_loop_s"] = host_loop
-        timed["timing"]["host_loop_at"] = host_loop_at
-        timed["check"]["against"] = against if v is not scn.baseline or against == "reference" else "none"
+        timed.timing.host_loop_s = host_loop
+        timed.timing.host_loop_at = host_loop_at
+        timed.check.against = against if v is not scn.baseline or against == "reference" else "none"
         if expected is None and v is scn.baseline:
             expected = got  # later variants are checked against this framework's baseline
             sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
-        rows.append(row | timed)
+        timed.setup_s = setup_s
+        rows.append(timed)
     if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
         for row in rows:
-            if row["status"] in ("ok", "wrong"):
-                progress(f"{row['variant']} · timeline")
-                call = variant_call(impl, scn.variant(row["variant"]))
-                row["timeline"] = trace_variant(b, impl, call, inputs, params)
+            if row.timed:
+                progress(f"{row.variant} · timeline")
+                call = variant_call(impl, scn.variant(row.variant))
+                row.timeline = trace_variant(b, impl, call, inputs, params)
     if cfg.profile and first:  # likewise: a profiler that leaves anything behind (CUPTI) meets no timed call
         for row in rows:
-            if row["status"] in ("ok", "wrong"):
-                progress(f"{row['variant']} · profile")
+            if row.timed:
+                progress(f"{row.variant} · profile")
                 # every rank runs it (collectives need them all); only rank 0's row is kept (harness/ranks.py)
-                name = row_name(scenario, fw, row["variant"], params.get("label", ""))
-                row["profile"] = profile_variant(b, impl, variant_call(impl, scn.variant(row["variant"])), inputs,
-                                                 params, name, keep=params.get("rank", 0) == 0)
+                name = row_name(scenario, fw, row.variant, params.get("label", ""))
+                row.profile = profile_variant(b, impl, variant_call(impl, scn.variant(row.variant)), inputs,
+                                              params, name, keep=params.get("rank", 0) == 0)
     served = time.perf_counter() - t_served  # set-up, host loop, every variant, the timeline: the worker's share
     for row in rows:
-        if isinstance(row.get("timing"), dict):
-            row["timing"]["served_s"] = served
-    return {"rows": rows, "sample": sample}
+        if row.timing is not None:
+            row.timing.served_s = served
+    return {"rows": [row.to_dict() for row in rows], "sample": sample}
 
 
 def _settle_heap() -> None:
@@ -119,8 +121,8 @@ def _settle_heap() -> None:
 def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
                   want: Arrays | None, cfg: TimingConfig, census: bool = True,
                   agree: Callable[[str | None], str | None] | None = None,
-                  want_is_reference: bool = False) -> tuple[dict[str, Any], Arrays]:
-    """(the row's timing, check and sync fields; the first checked repeat's numpy outputs). The
+                  want_is_reference: bool = False) -> tuple[Row, Arrays]:
+    """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs). The
     scenario's output_metrics, where it has them, are computed untimed from the first checked outputs
     when ``want`` is the float64 reference."""
     t_variant = time.perf_counter()
@@ -173,17 +175,18 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()
-    timing = m.to_dict()
-    timing["metrics"].update(from_outputs)
-    timing["phase_s"] = time.perf_counter() - t_variant  # this process's whole share of the row
-    return {
-        "status": "ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
-        "timing": timing,
-        "check": {"checked": m.checked_repeats, "wrong": m.wrong_repeats, "worst": m.worst,
-                  "max_rel_err": max(rel_errs) if rel_errs else None},
+    timing = Timing.from_dict(m.to_dict())
+    timing.metrics.update(from_outputs)
+    timing.phase_s = time.perf_counter() - t_variant  # this process's whole share of the row
+    return Row(
+        scenario=scn.name, framework=b.name, variant=v.name, hazard=v.hazard,
+        status="ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
+        timing=timing,
+        check=Check(checked=m.checked_repeats, wrong=m.wrong_repeats, worst=m.worst,
+                    max_rel_err=max(rel_errs) if rel_errs else None),
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
-        "wall_s": time.perf_counter() - t_variant,  # everything for this variant, untimed work included
-    }, captured[0]
+        wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
+    ), captured[0]
 
 
 def _copied(a: Any) -> Any:

@@ -289,8 +289,9 @@ class Schedule:
 
 
 def merge_side(answers: list[dict[str, Any]]) -> Any:
-    """One side's answers of a (scenario, point, framework) as rounds.merge pools them."""
-    return rounds.merge(answers)
+    """One side's answers of a (scenario, point, framework) as rounds.merge pools them, its rows as dicts."""
+    merged = rounds.merge(answers)
+    return merged if isinstance(merged, dict) else ([r.to_dict() for r in merged[0]], merged[1])
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -407,7 +408,7 @@ def _rows(answers: Answers, scns: list[Any], points: dict[str, list[dict[str, An
             if name != scn.name:
                 continue
             label = points[name][i].get("label", "") or ""
-            merged = [rounds.merge(a) if a else {"status": "error", "reason": "not timed"} for a in per_side]
+            merged = [merge_side(a) if a else {"status": "error", "reason": "not timed"} for a in per_side]
             for v in scn.variants:
                 what = "/".join(filter(None, (name, label, fw, v.name)))
                 got = [_variant(m, v.name) for m in merged]
@@ -460,7 +461,7 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
         for i, params in enumerate(points[scn.name]):
             for fw in fws:
                 a = answers.get((scn.name, i, fw), [[], []])[j]
-                merged = rounds.merge(a) if a else {"status": fw_env[fw].get("status", "skipped"),
+                merged = merge_side(a) if a else {"status": fw_env[fw].get("status", "skipped"),
                                                     "reason": fw_env[fw].get("why", "not timed")}
                 base = {"scenario": scn.name, "framework": fw}
                 if isinstance(merged, dict):

@@ -2,7 +2,9 @@
 
 Files are never overwritten: a run writes <out>/<utc time>_<gpu or cpu>_<size>.json through the
 one atomic writer (harness/files.py), so an interrupted write leaves nothing. A file is read back
-through `load` only, which validates it as a whole against harness/schema/result.schema.json.
+through `read` only (or `load`, its dict view), which upgrades an older version's document (upgrade),
+validates it as a whole against harness/schema/result.schema.json and returns the typed Result
+(harness/model.py).
 """
 from __future__ import annotations
 
@@ -20,8 +22,11 @@ from typing import Any
 import numpy as np
 
 from harness import files
+from harness.model import Result
 
-SCHEMA = "triptych.result/1"
+SCHEMA = "triptych.result/2"
+# Older versions `read` upgrades: /1 is /2's document under the old name (harness/schema/result-1.schema.json)
+UPGRADES = ("triptych.result/1",)
 # A row's status: it ran ("ok"; "wrong" when a timed output missed its check), or why it did not.
 STATUSES = ("ok", "wrong", "skipped", "error", "oom", "timeout", "crashed")
 
@@ -45,6 +50,8 @@ def _jsonable(x: Any) -> Any:
 
 
 def result_name(doc: dict[str, Any]) -> str:
+    if isinstance(doc, Result):
+        doc = doc.to_dict()
     gpu = doc.get("environment", {}).get("gpu") or "cpu"
     slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "cpu"
     created = _dt.datetime.fromisoformat(doc["created"]).astimezone(_dt.timezone.utc)
@@ -105,12 +112,16 @@ def release_folder(folder: Path, name: str) -> None:
 def as_written(doc: dict[str, Any]) -> dict[str, Any]:
     """doc as a reader of its file gets it back (numpy scalars, tuples and infinities as JSON has them),
     without the schema check: what `compare` renders its report from."""
+    if isinstance(doc, Result):
+        doc = doc.to_dict()
     return json.loads(json.dumps(_jsonable(doc), allow_nan=False))
 
 
 def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, claimed: bool = False) -> Path:
     """Write doc as JSON into folder under a new name; never replaces an existing file, except the
     placeholder of a name this run claimed (claim_name; claimed=True)."""
+    if isinstance(doc, Result):
+        doc = doc.to_dict()
     data = (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
     if claimed and name is not None and _is_placeholder(Path(folder) / name):
         return files.write_files(folder, {name: data})[0]
@@ -156,7 +167,14 @@ MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Load and validate a result file as a whole; ResultError with one line naming what is wrong."""
+    """read(path) as the plain document: the view of the report, regress and docs, which still read
+    it by key."""
+    return read(path).to_dict()
+
+
+def read(path: str | Path) -> Result:
+    """The one loader: a result file parsed, upgraded to this version (upgrade), validated as a whole
+    and typed; ResultError with one line naming what is wrong."""
     p = Path(path)
     if p.suffix != ".json" and not p.is_dir():
         raise ResultError(f"{p}: not a result file (their names end in .json)")
@@ -185,7 +203,17 @@ def load(path: str | Path) -> dict[str, Any]:
         raise ResultError(f"{p}: nested deeper than a result file ever is") from None
     except ValueError as e:
         raise ResultError(f"{p}: {e}") from None
+    doc = upgrade(doc)
     validate(doc, str(p))
+    return Result.from_dict(doc)
+
+
+def upgrade(doc: Any) -> Any:
+    """An older version's document as this version has it; anything else as it is (validate names it).
+    /1 -> /2: the version alone: /2 declares fields /1 left open (a row's sync_method, ranks, a
+    timing's noise, ...), which /1 files have with the same types, and changes no shape."""
+    if isinstance(doc, dict) and doc.get("schema") in UPGRADES:
+        return {k: (SCHEMA if k == "schema" else v) for k, v in doc.items()}
     return doc
 
 
@@ -239,10 +267,11 @@ def validate(doc: Any, where: str = "result") -> None:
     counts. ResultError with one line naming the field."""
     from harness.schema_check import Checker, SchemaError
 
+    doc = upgrade(doc)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise ResultError(f"{where}: not a triptych result (schema {got if not isinstance(got, str) else got[:60]!r} "
-                          f"is not {SCHEMA!r})")
+                          f"is not {SCHEMA!r}{''.join(f' nor {u!r}' for u in UPGRADES)})")
     if _depth(doc) > MAX_DEPTH:
         raise ResultError(f"{where}: nested deeper than a result file ever is ({MAX_DEPTH} levels)")
     if not _CHECKER:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness.model import Process, Row, Timing
 from harness.noise import host_sensitivity, rel_halfwidth, split
 from harness.timing import Stats
 from harness.worker import WorkerError, WorkerLost
@@ -110,71 +111,68 @@ def plan(answers: list[Timed], cfg: Any) -> Any:
     return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
 
 
-def merge(answers: list[Timed]) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | Timed:
-    """One framework's rows with every process's repeats pooled, and its baseline output sample;
-    or the first failure, whose status and reason become every variant's."""
+def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Timed:
+    """One framework's rows (model.Row) with every process's repeats pooled, and its baseline output
+    sample; or the first failure, whose status and reason become every variant's. The one place a
+    row's processes become one row."""
     failed = next((a for a in answers if "status" in a), None)
     if failed is not None:
         return failed
     first = answers[0]["rows"]
     rows = []
-    for i, row in enumerate(first):
-        per = [a["rows"][i] for a in answers]
-        rows.append(_merge_row(per))
+    for i in range(len(first)):
+        rows.append(_merge_row([Row.from_dict(a["rows"][i]) for a in answers]))
     return rows, answers[0]["sample"]
 
 
-def _merge_row(per: list[dict[str, Any]]) -> dict[str, Any]:
-    row = dict(per[0])
-    if "timing" not in row:
+def _merge_row(per: list[Row]) -> Row:
+    row = per[0]
+    if row.timing is None:
         return row
-    bad = next((r for r in per if r["status"] == "wrong"), None)
+    bad = next((r for r in per if r.status == "wrong"), None)
     if bad is not None:
-        row["status"], row["check"] = "wrong", bad["check"]
+        status, check = "wrong", bad.check
     else:
-        row["check"] = dict(row["check"], checked=sum(r["check"]["checked"] for r in per),
-                            wrong=sum(r["check"]["wrong"] for r in per),  # a hazard's wrong runs: every process's
-                            max_rel_err=max((r["check"]["max_rel_err"] for r in per
-                                             if r["check"]["max_rel_err"] is not None), default=None))
-    row["wall_s"] = sum(r["wall_s"] for r in per)
-    row["timing"] = pool_timing([r["timing"] for r in per])
-    return row
+        status = row.status
+        check = replace(row.check, checked=sum(r.check.checked for r in per),
+                        wrong=sum(r.check.wrong for r in per),  # a hazard's wrong runs: every process's
+                        max_rel_err=max((r.check.max_rel_err for r in per
+                                         if r.check.max_rel_err is not None), default=None))
+    return replace(row, status=status, check=check, wall_s=sum(r.wall_s for r in per),
+                   timing=pool_timing([r.timing for r in per]))
 
 
-def pool_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-process timings (Measurement.to_dict) as one: pooled samples and statistics, the processes'
-    counts and stop reasons, and the between-process noise per clock."""
-    t = dict(timings[0])
-    samples = {c: [x for m in timings for x in m["samples"].get(c, [])] for c in CLOCKS
-               if all(m["samples"].get(c) for m in timings)}
-    counts = [len(m["samples"]["device_done"]) for m in timings]
-    for c in CLOCKS:
-        t[c] = Stats.of(samples[c]).to_dict() if c in samples else None
-    t["samples"] = samples
-    if all("slowest_rank_samples" in m for m in timings):  # a rank row timed as the mean over ranks
-        slow = {c: [x for m in timings for x in m["slowest_rank_samples"][c]] for c in CLOCKS
-                if all(m["slowest_rank_samples"].get(c) for m in timings)}
-        t["slowest_rank_samples"] = slow
-        t["slowest_rank"] = {c: Stats.of(v).to_dict() for c, v in slow.items()}
-    t["checked_repeats"] = sum(m["checked_repeats"] for m in timings)
-    t["wrong_repeats"] = sum(m["wrong_repeats"] for m in timings)
-    t["worst"] = next((m["worst"] for m in timings if m["worst"]), "")
-    t["metrics"] = {k: float(np.median([m["metrics"][k] for m in timings if k in m["metrics"]]))
-                    for k in timings[0]["metrics"]}
-    t["processes"] = [{"n": n, "stopped": m["stopped"], "noise": m["noise"],
-                       "median": float(np.median(m["samples"]["device_done"])), "first_call_s": m["first_call_s"],
-                       **{k: m[k] for k in PER_PROCESS if k in m}}
-                      for n, m in zip(counts, timings)]
-    for k in PER_PROCESS:
-        t.pop(k, None)  # the process's, kept per process above
-    for k in SUMMED:  # where the row's wall time went, all processes together
-        if all(k in m for m in timings):
-            t[k] = sum(m[k] for m in timings)
-    t["host_sensitivity"] = host_sensitivity([p["median"] for p in t["processes"]],
-                                             [p.get("host_loop_s") for p in t["processes"]])
-    t["noise"] = {c: rel_halfwidth(split(samples[c], counts)) for c in samples}
-    t.pop("stopped", None)
-    return t
+def pool_timing(timings: list[Timing]) -> Timing:
+    """Per-process timings (each one process's, as handlers.time_point sends them) as one: pooled samples
+    and statistics, the processes' counts and stop reasons, and the between-process noise per clock."""
+    first = timings[0]
+    samples = {c: [x for m in timings for x in m.samples.get(c, [])] for c in CLOCKS
+               if all(m.samples.get(c) for m in timings)}
+    counts = [len(m.samples["device_done"]) for m in timings]
+    stats = {c: Stats.of(samples[c]).to_dict() if c in samples else None for c in CLOCKS}
+    slow, slowest = first.slowest_rank_samples, first.slowest_rank
+    if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
+        slow = {c: [x for m in timings for x in m.slowest_rank_samples[c]] for c in CLOCKS  # type: ignore[index]
+                if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
+        slowest = {c: Stats.of(v).to_dict() for c, v in slow.items()}
+    processes = [Process(n=n, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
+                         first_call_s=m.first_call_s,
+                         **{k: getattr(m, k) for k in PER_PROCESS if getattr(m, k) is not None})
+                 for n, m in zip(counts, timings)]
+    summed = {k: sum(getattr(m, k) for m in timings) for k in SUMMED  # where the row's wall time went
+              if all(getattr(m, k) is not None for m in timings)}
+    return replace(
+        first, _keys=None, extra=dict(first.extra), **stats, samples=samples,
+        slowest_rank_samples=slow, slowest_rank=slowest,
+        checked_repeats=sum(m.checked_repeats for m in timings),
+        wrong_repeats=sum(m.wrong_repeats for m in timings),
+        worst=next((m.worst for m in timings if m.worst), ""),
+        metrics={k: float(np.median([m.metrics[k] for m in timings if k in m.metrics])) for k in first.metrics},
+        processes=processes,
+        **({k: None for k in PER_PROCESS} | summed),  # a process's own fields kept per process above
+        host_sensitivity=host_sensitivity([p.median for p in processes], [p.host_loop_s for p in processes]),
+        noise={c: rel_halfwidth(split(samples[c], counts)) for c in samples},
+        stopped=None)
 
 
 def phase(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from harness.equiv_phase import equivalence
 from harness.judging import cross_check, judge_claims
 from harness.labels import NAMES
 from harness.machine import host_env
+from harness.model import Row
 from harness.options import CompareOptions, UI
 from harness.ranks import Groups
 from harness.results import SCHEMA
@@ -193,11 +194,12 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
         t_timing = time.perf_counter()
         for i, params in enumerate(points):
             label = params.get("label", "")
-            point_rows, samples = _time_point(scn, params, pools, fw_env, opts, ui)
+            typed, samples = _time_point(scn, params, pools, fw_env, opts, ui)
             point_cache.clear()
-            for r in point_rows:
-                r["point"], r["label"] = i, label
+            for r in typed:
+                r.point, r.label = i, label
                 _add_floor(scn, params, machine, r)
+            point_rows = [r.to_dict() for r in typed]  # claims, cross-checks and the document read dicts
             xc = cross_check(scn, params, samples)
             if xc is not None:
                 entry["cross_framework"].append(xc | {"point": i, "label": label})
@@ -233,7 +235,7 @@ def _rank_ceilings(scn: Scenario, points: list[dict[str, Any]], pools: Pools, av
 
 
 def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dict[str, Any], opts: CompareOptions,
-                ui: UI) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+                ui: UI) -> tuple[list[Row], list[tuple[str, dict[str, Any]]]]:
     """(every framework's rows at this point, [(framework, baseline output sample)])."""
     label = params.get("label", "")
     where = f"{scn.name}{' · ' + label if label else ''}"
@@ -241,21 +243,21 @@ def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dic
     got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
                             lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
                             lambda fw, text: ui.detail(f"{where} · {fw} · {text}"))
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     samples: list[tuple[str, dict[str, Any]]] = []
     for fw in opts.frameworks:
-        base = {"scenario": scn.name, "framework": fw}
         merged = rounds.merge(got[fw]) if fw in got else {"status": fw_env[fw].get("status", "skipped"),
                                                           "reason": fw_env[fw]["why"]}
         if isinstance(merged, dict):
             if merged["status"] != "skipped":
                 ui.note(f"{scn.name}/{fw}: {merged['status']} — {merged['reason']}")
-            rows.extend(base | {"variant": v.name, "hazard": v.hazard} | merged for v in scn.variants)
+            rows.extend(Row(scenario=scn.name, framework=fw, variant=v.name, hazard=v.hazard, status=merged["status"],
+                            reason=merged["reason"]) for v in scn.variants)
         else:
             fw_rows, sample = merged
             for r in fw_rows:  # said at once, not only in the table at the end (a run may not get there)
-                if r["status"] == "wrong":
-                    ui.note(f"{scn.name}/{fw}/{r['variant']}: WRONG — {r['check']['worst']}")
+                if r.status == "wrong":
+                    ui.note(f"{scn.name}/{fw}/{r.variant}: WRONG — {r.check.worst if r.check else ''}")
             rows.extend(fw_rows)
             if sample is not None:
                 samples.append((fw, sample))
@@ -303,11 +305,11 @@ def _start_all(pools: Pools, opts: CompareOptions) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: dict[str, Any]) -> None:
+def _add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: Row) -> None:
     """The row's physical floor and its % of it; none for a hazard row, whose time is not the computation's."""
-    if row.get("status") not in ("ok", "wrong") or scn.floor is None or not machine or row.get("hazard"):
+    if not row.timed or scn.floor is None or not machine or row.hazard:
         return
-    floor = scn.floor(params, machine, row["variant"])
+    floor = scn.floor(params, machine, row.variant)
     if floor:
-        row["floor_s"] = floor
-        row["pct_of_floor"] = 100.0 * floor / row["timing"]["device_done"]["median"]
+        row.floor_s = floor
+        row.pct_of_floor = 100.0 * floor / row.timing.device_done["median"]  # type: ignore[union-attr]

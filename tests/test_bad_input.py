@@ -71,7 +71,7 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "baseline not JSON": (["--baseline", "{not_json}", "--candidate", "{good}"], "not JSON (line 1", {}),
     "baseline truncated": (["--baseline", "{truncated}", "--candidate", "{good}"], "truncated?", {}),
     "baseline other schema": (["--baseline", "{schema0}", "--candidate", "{good}"],
-                              "schema 'triptych.result/0' is not 'triptych.result/1'", {}),
+                              "schema 'triptych.result/0' is not 'triptych.result/2'", {}),
     "baseline not an object": (["--baseline", "{list}", "--candidate", "{good}"], "not a triptych result (schema 'list'", {}),
     "baseline unknown status": (["--baseline", "{bad_status}", "--candidate", "{good}"],
                                 "scenarios.async_dispatch.rows[0].status: 'exploded' is not one of", {}),
@@ -84,7 +84,7 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
     "candidate a symlink loop": (["--baseline", "{good}", "--candidate", "{loop}"],
                                  "--candidate {loop}: Too many levels of symbolic links", {}),
     "candidate truncated": (["--baseline", "{good}", "--candidate", "{truncated}"], "--candidate", {}),
-    "candidate other schema": (["--baseline", "{good}", "--candidate", "{schema0}"], "is not 'triptych.result/1'", {}),
+    "candidate other schema": (["--baseline", "{good}", "--candidate", "{schema0}"], "is not 'triptych.result/2'", {}),
     "nothing comparable": (["--baseline", "{gpu}", "--candidate", "{good}"],
                            "nothing comparable: the baseline ran on NVIDIA H200, the candidate on no GPU", {}),
     # regress: options

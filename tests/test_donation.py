@@ -9,6 +9,7 @@ import pytest
 from harness.equivalence import compare_outputs
 from harness.execute import load_impl, skip_reason
 from harness.metrics import collecting
+from harness.model import Row
 from harness.rounds import _merge_row
 from scenarios import get
 from scenarios.donation import HEAD
@@ -100,8 +101,8 @@ def test_a_hazard_row_merged_from_processes_sums_its_wrong_runs():
             "timing": {"samples": {"device_done": [1.0, 2.0]}, "metrics": {}, "checked_repeats": 20,
                        "wrong_repeats": 20, "worst": "", "stopped": "noise", "noise": 0.0, "first_call_s": 0.1}}
            for _ in range(2)]
-    row = _merge_row(per)
-    assert row["check"]["checked"] == row["check"]["wrong"] == 40
+    row = _merge_row([Row.from_dict(r) for r in per])
+    assert row.check.checked == row.check.wrong == 40
 
 
 @pytest.mark.parametrize("variant", [v.name for v in SCN.variants if not v.hazard])

@@ -13,6 +13,7 @@ import pytest
 from harness import rounds
 from harness.calibrate import host_series
 from harness.handlers import same_bytes
+from harness.model import Timing
 from harness.noise import host_sensitivity
 from harness.timing import TimingConfig, measure
 from tests.test_timing import FakeAsyncBackend
@@ -57,7 +58,8 @@ def _process(median: float, host_loop: float, at: float, timed: float = 0.5, pha
 
 
 def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
-    t = rounds.pool_timing([_process(1e-3, 0.010, 1000.0, 0.5, 1.0), _process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1)])
+    t = rounds.pool_timing([Timing.from_dict(_process(1e-3, 0.010, 1000.0, 0.5, 1.0)),
+                            Timing.from_dict(_process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1))]).to_dict()
     assert t["timed_s"] == 0.75 and t["phase_s"] == 3.0 and t["check_s"] == pytest.approx(0.2)
     assert [(p["timed_s"], p["phase_s"], p["host_loop_s"], p["host_loop_at"]) for p in t["processes"]] == [
         (0.5, 1.0, 0.010, 1000.0), (0.25, 2.0, 0.012, 1010.0)]
@@ -98,7 +100,8 @@ def test_host_sensitivity_finds_a_planted_dependence_on_the_host(elasticity):
     assert h["n"] == 8 and h["slope"] == pytest.approx(elasticity, abs=0.1)
     assert (h["r"] > 0.9) if elasticity else (abs(h["r"]) < 0.9)
     # The same through a pooled row: its processes' medians against their host loops.
-    t = rounds.pool_timing([_process(m, lp, 100.0 + i, seed=i) for i, (m, lp) in enumerate(zip(medians, loops))])
+    t = rounds.pool_timing([Timing.from_dict(_process(m, lp, 100.0 + i, seed=i))
+                            for i, (m, lp) in enumerate(zip(medians, loops))]).to_dict()
     assert t["host_sensitivity"]["slope"] == pytest.approx(elasticity, abs=0.1)
 
 

@@ -8,6 +8,7 @@ import pytest
 from harness.judging import judge_with_noise
 from harness.noise import hierarchical_medians, median_rel_halfwidth, process_ratio_interval, ratio_interval, rel_halfwidth, split
 from harness.regress import regress
+from harness.model import Timing
 from harness.rounds import pool_timing
 from harness.timing import Stats
 from scenarios.spec import Claim, Verdict
@@ -63,7 +64,7 @@ def test_the_process_interval_is_students_t_on_log_process_medians():
 
 def test_a_rows_processes_pool_into_one_timing():
     a, b = samples(1e-3, n=10, seed=1), samples(1.1e-3, n=14, seed=2)
-    t = pool_timing([_timing(a), _timing(b, "time_cap")])
+    t = pool_timing([Timing.from_dict(_timing(a)), Timing.from_dict(_timing(b, "time_cap"))]).to_dict()
     assert t["samples"]["device_done"] == a + b and t["device_done"]["n"] == 24
     assert t["device_done"]["median"] == pytest.approx(float(np.median(a + b)))
     assert [(p["n"], p["stopped"]) for p in t["processes"]] == [(10, "noise"), (14, "time_cap")]

@@ -96,7 +96,7 @@ DAMAGE: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         {"claim": "c", "text": "t", "evidence": "e", "framework": "torch", "verdict": "maybe"}]),
                       "claims[0].verdict: 'maybe' is not one of"),
     "point out of range": (_set(_row_path, "point", 5), "rows[0].point: 5 names a point of 1"),
-    "wrong schema": (_set(lambda d: d, "schema", "triptych.result/0"), "is not 'triptych.result/1'"),
+    "wrong schema": (_set(lambda d: d, "schema", "triptych.result/0"), "is not 'triptych.result/2'"),
 }
 
 RAW: dict[str, tuple[bytes, str]] = {
