@@ -12,6 +12,7 @@ import pytest
 
 from harness import report_html, runner
 from harness.backends import nccl_floor
+from harness.model import Row
 from harness.options import CompareOptions
 from harness.ranks import RankGroup, merge_ceilings
 from harness.worker import WorkerError
@@ -165,13 +166,15 @@ def test_rows_get_pct_of_floor_from_the_measured_floor_and_none_without_it():
     scn, p = get("collectives"), point("all_reduce", MiB, 2)
     machine = {C.floor_key(p): 5e-4, C.floor_key(p, in_place=True): 4e-4}
     for variant, floor in (("out_of_place", 5e-4), ("in_place", 4e-4)):  # each column on its own placement's
-        row = ok_row("collectives", "torch", variant, 2e-3, 1e-5) | {"status": "ok"}
-        runner._add_floor(scn, p, machine, row)
+        typed = Row.from_dict(ok_row("collectives", "torch", variant, 2e-3, 1e-5) | {"status": "ok"})
+        runner._add_floor(scn, p, machine, typed)
+        row = typed.to_dict()
         assert row["floor_s"] == floor and row["pct_of_floor"] == pytest.approx(100 * floor / 2e-3)
     for machine, q in (({"hbm_Bps": 1e12}, p), ({C.floor_key(p): 5e-4}, point("all_reduce", MiB, 4)),
                        ({C.floor_key(p): 5e-4}, point("barrier", MiB, 2))):
-        bare = ok_row("collectives", "torch", "out_of_place", 2e-3, 1e-5)
-        runner._add_floor(scn, q, machine, bare)
+        typed = Row.from_dict(ok_row("collectives", "torch", "out_of_place", 2e-3, 1e-5))
+        runner._add_floor(scn, q, machine, typed)
+        bare = typed.to_dict()
         assert "floor_s" not in bare and "pct_of_floor" not in bare
 
 

@@ -16,6 +16,7 @@ import pytest
 from harness import cli, runner
 from harness.cli import cmd_compare
 from harness.judging import judge_claims, judge_with_noise
+from harness.model import Row
 from scenarios.spec import Claim, Verdict
 from tests.synthetic import doc, row, samples, write
 
@@ -154,8 +155,10 @@ def test_a_hazard_row_gets_no_floor_and_no_view_shows_one_from_an_older_result()
     hazard, plain = row("torch", "export_off_stream", scenario="dlpack_handoff"), row("torch", "dlpack",
                                                                                      scenario="dlpack_handoff")
     assert hazard["hazard"] and not plain["hazard"]
-    for r in (hazard, plain):
+    typed = [Row.from_dict(r) for r in (hazard, plain)]
+    for r in typed:
         runner._add_floor(scn, {}, {"hbm_Bps": 1.0}, r)
+    hazard, plain = (r.to_dict() for r in typed)
     assert "pct_of_floor" not in hazard and "floor_s" not in hazard and plain["pct_of_floor"] > 0
     old = dict(hazard, pct_of_floor=406.0, floor_s=1e-3)  # as results written before say
     assert pct_of_floor(old) is None and pct_of_floor(plain) == plain["pct_of_floor"]
