@@ -217,7 +217,7 @@ def _rank_ceilings(scn: Scenario, points: list[dict[str, Any]], pools: Pools, av
             f"unavailable here ({fw_env['cupy']['why']})" if "cupy" in fw_env else "not in this run")
     ui.step(f"{scn.name} · raw floor (the CuPy ranks, NCCL without a framework)")
     try:
-        got = pools[0]["cupy"].request("ceilings", points, timeout=opts.timeout_s)
+        got = pools[0]["cupy"].request("ceilings", points=points, timeout=opts.timeout_s)
     except (WorkerError, WorkerLost) as e:
         ui.note(f"{scn.name}: raw floor not measured: {e}")
         return f"raw floor not measured: {e}"
