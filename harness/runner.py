@@ -180,8 +180,8 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
         ui.advance()
     rows: list[dict[str, Any]] = []
     on_cpu = frozenset(fw for fw, e in fw_env.items() if e.get("available") and not e.get("on_gpu"))
-    points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
-    entry["points"] = points
+    points = scn.points(opts.size)  # the seed is the requests' own (harness/protocol.py)
+    entry["points"] = [p | {"seed": opts.seed} for p in points]
     if opts.timing:
         why = _rank_ceilings(scn, points, pools, available, fw_env, machine, opts, ui)
         if why:
@@ -233,7 +233,7 @@ def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dic
     running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
     got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
                             lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
-                            lambda fw, text: ui.detail(f"{where} · {fw} · {text}"))
+                            lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
     rows: list[dict[str, Any]] = []
     samples: list[tuple[str, dict[str, Any]]] = []
     for fw in opts.frameworks:

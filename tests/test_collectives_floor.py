@@ -190,8 +190,8 @@ class _Group:
     def __init__(self, answer) -> None:
         self.answer, self.asked = answer, []
 
-    def request(self, op, *args, timeout=None):
-        self.asked.append((op, args))
+    def request(self, op, *args, timeout=None, **fields):
+        self.asked.append((op, args + tuple(fields.values())))
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
