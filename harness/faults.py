@@ -2,10 +2,12 @@
 
     TRIPTYCH_FAULT="<scenario>:<framework>:<kind>[:<op>][,...]"
 
-Only a worker *child process* (``--isolation process``, the default) reads it, at start and before
-each request; the parent and ``--isolation none`` ignore it (a planted hang in the parent could not
-be timed out). The child inherits the variable from the parent's environment, which is how a test
-reaches a process that monkeypatching cannot.
+Only a worker *child process* (``--isolation process``, the default, and every rank) reads it, once at
+its start: its serve loop (harness/protocol.py) wraps the request handler in the faults planted for its
+framework (planted_into), so neither the handlers nor the timing code know of them. The parent and
+``--isolation none`` ignore it (a planted hang in the parent could not be timed out). The child
+inherits the variable from the parent's environment, which is how a test reaches a process that
+monkeypatching cannot.
 
 ``scenario`` is a scenario name or ``*``; ``op`` is ``equiv`` (equivalence requests), ``time``
 (timing requests) or ``*`` (both; the default). Kinds:
@@ -30,10 +32,10 @@ reaches a process that monkeypatching cannot.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import os
 import sys
-import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +50,9 @@ KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>", "wrong")
 OPS = ("equiv", "time", "*")
 # What a framework's import pulls in first: refusing it makes `import <framework>` fail.
 MODULES = {fw: backend_class(fw).module for fw in FRAMEWORKS}
+
+
+Handler = Callable[[Any, Callable[[str], None]], Any]  # harness/protocol.py's: (Request, progress) -> value
 
 
 class InjectedFault(RuntimeError):
@@ -137,22 +142,35 @@ def _leak(b: Any) -> None:
     raise AssertionError(f"{b.name}: nothing stopped the allocations")
 
 
-def arm_worker(framework: str) -> None:
-    """At a worker's start: plant the framework's import failure, if asked for."""
-    _SLOW[1] = 1.0  # a child: planted slowdowns may fire here
-    if any(f.framework == framework and f.kind == "import" for f in planted()):
+def planted_into(framework: str, handle: Handler) -> Handler:
+    """At a worker child's start (harness/protocol.py serve): the request handler with the faults
+    planted for this framework around it, and the framework's import refused if that is planted."""
+    mine = [f for f in planted() if f.framework == framework]
+    if any(f.kind == "import" for f in mine):
         sys.meta_path.insert(0, _RefuseImport(MODULES[framework]))
 
+    def faulty(req: Any, progress: Callable[[str], None]) -> Any:
+        _trigger(mine, req.op, framework, req.scenario)
+        if req.op == "time":
+            with _slowed(mine, framework, req.scenario):
+                return handle(req, progress)
+        out = handle(req, progress)
+        return _spoil(mine, req.scenario, out) if req.op == "equiv" else out
 
-def trigger(op: str, framework: str, scenario: str | None, backend: Callable[[], Any]) -> None:
-    """Before a worker's request: set off the first planted fault that matches it."""
-    for f in planted():
+    return faulty
+
+
+def _trigger(mine: list[Fault], op: str, framework: str, scenario: str | None) -> None:
+    """Before a request: set off the first planted fault that matches it."""
+    for f in mine:
         if not f.hits(op, framework, scenario):
             continue
         if f.kind == "raise":
             raise InjectedFault(f"planted by {ENV}: {scenario}/{framework}/{op} raises")
         if f.kind == "oom":
-            _leak(backend())
+            from harness import backends
+
+            _leak(backends.get(framework).load())
         if f.kind == "hang":
             threading.Event().wait()  # forever: only the parent's timeout ends it
         if f.kind == "crash":
@@ -160,13 +178,11 @@ def trigger(op: str, framework: str, scenario: str | None, backend: Callable[[],
             os.abort()
 
 
-def spoil(framework: str, scenario: str, outputs: dict[str, Any]) -> dict[str, Any]:
-    """An equivalence request's {variant: outputs} in a worker child, with a planted "wrong" variant's
-    first output off by one at its last element (copied, never the impl's own buffer)."""
-    if not _SLOW[1]:
-        return outputs
-    for f in planted():
-        if f.kind == "wrong" and f.framework == framework and f.scenario == scenario and f.op in outputs:
+def _spoil(mine: list[Fault], scenario: str | None, outputs: dict[str, Any]) -> dict[str, Any]:
+    """An equivalence request's {variant: outputs} with a planted "wrong" variant's first output off by
+    one at its last element (copied, never the impl's own buffer)."""
+    for f in mine:
+        if f.kind == "wrong" and f.scenario == scenario and f.op in outputs:
             got = dict(outputs[f.op])
             key = next(iter(got))
             a = np.array(got[key], dtype=np.float64)
@@ -176,30 +192,57 @@ def spoil(framework: str, scenario: str, outputs: dict[str, Any]) -> dict[str, A
     return outputs
 
 
-# The planted slowdown of the variant being timed in this process (0: none); set by slowed().
-_SLOW = [0.0, 0.0]  # [the share, 1.0 once this process is an armed worker child]
+class _Slowdown:
+    """A planted slowdown of some variants' calls, for the length of one timing request. The impl's
+    run_<variant> is wrapped to note when a timed region's first call starts, and the backend's
+    synchronize(outputs), which ends the region, then busy-waits the planted share of the time since
+    that start: the spin is inside device_done, while host_return (taken before the synchronize) and
+    device events (stopped before it) are not touched. A synchronize without outputs (before a region)
+    forgets the start; so an untimed run of the variant (sync count, timeline) is slowed alike."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.share = 0.0
+
+    def call(self, fn: Callable[[Any], Any], share: float) -> Callable[[Any], Any]:
+        def slowed(state: Any) -> Any:
+            if self.started is None:
+                self.started, self.share = time.perf_counter(), share
+            return fn(state)
+
+        return slowed
+
+    def synchronize(self, real: Callable[..., None]) -> Callable[..., None]:
+        def synchronize(outputs: Any = None) -> None:
+            real(outputs)
+            started, self.started = self.started, None
+            if started is not None and outputs is not None:
+                end = time.perf_counter()
+                until = end + self.share * (end - started)
+                while time.perf_counter() < until:
+                    pass
+
+        return synchronize
 
 
 @contextlib.contextmanager
-def slowed(framework: str, scenario: str, variant: str) -> Iterator[None]:
-    """While one variant is timed in a worker child: arm the slowdown planted for it, if any."""
-    pct = next((f.slow_pct for f in planted() if f.slow_pct is not None and f.framework == framework
-                and f.scenario == scenario and f.op == variant), None)
-    _SLOW[0] = (pct or 0.0) / 100 if _SLOW[1] else 0.0
+def _slowed(mine: list[Fault], framework: str, scenario: str | None) -> Iterator[None]:
+    """While a timing request of scenario runs: its planted slow variants slowed (_Slowdown)."""
+    slow = {f.op: f.slow_pct / 100 for f in mine if f.slow_pct is not None and f.scenario == scenario}
+    if not slow:
+        yield
+        return
+    from harness import backends
+    from harness.execute import load_impl
+
+    b, impl, plant = backends.get(framework).load(), load_impl(str(scenario), framework), _Slowdown()
+    own = {f"run_{v}": getattr(impl, f"run_{v}") for v in slow if hasattr(impl, f"run_{v}")}
+    for name, fn in own.items():
+        setattr(impl, name, plant.call(fn, slow[name[4:]]))
+    b.synchronize = plant.synchronize(b.synchronize)  # type: ignore[method-assign]  # this instance only
     try:
         yield
     finally:
-        _SLOW[0] = 0.0
-
-
-def spin(t0: float, t_end: float) -> float:
-    """Inside a timed region that started at t0 and would end at t_end: busy-wait the planted share of
-    the call's own time; the region's new end. That is the spin's target, not the clock after it: a
-    busy-wait descheduled on a loaded host overshoots, and the planted slowdown is to be the share
-    exactly (the call's own time varies as it always does)."""
-    if not _SLOW[0]:
-        return t_end
-    until = t_end + _SLOW[0] * (t_end - t0)
-    while time.perf_counter() < until:
-        pass
-    return until
+        del b.synchronize  # the class's again
+        for name, fn in own.items():
+            setattr(impl, name, fn)

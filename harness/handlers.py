@@ -1,6 +1,7 @@
-"""The requests a framework's worker answers (harness/worker.py carries them to a child process).
+"""The requests a framework's worker answers (answer; harness/protocol.py serves them in a child process).
 
-Requests and answers are plain picklable data: names, params, numpy arrays and dicts.
+Each handler takes a point as the scenario reads it (its seed among its params) and returns plain
+picklable data: names, numbers, numpy arrays and dicts.
 """
 from __future__ import annotations
 
@@ -11,21 +12,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness import backends, faults, point_cache
+from harness import backends, point_cache
 from harness.calibrate import calibrate as _calibrate
 from harness.calibrate import python_loop_s
 from harness.equivalence import compare_outputs, relative_error, strided_sample
 from harness.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.model import Check, Row, Timing
 from harness.profiling import profile_variant, row_name
+from harness.protocol import Progress, Request
 from harness.timeline import trace_variant
 from harness.timing import SELFCHECK, TimingConfig, measure
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
 SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the reference is too costly
-
-Progress = Callable[[str], None]
 
 
 def hello(fw: str) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
     b = backends.get(fw).load()
     out = run_variants(get_scenario(scenario), b, params)
     b.free_memory()
-    return faults.spoil(fw, scenario, out)
+    return out
 
 
 def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[dict[str, Any]]:
@@ -169,9 +169,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
             from_outputs.update(known["metrics"])
         return known["err"], known["verdict"]
 
-    with faults.slowed(b.name, scn.name, v.name):
-        m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard,
-                    agree=agree, calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
+    m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard,
+                agree=agree, calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
     syncs = _count_syncs(b, fn, state, poison) if census else None
     state = None  # release device memory before the next variant
     b.free_memory()
@@ -256,5 +255,13 @@ def selfcheck(fw: str) -> list[dict[str, Any]]:
     return out
 
 
-HANDLERS: dict[str, Callable[..., Any]] = {"hello": hello, "equiv": equiv, "time": time_point,
-                                           "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}
+def answer(req: Request, progress: Progress) -> Any:
+    """A process worker's answer to a request (harness/worker.py: in this process or a child's)."""
+    fw = req.framework
+    if req.op == "equiv":
+        return equiv(fw, str(req.scenario), req.point())
+    if req.op == "time":
+        if req.timing is None:
+            raise ValueError("a time request carries its timing config")
+        return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress)
+    return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

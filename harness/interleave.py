@@ -4,7 +4,8 @@ A side is a code tree (a folder, or a git ref checked out into a temporary `git 
 afterwards) run by a Python interpreter (this one by default): every worker process of a side is
 started with the side's interpreter, in the side's tree (cwd and PYTHONPATH), with the side's extra
 environment (e.g. a planted $TRIPTYCH_FAULT on the candidate alone), and serves this harness's
-worker protocol (harness/worker.py _serve; harness/rank_main.py for rank groups) from its own code.
+worker protocol (harness/protocol.py: harness/worker.py _serve, harness/rank_main.py for rank groups)
+from its own code: a side's tree must speak this tree's protocol.
 
 Why in one run: on a shared cloud host the host's speed drifts at the scale of minutes, so two runs
 at different times differ without any change of code. Here pair k is a baseline process and a
@@ -249,7 +250,8 @@ class Schedule:
         return pairs, env
 
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
-                    wanted: Callable[[str, int], bool], running: list[str], cfg: Any, answers: Answers) -> None:
+                    wanted: Callable[[str, int], bool], running: list[str], cfg: Any, answers: Answers,
+                    seed: int | None = None) -> None:
         """Every wanted point of every scenario through every pair, in pair order: a point's
         processes run one after the other (A-B, B-A, ...), one framework at a time."""
         for scn in scenarios:
@@ -275,7 +277,7 @@ class Schedule:
                             if slot and "status" in slot[-1]:
                                 continue  # failed on this side: not asked again at this point
                             try:
-                                slot.append(pool[fw].request("time", scn.name, params, cfg, not slot,
+                                slot.append(pool[fw].request("time", scn.name, params, cfg, not slot, seed=seed,
                                                              timeout=self.timeout_s))
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
@@ -336,14 +338,14 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
         schedule.world_size = default_world_size()
     os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
     scns = [get_scenario(s) for s in plan.scenarios]
-    points = {s.name: [p | {"seed": plan.seed} for p in s.points(plan.size)] for s in scns}
+    points = {s.name: s.points(plan.size) for s in scns}  # the seed is the requests' own (harness/protocol.py)
     cfg = plan.cfg or preset(plan.size)
     answers: Answers = {}
     pairs, env = schedule.start_pairs(list(range(plan.pairs)))
     machine: list[dict[str, Any]] = [{}, {}]
     running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
     try:
-        schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers)
+        schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed)
     finally:
         schedule.close(pairs)
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
@@ -365,7 +367,8 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
         schedule.log(f"pair {k + 1}: {len(open_points)} point(s) with unknown rows")
         more, _ = schedule.start_pairs([k])
         try:
-            schedule.time_points(more, scns, points, lambda s, i: (s, i) in open_points, running, cfg, answers)
+            schedule.time_points(more, scns, points, lambda s, i: (s, i) in open_points, running, cfg, answers,
+                                 plan.seed)
         finally:
             schedule.close(more)
         k += 1
@@ -475,7 +478,7 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
                          "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
                                        "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool) else list(v.gpu_only)}
                                       for v in scn.variants],
-                         "points": points[scn.name], "rows": rows, "claims": [], "cross_framework": []}
+                         "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": rows, "claims": [], "cross_framework": []}
     opts = CompareOptions(scenarios=[s.name for s in scns], frameworks=fws, size=plan.size, examples=1, seed=plan.seed,
                           equivalence=False, argv=["python -m harness regress (interleaved)", side.name, side.label])
     doc = document(opts, started, fw_env, machine, out, [], not_placed("all"))

@@ -16,16 +16,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from multiprocessing.connection import Client
 from typing import Any
 
-from harness import faults, handlers, worker
+from harness import handlers, protocol
 from harness.backends import FRAMEWORKS, get as get_backend
 from harness.backends.base import Unavailable
 from harness.backends.dist import RankEnv, agree_stop, join, leave
 from harness.equivalence import compare_outputs
 from harness.execute import run_variants
+from harness.protocol import Progress, Request
 
 PARENT_ENV, KEY_ENV = "TRIPTYCH_RANKS_PARENT", "TRIPTYCH_RANKS_KEY"
 
@@ -45,38 +45,36 @@ def ranked(params: dict[str, Any], env: RankEnv) -> dict[str, Any]:
     return params | {"rank": env.rank, "world_size": env.world_size}
 
 
+class Rank:
+    """This rank's answers to the parent's requests, each sent to every rank of the group."""
+
+    def __init__(self, fw: str, env: RankEnv) -> None:
+        self.fw, self.env = fw, env
+
+    def point(self, req: Request) -> dict[str, Any]:
+        return ranked(req.point(), self.env)
+
+    def answer(self, req: Request, progress: Progress) -> Any:
+        fw = self.fw
+        if req.op == "hello":
+            return _hello(fw, self.env)
+        if req.op == "equiv":
+            return handlers.equiv(fw, str(req.scenario), self.point(req))
+        if req.op == "time" and req.timing is not None:
+            b = get_backend(fw)
+            return handlers.time_point(fw, str(req.scenario), self.point(req), req.timing, req.first,
+                                       progress=lambda _t: None, agree=lambda stop: agree_stop(fw, b, stop))
+        if req.op == "ceilings":
+            return handlers.rank_ceilings(fw, [ranked(p, self.env) for p in req.points])
+        raise ValueError(f"a rank serves hello, equiv, time (with its timing) and ceilings, not {req.op!r}")
+
+
 def serve(fw: str, env: RankEnv) -> None:
-    """Answer the parent's requests as ("ok", result) or ("error", summary, traceback, status)."""
+    """Call the parent back, answer its requests (harness/protocol.py serve), then leave the group."""
     host, port = os.environ.pop(PARENT_ENV).rsplit(":", 1)
     conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ.pop(KEY_ENV)))
     conn.send(("rank", env.rank))
-    faults.arm_worker(fw)
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:  # the parent is gone: so is this rank
-            break
-        if msg is None:
-            break
-        op, args = msg
-        try:
-            faults.trigger(op, fw, args[0] if args else None, lambda: get_backend(fw).load())
-            if op == "hello":
-                result: Any = _hello(fw, env)
-            elif op == "equiv":
-                result = handlers.equiv(fw, args[0], ranked(args[1], env))
-            elif op == "time":
-                b = get_backend(fw)
-                result = handlers.time_point(fw, args[0], ranked(args[1], env), *args[2:], progress=lambda _t: None,
-                                             agree=lambda stop: agree_stop(fw, b, stop))
-            elif op == "ceilings":
-                result = handlers.rank_ceilings(fw, [ranked(p, env) for p in args[0]])
-            else:
-                raise ValueError(f"a rank serves hello, equiv, time and ceilings, not {op!r}")
-            conn.send(("ok", result))
-        except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
-            status, summary = worker.failure(fw, e)
-            conn.send(("error", summary, traceback.format_exc(), status))
+    protocol.serve(conn, fw, Rank(fw, env).answer)
     leave(fw)
 
 

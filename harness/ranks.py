@@ -25,15 +25,18 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from multiprocessing.connection import Listener, wait
 from typing import Any
 
 import numpy as np
 
+from harness import protocol
 from harness.backends import rendezvous_env, rendezvous_ports
+from harness.protocol import Progress, Request, WorkerError, WorkerLost, died
 from harness.rank_main import KEY_ENV, PARENT_ENV
 from harness.timing import Stats
-from harness.worker import Progress, WorkerError, WorkerLost, _died
+from harness.worker import Handle
 
 FAULT_RANK_ENV = "TRIPTYCH_FAULT_RANK"
 WORLD_SIZE_ENV = "TRIPTYCH_WORLD_SIZE"  # read by scenarios/_ranks.py
@@ -73,7 +76,7 @@ def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
-class RankGroup:
+class RankGroup(Handle):
     # The interpreter, working folder and extra environment of the ranks: this harness's by default,
     # another code tree's or interpreter's in an interleaved regress (harness/interleave.py).
     python: str = sys.executable
@@ -126,7 +129,7 @@ class RankGroup:
         finally:
             listener.close()
         self._conns = [by_rank[r] for r in range(self.world_size)]
-        infos = self._ask("hello", (), START_TIMEOUT_S)
+        infos = self._ask(Request("hello", self.fw), START_TIMEOUT_S)
         self._hello = infos[0] | {"pids": self.pids, "world_size": self.world_size}
         lost = next((f"rank {r}: {i['why']}" for r, i in enumerate(infos) if not i["available"]), None)
         if lost:
@@ -137,11 +140,11 @@ class RankGroup:
             code = p.poll()
             if code is not None:
                 self.kill()
-                raise WorkerLost(f"rank {r}: " + _died(self.fw, code).replace("worker", "rank"), "crashed")
+                raise WorkerLost(f"rank {r}: " + died(self.fw, code).replace("worker", "rank"), "crashed")
 
-    def _ask(self, op: str, args: tuple, timeout: float | None) -> list[Any]:
+    def _ask(self, req: Request, timeout: float | None) -> list[Any]:
         for c in self._conns:
-            c.send((op, args))
+            c.send(req.to_dict())
         answers: dict[int, Any] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(answers) < self.world_size:
@@ -149,16 +152,18 @@ class RankGroup:
             for c in wait(pending, timeout=0.1):
                 r = self._conns.index(c)
                 try:
-                    msg = c.recv()
+                    msg = protocol.receive(c)
                 except (EOFError, OSError):
                     self._procs[r].wait(5)
                     self._raise_if_dead()
                     continue
-                if msg[0] == "ok":
-                    answers[r] = msg[1]
+                if isinstance(msg, str):  # a progress note: the group reports its own
+                    continue
+                if msg.ok:
+                    answers[r] = msg.value
                     continue
                 self.kill()  # the others may wait for this rank inside a collective
-                raise WorkerError(f"rank {r}: {msg[1]}", msg[3] if len(msg) > 3 else "error")
+                msg.result(f"rank {r}: ")
             self._raise_if_dead()
             if deadline is not None and time.monotonic() > deadline:
                 late = [r for r in range(self.world_size) if r not in answers]
@@ -167,27 +172,29 @@ class RankGroup:
                                  f"{timeout:g} s (group killed)", "timeout")
         return [answers[r] for r in range(self.world_size)]
 
-    def request(self, op: str, *args: Any, timeout: float | None = None, progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
         if not self._procs:
             self._start()
-        if op == "hello":
+        if req.op == "hello":
             return self._hello
-        if op == "ceilings":  # args: a rank scenario's points, each rank measuring with the others
-            return merge_ceilings(self._ask(op, ([p | {"world_size": self.world_size} for p in args[0]],), timeout))
-        if op not in ("equiv", "time"):
-            raise WorkerError(f"a rank group serves hello, equiv, time and ceilings, not {op}")
-        params = dict(args[1])
+        if req.op == "ceilings":  # a rank scenario's points, each rank measuring with the others
+            points = tuple(p | {"world_size": self.world_size} for p in req.points)
+            return merge_ceilings(self._ask(replace(req, points=points), timeout))
+        if req.op not in ("equiv", "time"):
+            raise WorkerError(f"a rank group serves hello, equiv, time and ceilings, not {req.op}")
+        params = dict(req.params or {})
         if params.setdefault("world_size", self.world_size) != self.world_size:
             raise WorkerError(f"params are for world size {params['world_size']}, the group has {self.world_size}")
+        req = replace(req, params=params)
         if progress is not None:
             progress(f"{self.world_size} ranks")
-        if op == "equiv":
-            outs = self._ask(op, (args[0], params), timeout)
+        if req.op == "equiv":
+            outs = self._ask(req, timeout)
             return {v: {k: np.stack([o[v][k] for o in outs]) for k in outs[0][v]} for v in outs[0]}
         from scenarios import get as get_scenario
 
-        rank_time = get_scenario(args[0]).rank_time
-        answers = self._ask(op, (args[0], params, *args[2:]), timeout)
+        rank_time = get_scenario(str(req.scenario)).rank_time
+        answers = self._ask(req, timeout)
         rows = [merge_rows(list(per_variant), self.world_size, rank_time)
                 for per_variant in zip(*(a["rows"] for a in answers))]
         samples = [a["sample"] for a in answers]  # each rank's baseline outputs, stacked by rank

@@ -45,10 +45,10 @@ Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_poin
 
 
 def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
-               timeout: float, step: Callable[[str, str], None], detail: Callable[[str, str], None]
-               ) -> dict[str, list[Timed]]:
-    """{framework: one answer per process}; step(fw, text) per request, detail(fw, text) per variant
-    as it goes. A failed request answers
+               timeout: float, step: Callable[[str, str], None], detail: Callable[[str, str], None], *,
+               seed: int | None = None) -> dict[str, list[Timed]]:
+    """{framework: one answer per process} at the point params with the run's seed; step(fw, text) per
+    request, detail(fw, text) per variant as it goes. A failed request answers
     {"status": ..., "reason": ...}, and that framework is not asked again for this point."""
     got: dict[str, list[Timed]] = {fw: [] for fw in frameworks}
     for i, pool in enumerate(pools):
@@ -59,7 +59,7 @@ def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario
             todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
             t0 = time.perf_counter()
             try:
-                got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, timeout=timeout,
+                got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, seed=seed, timeout=timeout,
                                                 progress=lambda text, fw=fw: detail(fw, text)))
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})

@@ -184,8 +184,8 @@ def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dic
         ui.advance()
     rows: list[dict[str, Any]] = []
     on_cpu = frozenset(fw for fw, e in fw_env.items() if e.get("available") and not e.get("on_gpu"))
-    points = [p | {"seed": opts.seed} for p in scn.points(opts.size)]
-    entry["points"] = points
+    points = scn.points(opts.size)  # the seed is the requests' own (harness/protocol.py)
+    entry["points"] = [p | {"seed": opts.seed} for p in points]
     if opts.timing:
         why = _rank_ceilings(scn, points, pools, available, fw_env, machine, opts, ui)
         if why:
@@ -226,7 +226,7 @@ def _rank_ceilings(scn: Scenario, points: list[dict[str, Any]], pools: Pools, av
             f"unavailable here ({fw_env[meter]['why']})" if meter in fw_env else "not in this run")
     ui.step(f"{scn.name} · raw floor (the {NAMES[meter]} ranks, NCCL without a framework)")
     try:
-        got = pools[0][meter].request("ceilings", points, timeout=opts.timeout_s)
+        got = pools[0][meter].request("ceilings", points=points, timeout=opts.timeout_s)
     except (WorkerError, WorkerLost) as e:
         ui.note(f"{scn.name}: raw floor not measured: {e}")
         return f"raw floor not measured: {e}"
@@ -242,7 +242,7 @@ def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dic
     running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
     got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
                             lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
-                            lambda fw, text: ui.detail(f"{where} · {fw} · {text}"))
+                            lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
     rows: list[Row] = []
     samples: list[tuple[str, dict[str, Any]]] = []
     for fw in opts.frameworks:

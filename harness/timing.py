@@ -27,7 +27,6 @@ import numpy as np
 from harness.backends.base import Backend, wall
 from harness.metrics import collecting
 from harness.noise import median_rel_halfwidth
-from harness import faults
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,11 @@ class TimingConfig:
                 or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0
                 or any(n < 1 for _, n in self.plan)):
             raise ValueError(f"bad timing config {self}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TimingConfig":
+        """The inverse of dataclasses.asdict (a request carries it so: harness/protocol.py)."""
+        return cls(**(d | {"plan": tuple((str(v), int(n)) for v, n in d.get("plan", ()))}))
 
     def for_variant(self, name: str) -> "TimingConfig":
         """This config with the plan's repeats for one variant (at most max_repeats) and no plan."""
@@ -189,8 +193,7 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
                 timer: Any, calls: int = 1) -> Repeat:
     """One repeat of `calls` back-to-back calls: (host_return, device_done, device events or None) per
     call, the last call's outputs, emitted metrics. Earlier calls' outputs are dropped unsynchronized, as
-    nccl-tests' iterations are. A planted slowdown (harness/faults.py, tests only) spins inside the
-    timed region."""
+    nccl-tests' iterations are."""
     if before is not None:
         before()
     backend.synchronize()
@@ -205,7 +208,6 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
             timer.stop()
         backend.synchronize(out)
         t2 = wall()
-        t2 = faults.spin(t0, t2)
     ev = timer.elapsed_s() / calls if timer is not None else None
     return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted)
 

@@ -1,109 +1,61 @@
 """One framework's side of a run: in this process (tests) or in a child process of its own (compare).
 
 A child process per framework keeps a crash, a hang or an out-of-memory in one framework from taking
-the others with it; the parent talks to it through a pipe and kills it at the request's timeout.
-Requests and answers are plain picklable data (the handlers are in harness/handlers.py).
+the others with it; the parent talks to it through a pipe (harness/protocol.py: typed requests and
+replies, the one serve loop) and kills it at the request's timeout. The handlers are in
+harness/handlers.py.
 
-What went wrong becomes a row status: "error" (an exception), "oom" (the framework's own
-out-of-memory error, classified by its backend; the worker is then replaced, the only sure way to
-hand its memory back), "timeout" (no answer in time: killed) and "crashed" (the process died).
-Tests plant each of these with $TRIPTYCH_FAULT (harness/faults.py), which only the child reads.
+A failure is a row status (protocol.py): "error", "oom" (the worker is then replaced, the only sure
+way to hand its memory back), "timeout" and "crashed". Tests plant each of these with
+$TRIPTYCH_FAULT (harness/faults.py), which only the child reads.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import signal
-import time
-import traceback
-from typing import Any, Callable
+from typing import Any
 
-from harness import backends, faults
-from harness.handlers import HANDLERS, Progress
+from harness import protocol
+from harness.handlers import answer
+from harness.protocol import STOPS, Progress, Request, WorkerError, WorkerLost, died, failure
 
-
-_STOPS = {signal.SIGINT, signal.SIGTERM}
+__all__ = ["Handle", "LocalWorker", "ProcessWorker", "Progress", "WorkerError", "WorkerLost", "failure", "make_worker"]
 
 
-class WorkerError(RuntimeError):
-    """The request failed inside the worker; str(self) is a one-line summary, status "error" or "oom"."""
-
-    def __init__(self, message: str, status: str = "error") -> None:
-        super().__init__(message)
-        self.status = status
+def _serve(conn: Any, fw: str) -> None:
+    """A process worker child's main (also an interleaved side's: harness/interleave.py)."""
+    protocol.serve(conn, fw, answer)
 
 
-class WorkerLost(RuntimeError):
-    """The worker process died ("crashed") or hung ("timeout"); it is restarted for the next request."""
+class Handle:
+    """What the parent's handles share: request() builds the typed Request that ask() sends."""
 
-    def __init__(self, message: str, status: str) -> None:
-        super().__init__(message)
-        self.status = status
+    fw: str
 
+    def request(self, op: str, scenario: str | None = None, params: dict[str, Any] | None = None,
+                timing: Any = None, first: bool = True, *, seed: int | None = None, points: Any = (),
+                timeout: float | None = None, progress: Progress | None = None) -> Any:
+        """Ask this framework's worker; params are a point as the scenario reads it, its seed (if not
+        given as seed) among them (protocol.Request.make)."""
+        req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points)
+        return self.ask(req, timeout=timeout, progress=progress)
 
-def failure(fw: str, e: BaseException) -> tuple[str, str]:
-    """(status, one-line summary) of an exception raised while serving fw."""
-    summary = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-    return ("oom" if backends.get(fw).is_out_of_memory(e) else "error"), summary
-
-
-def _died(fw: str, code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (killed: by the kernel's out-of-memory killer?)" if name == "SIGKILL" else ""
-        return f"{fw} worker died of {name}{hint}"
-    return f"{fw} worker died (exit code {code})"
-
-
-def _serve(conn: Any, fw: str | None = None) -> None:
-    """Child process main loop: answer ("ok", result) / ("error", summary, traceback, status) per
-    request; ("progress", text) messages may come before the answer."""
-    # Ctrl-C (and a SIGTERM sent to the process group) reaches every worker too: the parent decides what
-    # stops (it closes or kills us), so a worker neither dies under a request nor prints a traceback.
-    # They were blocked from its start (ProcessWorker._start) until now: one that came meanwhile is dropped.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
-    if fw is not None:
-        faults.arm_worker(fw)
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        op, args = msg
-        try:
-            faults.trigger(op, args[0], args[1] if len(args) > 1 else None, lambda: backends.get(args[0]).load())
-            if op == "time":
-                result = HANDLERS[op](*args, progress=lambda text: conn.send(("progress", text)))
-            else:
-                result = HANDLERS[op](*args)
-            conn.send(("ok", result))
-        except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
-            status, summary = failure(args[0], e)
-            conn.send(("error", summary, traceback.format_exc(), status))
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+        raise NotImplementedError
 
 
 # -- the parent's handles ------------------------------------------------------------------------
 
 
-class LocalWorker:
-    """Runs requests in this process (tests, --isolation none)."""
+class LocalWorker(Handle):
+    """Runs requests in this process (tests, --isolation none); no planted fault reaches it."""
 
     def __init__(self, fw: str) -> None:
         self.fw = fw
 
-    def request(self, op: str, *args: Any, timeout: float | None = None,
-                progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
         try:
-            if op == "time":
-                return HANDLERS[op](self.fw, *args, progress=progress or (lambda _t: None))
-            return HANDLERS[op](self.fw, *args)
+            return answer(req, progress or (lambda _t: None))
         except Exception as e:  # noqa: BLE001
             status, summary = failure(self.fw, e)
             raise WorkerError(summary, status) from e
@@ -114,7 +66,7 @@ class LocalWorker:
     kill = close
 
 
-class ProcessWorker:
+class ProcessWorker(Handle):
     """A spawned child process per framework (a fresh interpreter: nothing inherited from CUDA)."""
 
     def __init__(self, fw: str) -> None:
@@ -128,7 +80,7 @@ class ProcessWorker:
         self._proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
         # The child inherits this thread's signal mask: blocked, a Ctrl-C to the group while it imports
         # is not a KeyboardInterrupt traceback in it; _serve ignores both and unblocks them.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
         try:
             self._proc.start()
         finally:
@@ -136,11 +88,10 @@ class ProcessWorker:
         child.close()
         self._conn = parent
 
-    def request(self, op: str, *args: Any, timeout: float | None = None,
-                progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
         if self._proc is None or not self._proc.is_alive():
             self._start()
-        self._conn.send((op, (self.fw, *args)))
+        self._conn.send(req.to_dict())
         while True:
             try:
                 ready = self._conn.poll(timeout)
@@ -150,23 +101,20 @@ class ProcessWorker:
                 self.kill()
                 raise WorkerLost(f"{self.fw} worker did not answer within {timeout:g} s (killed)", "timeout")
             try:
-                msg = self._conn.recv()
+                msg = protocol.receive(self._conn)
             except (EOFError, OSError):
                 if self._proc is not None:
                     self._proc.join(5)  # the exit code is known only once it has been reaped
                 code = self._proc.exitcode if self._proc is not None else None
                 self.kill()
-                raise WorkerLost(_died(self.fw, code), "crashed") from None
-            if msg[0] == "progress":
+                raise WorkerLost(died(self.fw, code), "crashed") from None
+            if isinstance(msg, str):
                 if progress is not None:
-                    progress(msg[1])
+                    progress(msg)
                 continue
-            if msg[0] == "ok":
-                return msg[1]
-            status = msg[3] if len(msg) > 3 else "error"
-            if status == "oom":
+            if msg.status == "oom":
                 self.close()  # a fresh process for the next request: all of this one's memory goes back
-            raise WorkerError(msg[1], status)
+            return msg.result()
 
     def kill(self) -> None:
         if self._proc is not None:

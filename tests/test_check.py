@@ -86,6 +86,7 @@ def test_a_planted_wrong_output_names_its_variant_and_stays_out_of_the_parent(mo
     import numpy as np
 
     from harness import faults
+    from harness.protocol import Request
 
     assert faults.parse("ranks:torch:wrong:by_rank") == [faults.Fault("ranks", "torch", "wrong", "by_rank")]
     for bad, why in (("ranks:torch:wrong", "is not <scenario>:<framework>:wrong:<variant>"),
@@ -95,8 +96,8 @@ def test_a_planted_wrong_output_names_its_variant_and_stays_out_of_the_parent(mo
     assert not faults.Fault("ranks", "torch", "wrong", "by_rank").hits("equiv", "torch", "ranks")  # no raise
     monkeypatch.setenv(faults.ENV, "ranks:torch:wrong:by_rank")
     out = {"by_rank": {"total": np.zeros((2, 3), np.float32)}, "one_process": {"total": np.zeros((2, 3), np.float32)}}
-    assert faults.spoil("torch", "ranks", out) is out  # the parent never plants
-    monkeypatch.setattr(faults, "_SLOW", [0.0, 1.0])  # as in an armed worker child
-    got = faults.spoil("torch", "ranks", out)
+    handle = faults.planted_into("torch", lambda _req, _progress: out)  # as a worker child's serve loop wraps it
+    assert handle(Request("equiv", "torch", "collectives", {}), print) is out  # another scenario
+    got = handle(Request("equiv", "torch", "ranks", {}), print)
     assert got["by_rank"]["total"][1, 2] == 1.0 and got["by_rank"]["total"].dtype == np.float32
     assert not out["by_rank"]["total"].any() and got["one_process"] is out["one_process"]

@@ -193,8 +193,8 @@ class _Group:
     def __init__(self, answer) -> None:
         self.answer, self.asked = answer, []
 
-    def request(self, op, *args, timeout=None):
-        self.asked.append((op, args))
+    def request(self, op, *args, timeout=None, **fields):
+        self.asked.append((op, args + tuple(fields.values())))
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -268,7 +268,7 @@ def test_the_cupy_rank_group_measures_the_floor_on_a_gpu(monkeypatch):
     g = RankGroup("cupy", 1)
     try:
         assert g.request("hello", timeout=300)["available"]
-        got = g.request("ceilings", [point("all_reduce", MiB, 1), point("barrier", MiB, 1)], timeout=300)
+        got = g.request("ceilings", points=[point("all_reduce", MiB, 1), point("barrier", MiB, 1)], timeout=300)
     finally:
         g.close()
     assert got["ceilings"][C.floor_key(point("all_reduce", MiB, 1))] > 0 and got["ceilings"]["nccl_ranks"] == 1

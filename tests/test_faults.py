@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import backends, faults, timing
+from harness import backends, faults, protocol, timing
 from harness import worker as W
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.progress import QuietUI
@@ -84,9 +84,9 @@ def test_a_worker_is_replaced_after_oom_and_kept_after_an_exception(monkeypatch)
 
 
 def test_death_by_signal_is_named():
-    assert W._died("jax", -6) == "jax worker died of SIGABRT"
-    assert "out-of-memory killer" in W._died("torch", -9)
-    assert W._died("cupy", 3) == "cupy worker died (exit code 3)"
+    assert protocol.died("jax", -6) == "jax worker died of SIGABRT"
+    assert "out-of-memory killer" in protocol.died("torch", -9)
+    assert protocol.died("cupy", 3) == "cupy worker died (exit code 3)"
 
 
 @pytest.mark.parametrize("fw", ["torch", "jax"])

@@ -38,7 +38,7 @@ class FakeWorker:
     def __init__(self, fw: str, side: Side, host: Host) -> None:
         self.fw, self.side, self.host = fw, side, host
 
-    def request(self, op, *args, timeout=None, progress=None):
+    def request(self, op, *args, seed=None, timeout=None, progress=None):
         if op == "hello":
             return {"available": True, "why": "fake", "env": {"version": "1.0"}, "on_gpu": False}
         assert op == "time"

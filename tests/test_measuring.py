@@ -139,7 +139,7 @@ class _Pool:
     def __init__(self, log, means):
         self.log, self.means = log, means
 
-    def request(self, op, scenario, params, cfg, first, timeout=None, progress=None):
+    def request(self, op, scenario, params, cfg, first, seed=None, timeout=None, progress=None):
         i = len(self.log)
         self.log.append(cfg)
         t = _process(self.means[i], 0.01, float(i), seed=i)

@@ -30,19 +30,49 @@ def test_the_slow_fault_parses_and_names_a_variant():
             faults.parse(bad)
 
 
-def test_spin_stretches_the_timed_region_only_in_an_armed_child(monkeypatch):
-    monkeypatch.setenv(faults.ENV, "sync_points:torch:slow15:on_device")
-    with faults.slowed("torch", "sync_points", "on_device"):
-        t0 = time.perf_counter()
-        assert faults.spin(t0, t0 + 0.01) == t0 + 0.01  # the parent: never armed
-    monkeypatch.setattr(faults, "_SLOW", [0.0, 1.0])  # as arm_worker leaves a child
-    with faults.slowed("torch", "sync_points", "item_each_step"):
-        assert faults._SLOW[0] == 0.0  # another variant
-    with faults.slowed("torch", "sync_points", "on_device"):
-        t0 = time.perf_counter()
-        end = faults.spin(t0, t0 + 0.01)
-        assert end - t0 == pytest.approx(0.0115) and time.perf_counter() >= end
-    assert faults._SLOW[0] == 0.0
+class _Device:
+    """A backend whose every call's work takes 10 ms to finish (synchronize(outputs) waits it out)."""
+
+    def load(self):
+        return self
+
+    def synchronize(self, outputs=None):
+        if outputs is not None:
+            time.sleep(0.01)
+
+    def event_timer(self):
+        return None
+
+
+def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(monkeypatch):
+    """Wrapped around a worker's handler (as a child's serve loop does), slow50 makes that one
+    variant's device_done half as long again, inside measure's timed region; host_return, the other
+    variant and the impl and backend after the request are untouched."""
+    from types import SimpleNamespace
+
+    from harness import backends, execute
+    from harness.protocol import Request
+    from harness.timing import TimingConfig, measure
+
+    device = _Device()
+    impl = SimpleNamespace(run_on_device=lambda _s: {"y": 1}, run_item_each_step=lambda _s: {"y": 2})
+    originals = dict(vars(impl))
+    monkeypatch.setattr(backends, "get", lambda _fw: device)
+    monkeypatch.setattr(execute, "load_impl", lambda _scn, _fw: impl)
+    monkeypatch.setenv(faults.ENV, "sync_points:torch:slow50:on_device")
+    cfg = TimingConfig(warmup=0, min_repeats=5, max_repeats=5, min_time_s=0.0)
+
+    def handle(req, _progress):  # a handler times the impl's function as it finds it (execute.variant_call)
+        return {v: measure(lambda v=v: getattr(impl, f"run_{v}")(None), device, cfg)
+                for v in ("on_device", "item_each_step")}
+
+    got = faults.planted_into("torch", handle)(Request("time", "torch", "sync_points", {}), print)
+    slow, same = got["on_device"], got["item_each_step"]
+    assert 1.4 < slow.device_done.median / same.device_done.median < 1.75, (slow.device_done, same.device_done)
+    assert slow.host_return.median < 0.005 and same.host_return.median < 0.005
+    assert vars(impl) == originals and "synchronize" not in vars(device)
+    other = faults.planted_into("torch", handle)(Request("time", "torch", "async_dispatch", {}), print)
+    assert other["on_device"].device_done.median < 0.0135  # another scenario: not slowed
 
 
 # Noise between processes as measured on the H200 (docs/gpu_runs.md), log scale: a row whose time the

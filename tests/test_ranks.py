@@ -11,6 +11,7 @@ import pytest
 
 from harness import faults
 from harness.equivalence import run_equivalence
+from harness.protocol import Request
 from harness.ranks import FAULT_RANK_ENV, RankGroup, merge_rows
 from harness.timing import PRESETS, TimingConfig
 from harness.worker import WorkerError, WorkerLost
@@ -137,8 +138,8 @@ def test_ranks_stop_repeating_together(fw):
     g = RankGroup(fw, 2)
     try:
         assert g.request("hello", timeout=120)["available"]
-        answers = g._ask("time", ("ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0, "world_size": 2},
-                                  cfg, False), 120)
+        answers = g._ask(Request.make("time", fw, "ranks", {"rows": 4, "cols": 2, "dtype": "float32", "seed": 0,
+                                                           "world_size": 2}, cfg, False), 120)
     finally:
         g.close()
     for per_variant in zip(*(a["rows"] for a in answers)):

@@ -84,12 +84,12 @@ def run_equivalence(scn, execute, *a, **kw):
     return real_equivalence(scn, example, *a, **kw)
 
 
-def time_point(pools, frameworks, scn, params, cfg, timeout, step, detail):
+def time_point(pools, frameworks, scn, params, cfg, timeout, step, detail, **kw):
     def round_step(fw, text):  # called as each process round's request starts
         step(fw, text)
         rounds_seen[0] += 1
         pause(f"timing{rounds_seen[0]}")
-    return real_time_point(pools, frameworks, scn, params, cfg, timeout, round_step, detail)
+    return real_time_point(pools, frameworks, scn, params, cfg, timeout, round_step, detail, **kw)
 
 
 equiv_phase.run_equivalence, rounds.time_point = run_equivalence, time_point
