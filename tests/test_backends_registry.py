@@ -104,7 +104,7 @@ class _Pool:
     def __init__(self, got):
         self.got, self.asked = got, []
 
-    def request(self, op, *args, timeout=None):
+    def request(self, op, *args, timeout=None, **kwargs):
         self.asked.append(op)
         return self.got
 
