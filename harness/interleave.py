@@ -68,6 +68,15 @@ class Side:
         return {"PYTHONPATH": self.tree} | self.env
 
 
+PROTOCOL = "harness/protocol.py"  # the worker protocol both sides speak: this harness drives the side's workers
+
+
+def _older(spec: str) -> str:
+    return (f"{spec}: its harness predates the typed worker protocol ({PROTOCOL}), so this harness cannot drive "
+            f"its workers; time it on its own and compare the result files (regress --baseline A.json "
+            f"--candidate B.json)")
+
+
 def _git(*args: str, cwd: Path = ROOT) -> str:
     out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
@@ -86,12 +95,18 @@ def tree(spec: str | None, repo: Path = ROOT) -> Iterator[tuple[str, str]]:
     if path.is_dir():
         if not (path / "harness" / "worker.py").is_file():
             raise SideError(f"{spec}: a folder without harness/worker.py is no triptych tree")
+        if not (path / PROTOCOL).is_file():
+            raise SideError(_older(spec))
         yield str(path.resolve()), str(path)
         return
     try:
         sha = _git("rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", cwd=repo)
     except SideError:
         raise SideError(f"{spec!r} is neither a folder nor a git ref of {repo}") from None
+    try:
+        _git("cat-file", "-e", f"{sha}:{PROTOCOL}", cwd=repo)
+    except SideError:
+        raise SideError(_older(spec)) from None
     where = tempfile.mkdtemp(prefix=f"triptych-{spec.replace('/', '_')[:20]}-")
     _git("worktree", "add", "--detach", "--force", where, sha, cwd=repo)
     try:

@@ -303,10 +303,20 @@ def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "v1"], check=True)
+    subprocess.run([*git, "commit", "-qm", "v1: before the typed protocol"], check=True)
+    with pytest.raises(interleave.SideError, match="predates the typed worker protocol"):
+        with interleave.tree("HEAD", repo):
+            pass
+    with pytest.raises(interleave.SideError, match="predates the typed worker protocol"):
+        with interleave.tree(str(repo), repo):
+            pass
     (repo / "harness" / "worker.py").write_text("# v2\n")
+    (repo / "harness" / "protocol.py").write_text("# v2\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "v2"], check=True)
+    (repo / "harness" / "worker.py").write_text("# v3\n")
     with interleave.tree("HEAD", repo) as (where, label):
-        assert (Path(where) / "harness" / "worker.py").read_text() == "# v1\n" and label.startswith("HEAD (")
+        assert (Path(where) / "harness" / "worker.py").read_text() == "# v2\n" and label.startswith("HEAD (")
     assert not Path(where).exists()
     assert len(subprocess.run([*git, "worktree", "list"], capture_output=True, text=True).stdout.splitlines()) == 1
     with interleave.tree(str(repo), repo) as (where, _):
