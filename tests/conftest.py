@@ -56,6 +56,10 @@ SLOW = (
     "tests/test_interleaved_regress.py::test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference",
     "tests/test_ranks_torchrun.py::test_two_torchrun_launchers_on_localhost[torch]",
     "tests/test_ranks_torchrun.py::test_two_torchrun_launchers_on_localhost[jax]",
+    # A sweep of damaged files: [with_jsonschema] stays in make test; without it, the fallback checks
+    "tests/test_sweep_results.py::test_damaged_files_never_crash_report_or_regress[without_jsonschema]",
+    # A whole compare with timelines drawn (the timeline's unit tests stay in make test)
+    "tests/test_timeline.py::test_compare_writes_timelines_next_to_the_result",
     # JAX's cold and warm compile caches, each in fresh child processes
     "tests/test_equivalence.py::test_matches_reference_and_other_frameworks[cold_start-jax-cold_cache]",
     "tests/test_equivalence.py::test_matches_reference_and_other_frameworks[cold_start-jax-warm_cache]",
