@@ -240,7 +240,7 @@ def test_processes_sets_how_many_workers_time_each_row_and_regress_reruns_with_a
 def test_processes_whose_jax_pools_would_not_fit_are_refused(monkeypatch, tmp_path):
     """JAX keeps its pool in every worker and rank group (torch and CuPy give theirs back): on a GPU,
     2 x processes x the fraction must fit in it."""
-    from harness.run.cli import cmd_compare
+    from harness.run import cmd_compare
     from harness.run.parser import UsageError
 
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)

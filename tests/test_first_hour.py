@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.run import cli, runner
-from harness.run.cli import cmd_compare
+from harness.run import cmd_compare
 from harness.check.judging import judge_claims, judge_with_noise
 from harness.results.model import Row
 from scenarios.spec import Claim, Verdict

@@ -223,7 +223,7 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
 def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
                 host: float | None, speeds: tuple[float, float] | None = None) -> str | None:
     """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
-    runs recorded the host loop beside each process, a change that the host can explain (regress_env
+    runs recorded the host loop beside each process, a change that the host can explain (regress/env.py
     HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
     unknown; in older files, host-bound rows are judged against host, the calibration's factor."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
