@@ -350,6 +350,18 @@ def test_a_sides_rank_groups_start_with_its_interpreter_tree_and_environment(tmp
     from harness.workers.ranks import RankGroup
 
     assert RankGroup.python == sys.executable and RankGroup.env == {} and RankGroup.cwd is None
+    assert a.rank_main == b.rank_main == RankGroup.rank_main == "harness.workers.rank_main"
+
+
+def test_a_side_from_before_the_stage_packages_runs_its_own_flat_workers(tmp_path):
+    """A tree whose worker modules are harness/worker.py, protocol.py, rank_main.py (the same protocol, before
+    harness/workers/) is driven through those: its rank groups run harness.rank_main, its workers harness.worker."""
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "protocol.py").write_text("")
+    side = Side("baseline", str(tmp_path), sys.executable)
+    assert interleave.SideGroups([side], ["torch"], 2, 60.0).make_group("torch", 0).rank_main == "harness.rank_main"
+    assert interleave._workers(tmp_path) == "harness" and interleave._workers(ROOT) == "harness.workers"
+    assert "from harness.worker import _serve" in interleave._CHILD.format(workers=interleave._workers(tmp_path))
 
 
 def test_a_row_without_a_p_value_does_not_poison_the_others():

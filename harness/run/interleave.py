@@ -75,11 +75,10 @@ LAYOUTS = ("harness/workers", "harness")
 
 
 def _workers(tree: str | Path) -> str:
-    """The dotted package of a side's worker modules, by where its protocol.py is."""
-    for folder in LAYOUTS:
-        if (Path(tree) / folder / "protocol.py").is_file():
-            return folder.replace("/", ".")
-    raise SideError(_older(str(tree)))
+    """The dotted package of a side's worker modules: harness.workers, or harness where only the flat
+    layout's protocol.py is there (tree() has refused a tree with neither)."""
+    flat = not (Path(tree) / LAYOUTS[0] / "protocol.py").is_file() and (Path(tree) / LAYOUTS[1] / "protocol.py").is_file()
+    return LAYOUTS[flat].replace("/", ".")
 
 
 def _older(spec: str) -> str:
