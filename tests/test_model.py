@@ -16,7 +16,7 @@ from harness.results.schema_check import Checker
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted([*(ROOT / "results").glob("*.json"), *(ROOT / "results" / "regress").glob("*.json")])
-SCHEMA_DIR = ROOT / "harness" / "schema"
+SCHEMA_DIR = ROOT / "harness" / "results" / "schema"
 
 
 def test_every_committed_result_is_found():
