@@ -104,7 +104,7 @@ def _folder(module: str) -> str:
     """A module's folder in the stage graph: harness's stage package (harness.run, harness.workers, ...),
     or the top folder (scenarios, impls) for everything else."""
     parts = module.split(".")
-    return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 2 else parts[0]
+    return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else parts[0]
 
 
 def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
