@@ -1,4 +1,4 @@
-"""`python -m harness`: the command line (harness/cli). An interpreter without the harness's own
+"""`python -m harness`: the command line (harness/run). An interpreter without the harness's own
 dependencies (`make compare PYTHON=python3`) is told in one line which package is missing and how to
 get it, exit 2; a framework's missing import is the backends' business (a skip with its reason)."""
 import signal
@@ -17,8 +17,8 @@ def _missing(e: ImportError) -> str | None:
 
 if __name__ == "__main__":
     try:
-        from harness import stops
-        from harness.cli import main
+        from harness.run import stops
+        from harness.run.cli import main
 
         code = main()
         if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) or stops.stopped_by() is not None:

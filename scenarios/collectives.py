@@ -18,7 +18,7 @@ Each operation runs out of place (a separate output) and in place (the output in
 at nccl-tests' offsets: all_gather's input is the rank's chunk of the output, reduce_scatter's output
 the rank's chunk of the input), the two column groups of nccl-tests. A timed sample is calls(p) = 20
 back-to-back calls (nccl-tests' -n) between one untimed poison and one full sync, its host wall time
-divided by 20 (harness/timing.py); the warm-up is the first call and at least one such sample (nccl-tests:
+divided by 20 (harness/measure/timing.py); the warm-up is the first call and at least one such sample (nccl-tests:
 -w 5). A rank's row time is the mean over ranks per sample (nccl-tests' -a 1), the slowest rank's kept
 beside it (timing.slowest_rank). The output checked is the sample's last call's: an in-place
 reduction changes its own input, so each in-place call of a sample takes the next of 20 buffers (as

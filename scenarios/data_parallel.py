@@ -1,7 +1,7 @@
 """data_parallel — every rank holds the whole model, steps on its shard of the batch, and averages
 the gradients with an all-reduce, so that every rank takes the same step the whole batch would.
 
-The model is the small MLP of parts 4-6 (impls/_shared/mlp.py): layers [d_in, hidden, hidden, d_out],
+The model is the small MLP of parts 4-6 (scenarios/_models/mlp.py): layers [d_in, hidden, hidden, d_out],
 ReLU between them, mean squared error, plain SGD at rate `lr`, `steps` steps, each on its own global
 batch of micro x accum x N rows (N ranks, `accum` micro-batches of `micro` rows per rank). Rank r
 takes the contiguous r-th N-th of every batch. Every rank draws its own initial weights (seed +
@@ -29,7 +29,8 @@ from typing import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from impls._shared import dp, mlp
+from scenarios._models.flat import local_grad, offsets
+from scenarios._models import mlp
 from scenarios import _ranks as R
 from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, ratio_verdict
@@ -40,7 +41,7 @@ def sizes(p: Params) -> list[int]:
 
 
 def n_params(p: Params) -> int:
-    return dp.offsets(sizes(p))[1]
+    return offsets(sizes(p))[1]
 
 
 def global_batch(p: Params) -> int:
@@ -70,7 +71,7 @@ def train64(p: Params, x: np.ndarray, t: np.ndarray) -> np.ndarray:
     flat = init(p, int(p["seed"])).astype(np.float64)
     grad = np.empty_like(flat)
     for k in range(int(p["steps"])):
-        dp.local_grad(np, flat, sizes(p), x[k].astype(np.float64), t[k].astype(np.float64), grad)
+        local_grad(np, flat, sizes(p), x[k].astype(np.float64), t[k].astype(np.float64), grad)
         flat = flat - float(p["lr"]) * grad
     return flat
 
@@ -210,7 +211,7 @@ SCENARIO = Scenario(
     key_apis={
         "torch": ("DistributedDataParallel(model)", "ddp.no_sync()", "ddp.register_comm_hook", "dist.all_reduce",
                   "DistributedDataParallel(init_sync=False)"),
-        "cupy": ("impls/_shared/mlp.py (backward by hand)", "NCCLBackend.all_reduce(stream=)", "cupy.cuda.Event",
+        "cupy": ("scenarios/_models/mlp.py (backward by hand)", "NCCLBackend.all_reduce(stream=)", "cupy.cuda.Event",
                  "Stream.wait_event", "NCCLBackend.broadcast"),
         "jax": ("jax.grad", "jax.shard_map + lax.psum", "jit over a NamedSharding(mesh, P(None, 'r')) batch",
                 "lax.optimization_barrier", "Compiled.as_text (the all-reduces counted)",
@@ -221,7 +222,7 @@ SCENARIO = Scenario(
                  "each bucket from an autograd hook as soon as its gradients are ready (one bucket in the first step, "
                  "rebuilt in ready order after it). A comm hook counts the buckets' bytes; the naive loop counts its "
                  "own calls.",
-        "cupy": "No autograd: the backward is written by hand (impls/_shared/mlp.py; like autograd it skips the first "
+        "cupy": "No autograd: the backward is written by hand (scenarios/_models/mlp.py; like autograd it skips the first "
                 "layer's dx). Buckets are DDP's, computed in impls/_shared/dp.py as contiguous slices of one flat "
                 "gradient buffer, all-reduced on a communication stream once an event says backward wrote them. "
                 "Every all-reduce goes through a counting wrapper. NCCL only: skipped without a GPU per rank.",

@@ -139,7 +139,7 @@ class Scenario:
     # makes the three agree; the porting guide's "Defaults that differ" section is built from it.
     agree_by: Mapping[str, str] = field(default_factory=dict)
     metrics_doc: Mapping[str, str] = field(default_factory=dict)  # extra metrics the impls emit
-    # One extra, untimed run per variant that records what ran when on which stream (harness/timeline.py):
+    # One extra, untimed run per variant that records what ran when on which stream (harness/measure/timeline.py):
     # drawn as a PNG and written as a Chrome/Perfetto trace next to the result file.
     timeline: bool = False
     # (outputs, reference, params) -> numbers the harness computes, untimed, from a timed variant's first
@@ -148,7 +148,7 @@ class Scenario:
     output_metrics: Callable[[Arrays, Arrays, Params], Mapping[str, float]] | None = None
     # Output keys compared by distribution (random draws) instead of elementwise; see Distribution.
     distributions: Mapping[str, Distribution] = field(default_factory=dict)
-    # Run by a group of WORLD_SIZE rank processes (harness/ranks.py): params carry "world_size" (and
+    # Run by a group of WORLD_SIZE rank processes (harness/workers/ranks.py): params carry "world_size" (and
     # "rank" inside a rank), make_inputs gives the rank's inputs, reference its share of the global result.
     ranks: bool = False
     # A rank scenario whose floor only its ranks can measure (every rank takes part in a collective):
@@ -162,7 +162,7 @@ class Scenario:
     # processes (seconds each); the timed rows' outputs at the run's size are checked as everywhere.
     max_examples: int | None = None
     # A rank row's time per repeat from its ranks' times: "slowest" (a step ends when every rank is done)
-    # or "mean" (nccl-tests' default -a 1), the slowest rank's kept beside it (harness/ranks.py).
+    # or "mean" (nccl-tests' default -a 1), the slowest rank's kept beside it (harness/workers/ranks.py).
     rank_time: str = "slowest"
     # Devices one process must see (gpu_links copies between two): with fewer, its rows are skipped with
     # that reason; `list` says so.

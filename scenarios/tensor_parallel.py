@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from impls._shared import mlp
+from scenarios._models import mlp
 from scenarios import _ranks as R
 from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict

@@ -1,6 +1,6 @@
 """zero — shard what data parallelism replicates (Rajbhandari et al., "ZeRO", SC 2020).
 
-The model: data_parallel's MLP (impls/_shared/mlp.py), `depth` layers of width x width with ReLU between
+The model: data_parallel's MLP (scenarios/_models/mlp.py), `depth` layers of width x width with ReLU between
 them, mean squared error; Adam (torch.optim.Adam's formula, no weight decay) at rate `lr` with `eps`, for
 `steps` steps. Every layer the same size (JAX stacks them and scans over them). Stage 1 is written out in
 all three: each layer padded to a multiple of N, rank r owning chunk r of every layer (impls/_shared/
@@ -49,7 +49,8 @@ from typing import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from impls._shared import dp, mlp
+from scenarios._models.flat import local_grad, offsets
+from scenarios._models import mlp
 from scenarios import _ranks as R
 from scenarios import _strategies as S
 from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict
@@ -62,7 +63,7 @@ def sizes(p: Params) -> list[int]:
 
 
 def n_params(p: Params) -> int:
-    return dp.offsets(sizes(p))[1]
+    return offsets(sizes(p))[1]
 
 
 def model_bytes(stage: str, psi: int, n: int) -> float:
@@ -91,7 +92,7 @@ def train64(p: Params, x: np.ndarray, t: np.ndarray) -> np.ndarray:
     flat = init(p).astype(np.float64)
     g, m, v = (np.zeros_like(flat) for _ in range(3))
     for k in range(int(p["steps"])):
-        dp.local_grad(np, flat, sizes(p), x[k].astype(np.float64), t[k].astype(np.float64), g)
+        local_grad(np, flat, sizes(p), x[k].astype(np.float64), t[k].astype(np.float64), g)
         mlp.adam(np, flat, g, m, v, k + 1, float(p["lr"]), eps=float(p["eps"]))
     return flat
 

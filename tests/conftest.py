@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness import backends
-from impls._shared.xla import use_cublas_gemms
-from harness.equivalence import register_profiles
+from harness.backends.xla import use_cublas_gemms
+from harness.check.equivalence import register_profiles
 
 register_profiles()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -97,7 +97,7 @@ def rank_children() -> list[int]:
             ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"harness.rank_main" in cmd and ppid == os.getpid():
+        if b"harness.workers.rank_main" in cmd and ppid == os.getpid():
             found.append(int(d.name))
     return found
 
@@ -105,7 +105,7 @@ def rank_children() -> list[int]:
 @pytest.fixture(scope="session", params=("torch", "jax"))
 def group(request):
     """A group of 2 ranks of torch (gloo) or JAX (CPU collectives), shared by every test that takes it."""
-    from harness.ranks import RankGroup
+    from harness.workers.ranks import RankGroup
     from scenarios import _ranks as R
 
     backend_or_skip(request.param)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.results import SCHEMA
+from harness.results.results import SCHEMA
 
 
 def stats(median: float, rel: float = 0.02) -> dict[str, float]:

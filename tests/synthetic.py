@@ -1,4 +1,4 @@
-"""Result documents built in the test, valid by harness/results.py's schema: what regress and the
+"""Result documents built in the test, valid by harness/results/results.py's schema: what regress and the
 bad-input tests compare, with timings whose change is known."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.results import SCHEMA, validate
-from harness.timing import Stats
+from harness.results.results import SCHEMA, validate
+from harness.measure.timing import Stats
 from scenarios import get
 
 PARAMS = {"m": 64, "n": 32, "steps": 4, "dtype": "float32"}

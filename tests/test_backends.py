@@ -95,7 +95,7 @@ def test_jax_does_not_preallocate_the_shared_gpu():
 
 
 def test_jax_gemms_go_through_cublas_unless_the_user_says_otherwise(monkeypatch):
-    from impls._shared.xla import TRITON_GEMM_FLAG, use_cublas_gemms
+    from harness.backends.xla import TRITON_GEMM_FLAG, use_cublas_gemms
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     use_cublas_gemms()

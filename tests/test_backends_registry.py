@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import backends, runner
+from harness import backends
+from harness.run import runner
 from harness.backends.base import Backend
 from harness.backends.dist import RankEnv
-from harness.docs import DEFAULT_TOPICS
-from harness.ranks import rank_env
+from harness.report.docs import DEFAULT_TOPICS
+from harness.workers.ranks import rank_env
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORK_MODULES = ("torch", "cupy", "cupyx", "jax", "jaxlib")
@@ -59,9 +60,9 @@ def test_importing_the_registry_imports_no_framework_and_no_backend_module():
         "assert not lazy, f'imported by harness.backends: {lazy}'\n"
         "facts = [(c.display_name, c.colour, c.module, c.porting, c.rank_env('h', [1] * c.rank_ports))\n"
         "         for c in map(b.backend_class, b.FRAMEWORKS)]\n"
-        "import harness.labels, harness.report_charts, harness.docs, harness.faults, harness.ranks\n"
-        "import harness.runner, harness.rank_main, harness.cli.parser\n"
-        "harness.cli.parser.build_parser()\n"
+        "import harness.report.labels, harness.report.charts, harness.report.docs, harness.workers.faults, harness.workers.ranks\n"
+        "import harness.run.runner, harness.workers.rank_main, harness.run.parser\n"
+        "harness.run.parser.build_parser()\n"
         f"loaded = [m for m in {FRAMEWORK_MODULES!r} if m in sys.modules]\n"
         "assert not loaded, f'a framework was imported: {loaded}'\n"
     )

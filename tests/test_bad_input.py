@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import files as writer, results
-from harness.results import ResultError, load, write_atomic
+from harness.results import files as writer, results
+from harness.results.results import ResultError, load, write_atomic
 from tests.synthetic import doc, row, samples, write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +161,7 @@ def test_bad_compare_input(case, tmp_path):
 
 
 def test_a_gpu_baseline_cannot_be_rerun_without_a_gpu(files, tmp_path):
-    from harness.cli import gpu_present
+    from harness.run.cli import gpu_present
 
     if gpu_present():
         pytest.skip("this machine has a GPU")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import gpu_present
+from harness.run.cli import gpu_present
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,8 +85,8 @@ def test_check_with_nothing_checked_exits_2_with_one_line(args):
 def test_a_planted_wrong_output_names_its_variant_and_stays_out_of_the_parent(monkeypatch):
     import numpy as np
 
-    from harness import faults
-    from harness.protocol import Request
+    from harness.workers import faults
+    from harness.workers.protocol import Request
 
     assert faults.parse("ranks:torch:wrong:by_rank") == [faults.Fault("ranks", "torch", "wrong", "by_rank")]
     for bad, why in (("ranks:torch:wrong", "is not <scenario>:<framework>:wrong:<variant>"),

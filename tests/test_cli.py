@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import load
+from harness.results.results import load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,7 +137,7 @@ def test_list_names_every_scenario_in_short_lines_when_piped():
 def test_every_option_has_help():
     import argparse
 
-    from harness.cli.parser import build_parser
+    from harness.run.parser import build_parser
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -147,8 +147,8 @@ def test_every_option_has_help():
 
 
 def test_defaults_come_from_compare_options():
-    from harness.cli.parser import build_parser
-    from harness.runner import CompareOptions
+    from harness.run.parser import build_parser
+    from harness.run.runner import CompareOptions
 
     a = build_parser().parse_args(["compare"])
     assert (a.timeout, a.isolation, a.cpus, a.processes) == (CompareOptions.timeout_s, CompareOptions.isolation,
@@ -158,8 +158,8 @@ def test_defaults_come_from_compare_options():
 
 def test_without_jsonschema_a_result_is_checked_the_same(tmp_path, monkeypatch, capsys):
     """The GPU image has no jsonschema: report and regress read result files there with the same check
-    (harness/schema_check.py), say nothing about it, and refuse a damaged file in the same one line."""
-    from harness import cli
+    (harness/results/schema_check.py), say nothing about it, and refuse a damaged file in the same one line."""
+    from harness.run import cli
     from tests.report_fixture import write_fake_result
 
     path = write_fake_result(tmp_path)
@@ -225,7 +225,7 @@ def test_compare_smoke_writes_a_valid_result(tmp_path):
 
 
 def test_processes_sets_how_many_workers_time_each_row_and_regress_reruns_with_as_many(tmp_path):
-    from harness.cli.cmd_regress import _processes
+    from harness.run.cmd_regress import _processes
 
     out = tmp_path / "res"
     r = run("compare", "--scenarios", "sync_points", "--frameworks", "torch", "--size", "smoke", "--seed", "2",
@@ -240,8 +240,8 @@ def test_processes_sets_how_many_workers_time_each_row_and_regress_reruns_with_a
 def test_processes_whose_jax_pools_would_not_fit_are_refused(monkeypatch, tmp_path):
     """JAX keeps its pool in every worker and rank group (torch and CuPy give theirs back): on a GPU,
     2 x processes x the fraction must fit in it."""
-    from harness.cli import cmd_compare
-    from harness.cli.parser import UsageError
+    from harness.run import cmd_compare
+    from harness.run.parser import UsageError
 
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
     with pytest.raises(UsageError, match=r"x 8 JAX processes .* is 1\.20 of the GPU: use --gpu-memory-fraction 0\.12 "):
@@ -256,8 +256,8 @@ def test_a_sweep_times_every_point(tmp_path, monkeypatch):
     """A size preset may be a sweep: every point is timed, labelled, judged and shown on its own."""
     import dataclasses
 
-    from harness.progress import QuietUI
-    from harness.runner import CompareOptions, run_compare
+    from harness.run.progress import QuietUI
+    from harness.run.runner import CompareOptions, run_compare
     from scenarios import _cache, get
 
     scn = get("sync_points")
@@ -276,7 +276,7 @@ def test_a_sweep_times_every_point(tmp_path, monkeypatch):
 
 
 def test_a_default_compare_leaves_out_the_opt_in_scenarios_and_runs_them_when_named():
-    from harness.cli.parser import build_parser
+    from harness.run.parser import build_parser
     from scenarios import DEFAULT_RUN, OPT_IN, ORDER, default_run
 
     assert set(OPT_IN) == {"memory_pools", "cold_start"} and set(OPT_IN) <= set(ORDER)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.equivalence import compare_outputs
-from harness.execute import load_impl, skip_reason
-from harness.metrics import collecting
+from harness.check.equivalence import compare_outputs
+from harness.workers.execute import load_impl, skip_reason
+from harness.measure.metrics import collecting
 from impls._shared.child import ChildError, run_child
 from scenarios import get
 from tests.conftest import backend_or_skip, judge_claim, synthetic_row

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness import timing
-from harness.timing import TimingConfig, measure
+from harness.measure import timing
+from harness.measure.timing import TimingConfig, measure
 from scenarios import collectives as C
 from scenarios import get
 

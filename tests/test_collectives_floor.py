@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness import report_html, runner
+from harness.report import html as report_html
+from harness.run import runner
 from harness.backends import nccl_floor
-from harness.model import Row
-from harness.options import CompareOptions
-from harness.ranks import RankGroup, merge_ceilings
-from harness.worker import WorkerError
+from harness.results.model import Row
+from harness.run.options import CompareOptions
+from harness.workers.ranks import RankGroup, merge_ceilings
+from harness.workers.worker import WorkerError
 from scenarios import collectives as C
 from scenarios import get
 from tests.conftest import gpu_backend_or_skip

@@ -91,7 +91,7 @@ from __future__ import annotations
 
 import {module}
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.toy import Calls
 {programs}
 

@@ -1,11 +1,11 @@
-"""--cpus: which CPUs a run keeps (harness/cpus.py), and what the result says about it."""
+"""--cpus: which CPUs a run keeps (harness/workers/cpus.py), and what the result says about it."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from harness import cpus
+from harness.workers import cpus
 
 pins = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="this platform cannot pin processes to CPUs")
 
@@ -98,9 +98,9 @@ def test_auto_on_a_machine_with_one_slow_cpu_pins_the_run_to_the_others(monkeypa
 
 @pins
 def test_a_run_pinned_to_one_cpu_records_it_and_gives_the_cpus_back(tmp_path):
-    from harness.options import CompareOptions
-    from harness.runner import run_compare
-    from harness.progress import QuietUI
+    from harness.run.options import CompareOptions
+    from harness.run.runner import run_compare
+    from harness.run.progress import QuietUI
 
     before = os.sched_getaffinity(0)
     first = min(before)
@@ -115,7 +115,7 @@ def test_a_run_pinned_to_one_cpu_records_it_and_gives_the_cpus_back(tmp_path):
 
 
 def test_compare_options_refuse_a_bad_cpu_spec():
-    from harness.options import CompareOptions
+    from harness.run.options import CompareOptions
 
     with pytest.raises(ValueError, match="use auto, all"):
         CompareOptions(scenarios=["sync_points"], frameworks=["torch"], size="smoke", examples=1, seed=3, cpus="fast")

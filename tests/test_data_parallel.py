@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from harness.equivalence import run_equivalence
-from harness.ranks import RankGroup
-from harness.timing import PRESETS
-from impls._shared import dp, mlp
+from harness.check.equivalence import run_equivalence
+from harness.workers.ranks import RankGroup
+from harness.measure.timing import PRESETS
+from impls._shared import dp
+from scenarios._models import mlp
 from scenarios import _ranks as R
 from scenarios import data_parallel as D
 from scenarios import get
@@ -190,7 +191,7 @@ def test_jax_emits_the_all_reduces_of_its_compiled_program(monkeypatch):
     compiled (here a stand-in reader returns (7, 7000) for a program with an all-reduce), per step."""
     pytest.importorskip("jax")
     from harness import backends
-    from harness.metrics import collecting
+    from harness.measure.metrics import collecting
     from impls.data_parallel import jax_impl
 
     b = backends.get("jax").load()
@@ -300,8 +301,8 @@ def test_cupy_impl_with_numpy_standing_in(monkeypatch):
     import importlib
     import sys
 
-    from harness.metrics import collecting
-    from impls._shared import nccl
+    from harness.measure.metrics import collecting
+    from harness.backends import nccl
 
     log = []
     monkeypatch.setitem(sys.modules, "cupy", _Stand(log))

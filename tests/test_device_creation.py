@@ -7,8 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from harness import backends, handlers, timing
-from harness.equivalence import compare_outputs
+from harness import backends
+from harness.measure import timing
+from harness.workers import handlers
+from harness.check.equivalence import compare_outputs
 from scenarios import get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip, judge_claim, synthetic_row
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.equivalence import compare_distribution
+from harness.check.equivalence import compare_distribution
 from scenarios.spec import Distribution
 
 N = 1 << 16

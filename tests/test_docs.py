@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import docs
+from harness.report import docs
 from scenarios import ORDER, all_scenarios
-from harness.results import load
+from harness.results.results import load
 from tests.report_fixture import write_fake_result
 from tests.test_cli import run
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 
 from harness import backends
-from harness.equivalence import check_example
-from harness.execute import load_impl, run_variants, skip_reason
+from harness.check.equivalence import check_example
+from harness.workers.execute import load_impl, run_variants, skip_reason
 from scenarios import all_scenarios
 from tests.conftest import backend_or_skip
 

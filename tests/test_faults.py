@@ -1,4 +1,4 @@
-"""One framework's failure costs only its own rows: planted faults (harness/faults.py) in worker
+"""One framework's failure costs only its own rows: planted faults (harness/workers/faults.py) in worker
 processes, real out-of-memory errors classified as such, and the GPU memory caps."""
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import backends, faults, protocol, timing
-from harness import worker as W
+from harness import backends
+from harness.measure import timing
+from harness.workers import faults, protocol
+from harness.workers import worker as W
 from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
-from harness.progress import QuietUI
-from harness.runner import CompareOptions, run_compare
+from harness.run.progress import QuietUI
+from harness.run.runner import CompareOptions, run_compare
 from scenarios import get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, runner
-from harness.cli import cmd_compare
-from harness.judging import judge_claims, judge_with_noise
-from harness.model import Row
+from harness.run import cli, runner
+from harness.run import cmd_compare
+from harness.check.judging import judge_claims, judge_with_noise
+from harness.results.model import Row
 from scenarios.spec import Claim, Verdict
 from tests.synthetic import doc, row, samples, write
 
@@ -131,7 +131,7 @@ def test_the_last_line_says_whether_every_check_passed_and_counts_the_claims_hon
 
 
 def test_the_jax_pool_check_counts_rank_groups_only_when_a_rank_scenario_is_selected(monkeypatch, tmp_path):
-    from harness.cli.parser import UsageError
+    from harness.run.parser import UsageError
 
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
     cmd_compare.start_checks(tmp_path, 0.1, ["torch", "jax"], 8, ["sync_points", "donation"])  # 8 x 0.1 fits
@@ -146,8 +146,8 @@ def test_the_jax_pool_check_counts_rank_groups_only_when_a_rank_scenario_is_sele
 
 
 def test_a_hazard_row_gets_no_floor_and_no_view_shows_one_from_an_older_result():
-    from harness.labels import pct_of_floor
-    from harness.report import _extra_rows
+    from harness.report.labels import pct_of_floor
+    from harness.report.report import _extra_rows
     from scenarios import get
 
     scn = get("dlpack_handoff")
@@ -222,8 +222,8 @@ def test_list_says_what_a_scenario_needs_from_its_spec(monkeypatch, capsys):
 def test_regress_collapses_rows_skipped_in_both_runs_and_ends_with_its_verdict():
     from rich.console import Console
 
-    from harness.regress import regress
-    from harness.regress_view import render
+    from harness.regress.regress import regress
+    from harness.regress.view import render
 
     rows = [row("torch", "async", samples(1e-3))] + [
         row(fw, v, status="skipped", reason="CuPy needs a CUDA GPU" if fw == "cupy" else "needs a CUDA device")

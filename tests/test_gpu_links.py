@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.execute import load_impl, run_variants, skip_reason
+from harness.workers.execute import load_impl, run_variants, skip_reason
 from scenarios import get
 from tests.conftest import backend_or_skip
 
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHECK = """
 from harness import backends
-from harness.equivalence import compare_outputs
-from harness.execute import run_variants
+from harness.check.equivalence import compare_outputs
+from harness.workers.execute import run_variants
 from scenarios import get
 scn, b = get("gpu_links"), backends.get("jax").load()
 for count in (1, 7, 4096):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
+from harness.run import cli
 from tests.report_fixture import fake_doc, timeline_png, write_fake_result
 
 ROOT = Path(__file__).resolve().parent.parent

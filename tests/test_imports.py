@@ -98,3 +98,55 @@ def test_the_detector_finds_a_circle(tmp_path):
     (tmp_path / "harness" / "b.py").write_text("def f():\n    from harness.c import x\n")
     (tmp_path / "harness" / "c.py").write_text("import harness.a\n")
     assert cycles(import_graph(tmp_path)) == [["harness.a", "harness.b", "harness.c"]]
+
+
+def _folder(module: str) -> str:
+    """A module's folder in the stage graph: harness's stage package (harness.run, harness.workers, ...),
+    or the top folder (scenarios, impls) for everything else."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else parts[0]
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """folder -> folders its modules import (harness's stage packages, scenarios, impls); the top folders
+    harness, scenarios and impls also as one node each, so that a circle between them shows."""
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        for d in deps:
+            for a, b in ((_folder(mod), _folder(d)), (mod.split(".")[0], d.split(".")[0])):
+                out.setdefault(a, set())
+                if a != b and not _is_parent_package(a, b):
+                    out[a].add(b)
+    return out
+
+
+def test_no_folder_circles():
+    """A stage package imports only stages below it, and harness, scenarios and impls import each other in
+    one direction (impls -> scenarios -> nothing of ours; harness loads impls by name at run time only)."""
+    graph = import_graph()
+    # harness/__init__.py and __main__.py stand above every stage.
+    graph = {m: d for m, d in graph.items() if m not in ("harness", "harness.__main__")}
+    assert cycles(folder_graph(graph)) == []
+
+
+def test_the_folder_detector_finds_a_circle(tmp_path):
+    for pkg in ("harness", "harness/run", "harness/workers", "scenarios", "impls"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "harness" / "run" / "a.py").write_text("from harness.workers import b\n")
+    (tmp_path / "harness" / "workers" / "b.py").write_text("def f():\n    from harness.run import c\n")
+    (tmp_path / "harness" / "run" / "c.py").write_text("")
+    (tmp_path / "scenarios" / "s.py").write_text("import impls.i\n")
+    (tmp_path / "impls" / "i.py").write_text("from scenarios import s2\n")
+    (tmp_path / "scenarios" / "s2.py").write_text("")
+    assert cycles(import_graph(tmp_path)) == []
+    assert cycles(folder_graph(import_graph(tmp_path))) == [["harness.run", "harness.workers"], ["impls", "scenarios"]]
+
+
+def test_harness_is_stage_packages():
+    """At most 8 stage packages under harness/, and no module at its top beyond the package's own two."""
+    top = ROOT / "harness"
+    packages = sorted(p.name for p in top.iterdir() if (p / "__init__.py").is_file())
+    modules = sorted(p.name for p in top.glob("*.py"))
+    assert len(packages) <= 8, packages
+    assert modules == ["__init__.py", "__main__.py"], modules

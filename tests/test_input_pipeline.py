@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.equivalence import compare_outputs
-from harness.execute import load_impl
+from harness.check.equivalence import compare_outputs
+from harness.workers.execute import load_impl
 from scenarios import get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 

@@ -1,4 +1,4 @@
-"""Interleaved regress (harness/interleave.py, harness/regress.py judge_pairs) and the host-aware verdict
+"""Interleaved regress (harness/run/interleave.py, harness/regress/regress.py judge_pairs) and the host-aware verdict
 of file regress: the schedule cancels a host that drifts, the test is paired, false discoveries are
 controlled across rows, a host speed change is never a regression; end to end on real processes."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import interleave
-from harness.interleave import Plan, Schedule, Side
-from harness.regress import Paired, judge_pairs, regress
-from harness.results import load
-from harness.timing import Stats
+from harness.run import interleave
+from harness.run.interleave import Plan, Schedule, Side
+from harness.regress.regress import Paired, judge_pairs, regress
+from harness.results.results import load
+from harness.measure.timing import Stats
 from tests.conftest import backend_or_skip
 from tests.synthetic import doc, row
 
@@ -100,7 +100,7 @@ def test_the_drift_cancels_for_every_framework_of_a_pair():
 
 
 def test_a_framework_that_starts_on_the_baseline_and_not_on_the_candidate_fails_the_run():
-    from harness.regress_view import render_paired
+    from harness.regress.view import render_paired
 
     class Broken(FakeWorker):
         def request(self, op, *args, **kw):
@@ -347,13 +347,25 @@ def test_a_sides_rank_groups_start_with_its_interpreter_tree_and_environment(tmp
     assert (a.python, a.cwd, a.env) == ("/opt/py-a/bin/python", str(tmp_path),
                                         {"PYTHONPATH": str(tmp_path), "TRIPTYCH_FAULT": "x"})
     assert (b.python, b.cwd, b.env) == (sys.executable, str(ROOT), {"PYTHONPATH": str(ROOT)})
-    from harness.ranks import RankGroup
+    from harness.workers.ranks import RankGroup
 
     assert RankGroup.python == sys.executable and RankGroup.env == {} and RankGroup.cwd is None
+    assert a.rank_main == b.rank_main == RankGroup.rank_main == "harness.workers.rank_main"
+
+
+def test_a_side_from_before_the_stage_packages_runs_its_own_flat_workers(tmp_path):
+    """A tree whose worker modules are harness/worker.py, protocol.py, rank_main.py (the same protocol, before
+    harness/workers/) is driven through those: its rank groups run harness.rank_main, its workers harness.worker."""
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "protocol.py").write_text("")
+    side = Side("baseline", str(tmp_path), sys.executable)
+    assert interleave.SideGroups([side], ["torch"], 2, 60.0).make_group("torch", 0).rank_main == "harness.rank_main"
+    assert interleave._workers(tmp_path) == "harness" and interleave._workers(ROOT) == "harness.workers"
+    assert "from harness.worker import _serve" in interleave._CHILD.format(workers=interleave._workers(tmp_path))
 
 
 def test_a_row_without_a_p_value_does_not_poison_the_others():
-    from harness.regress import bh_adjust
+    from harness.regress.regress import bh_adjust
 
     q = bh_adjust([0.001, float("nan"), 0.002])
     assert q[1] == 1.0 and q[0] <= 0.003 and q[2] <= 0.003, q

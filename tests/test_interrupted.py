@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness.progress import QuietUI
-from harness.report import summary_status
-from harness.results import load, validate, write_atomic
-from harness.runner import CompareOptions, run_compare
+from harness.run.progress import QuietUI
+from harness.report.report import summary_status
+from harness.results.results import load, validate, write_atomic
+from harness.run.runner import CompareOptions, run_compare
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,8 +74,8 @@ def test_a_stop_that_is_swallowed_on_the_way_still_stops_the_run(monkeypatch):
     run went on (1 run in 7 of test_sigterm_keeps_the_finished_scenarios). The handler also records
     the signal, and the runner stops on the record."""
     backend_or_skip("torch")
-    from harness import equiv_phase
-    from harness.equivalence import EquivalenceResult
+    from harness.run import equiv_phase
+    from harness.check.equivalence import EquivalenceResult
 
     real = equiv_phase.run_equivalence
 

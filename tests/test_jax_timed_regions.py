@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness import backends
-from harness.execute import load_impl, skip_reason, variant_call
+from harness.workers.execute import load_impl, skip_reason, variant_call
 from scenarios import all_scenarios
 from tests.dispatches import eager_programs, jax_programs
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.equivalence import compare_outputs
-from harness.execute import load_impl, skip_reason
+from harness.check.equivalence import compare_outputs
+from harness.workers.execute import load_impl, skip_reason
 from scenarios import get
 from tests.conftest import backend_or_skip
 from tests.dispatches import eager_programs, jax_programs

@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 
-from harness import rounds
-from harness.calibrate import host_series
-from harness.handlers import same_bytes
-from harness.model import Timing
-from harness.noise import host_sensitivity
-from harness.timing import TimingConfig, measure
+from harness.workers import rounds
+from harness.measure.calibrate import host_series
+from harness.workers.handlers import same_bytes
+from harness.results.model import Timing
+from harness.measure.noise import host_sensitivity
+from harness.measure.timing import TimingConfig, measure
 from tests.test_timing import FakeAsyncBackend
 
 CFG = TimingConfig(warmup=0, min_repeats=10, max_repeats=10, min_time_s=0.0)
@@ -181,10 +181,10 @@ def test_same_bytes_is_bitwise():
 def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     """End to end, in this process: the result carries the run's and each scenario's timing_phase, each
     row's timed seconds per process, the host series with timestamps inside the run, and it validates."""
-    from harness.progress import QuietUI
-    from harness.results import as_written, validate
-    from harness.runner import CompareOptions, run_compare
-    from harness.report_measuring import host_speed_rows, phase_line
+    from harness.run.progress import QuietUI
+    from harness.results.results import as_written, validate
+    from harness.run.runner import CompareOptions, run_compare
+    from harness.report.measuring import host_speed_rows, phase_line
 
     t0 = time.time()
     doc = run_compare(CompareOptions(scenarios=["launch_overhead"], frameworks=["torch"], size="smoke", examples=1,
@@ -210,7 +210,9 @@ def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch
     differs (here: the last repeat's, one element off) is compared in full and counted wrong."""
     import importlib
 
-    from harness import backends, handlers, timing
+    from harness import backends
+    from harness.measure import timing
+    from harness.workers import handlers
     from scenarios import get
     from tests.conftest import backend_or_skip
 
@@ -241,7 +243,8 @@ def test_an_output_in_a_buffer_the_impl_keeps_is_checked_on_its_own_bytes(monkey
     first checked output is kept as a copy, so a later run that leaves the poisoned bytes there is wrong."""
     import importlib
 
-    from harness import handlers, timing
+    from harness.measure import timing
+    from harness.workers import handlers
     from scenarios import get
     from tests.conftest import backend_or_skip
 
@@ -266,7 +269,8 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
     """Within a run (its point cache), a check against the reference is made once per distinct output:
     a later process whose outputs are the same bytes reuses it; a planted wrong element is compared
     in full and caught."""
-    from harness import handlers, point_cache, timing
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
     from scenarios import get
     from tests.conftest import backend_or_skip
     from tests.test_planted_bugs import _break_one_element
@@ -303,7 +307,7 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
 def test_the_vectorized_hierarchical_bootstrap_draws_what_the_loop_draws(monkeypatch):
     """Six processes take the vectorized way (noise._vectorized); its medians have the distribution of
     the loop over draws of processes, uneven repeat counts included."""
-    from harness import noise
+    from harness.measure import noise
 
     procs = [np.array(x) for x in ([1.0, 2.0, 3.0], [10.0, 20.0], [4.0], [5.0, 6.0, 7.0, 8.0], [30.0], [0.5, 40.0])]
     fast = noise.hierarchical_medians(procs, 40_000, seed=1)

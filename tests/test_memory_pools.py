@@ -9,8 +9,8 @@ import stat
 import numpy as np
 import pytest
 
-from harness.execute import load_impl
-from harness.metrics import collecting
+from harness.workers.execute import load_impl
+from harness.measure.metrics import collecting
 from impls._shared.child import ChildError, driver_memory, nvidia_smi_index, run_child
 from scenarios import get
 from tests.conftest import backend_or_skip, judge_claim, synthetic_row

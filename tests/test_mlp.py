@@ -1,4 +1,4 @@
-"""The hand-written MLP (impls/_shared/mlp.py) that CuPy's training impls run: the same code with
+"""The hand-written MLP (scenarios/_models/mlp.py) that CuPy's training impls run: the same code with
 numpy, held against torch's autograd on the same weights and batch."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from impls._shared import mlp
+from scenarios._models import mlp
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""The typed result (harness/model.py) and its one loader (harness/results.py read): every committed
+"""The typed result (harness/results/model.py) and its one loader (harness/results/results.py read): every committed
 result file reads into the model and writes back what it held, an older version is upgraded once, and
 the records a run builds write the fields the files have. Rendering the committed reports from the
 model is tests/test_report.py test_committed_reports_equal_what_the_renderer_makes."""
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
-from harness.model import Check, Process, Result, Row, Timing
-from harness.results import SCHEMA, ResultError, read, upgrade
-from harness.schema_check import Checker
+from harness.results import results
+from harness.results.model import Check, Process, Result, Row, Timing
+from harness.results.results import SCHEMA, ResultError, read, upgrade
+from harness.results.schema_check import Checker
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted([*(ROOT / "results").glob("*.json"), *(ROOT / "results" / "regress").glob("*.json")])
-SCHEMA_DIR = ROOT / "harness" / "schema"
+SCHEMA_DIR = ROOT / "harness" / "results" / "schema"
 
 
 def test_every_committed_result_is_found():
@@ -36,7 +36,7 @@ def test_a_committed_result_reads_into_the_model_and_writes_back_what_it_held(pa
 @pytest.mark.parametrize("path", [p for p in COMMITTED if '"triptych.result/1"' in p.read_text()[:200]],
                          ids=lambda p: p.name)
 def test_a_version_1_file_is_valid_against_the_version_1_schema_and_upgrades_to_the_version_alone(path):
-    """harness/schema/result-1.schema.json is what a /1 file was written against; its upgrade changes the
+    """harness/results/schema/result-1.schema.json is what a /1 file was written against; its upgrade changes the
     version and nothing else (that the result is valid /2: read, above, validates after upgrading)."""
     raw = json.loads(path.read_text())
     Checker(json.loads((SCHEMA_DIR / "result-1.schema.json").read_text())).check(raw)
@@ -100,7 +100,8 @@ def test_a_loaded_row_that_is_changed_writes_its_new_fields_after_its_old_ones()
 def test_the_runner_writes_this_version_and_the_writer_takes_the_model(tmp_path):
     import datetime as dt
 
-    from harness import cpus, runner
+    from harness.run import runner
+    from harness.workers import cpus
 
     opts = runner.CompareOptions(scenarios=[], frameworks=[], size="smoke", examples=1, seed=5)
     d = results.as_written(runner._document(opts, dt.datetime.now(dt.timezone.utc), {}, {}, {}, [],

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.judging import judge_with_noise
-from harness.noise import hierarchical_medians, median_rel_halfwidth, process_ratio_interval, ratio_interval, rel_halfwidth, split
-from harness.regress import regress
-from harness.model import Timing
-from harness.rounds import pool_timing
-from harness.timing import Stats
+from harness.check.judging import judge_with_noise
+from harness.measure.noise import hierarchical_medians, median_rel_halfwidth, process_ratio_interval, ratio_interval, rel_halfwidth, split
+from harness.regress.regress import regress
+from harness.results.model import Timing
+from harness.workers.rounds import pool_timing
+from harness.measure.timing import Stats
 from scenarios.spec import Claim, Verdict
 from tests.synthetic import doc, row, samples
 
@@ -151,7 +151,7 @@ def test_a_different_cpu_or_huge_pages_mode_is_named_in_the_header():
 
 
 def test_the_machine_is_described():
-    from harness.machine import host_env
+    from harness.measure.machine import host_env
 
     env = host_env()
     assert env["cpus"] >= 1 and env["kernel"] and env["cpu_model"]

@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.results import load
+from harness.results.results import load
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ TRIES = 10
 
 
 def test_runs_that_claim_one_name_at_once_each_get_their_own(tmp_path):
-    from harness.results import claim_name
+    from harness.results.results import claim_name
 
     for attempt in range(TRIES):
         out = tmp_path / str(attempt)
@@ -44,7 +44,7 @@ def test_runs_that_claim_one_name_at_once_each_get_their_own(tmp_path):
 
 
 def test_a_claimed_name_is_written_and_an_unclaimed_placeholder_is_not_replaced(tmp_path):
-    from harness.results import claim_name, write_or_rescue
+    from harness.results.results import claim_name, write_or_rescue
 
     name = claim_name(tmp_path, DOC)
     doc = {"x": 1}
@@ -61,7 +61,8 @@ def test_a_claimed_name_is_written_and_an_unclaimed_placeholder_is_not_replaced(
 DRIVER = """
 import copy, os, sys, time
 from pathlib import Path
-from harness import cli, results, runner
+from harness.results import results
+from harness.run import cli, runner
 
 barrier, base, tries = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 argv, now = sys.argv[4:], [0]

@@ -8,7 +8,9 @@ import importlib
 import numpy as np
 import pytest
 
-from harness import backends, handlers, timing
+from harness import backends
+from harness.measure import timing
+from harness.workers import handlers
 from scenarios import get
 from scenarios import pinned_transfer as PT
 from tests.conftest import backend_or_skip, gpu_backend_or_skip, judge_claim, synthetic_row
@@ -106,7 +108,7 @@ def test_stale_read_verdict():
 
 
 def test_the_table_shows_gbps_from_link_bytes_and_device_done():
-    from harness.report import _extra_rows
+    from harness.report.report import _extra_rows
 
     row = synthetic_row("h2d_pinned_non_blocking", 0.005, ret=0.00002, link=256 << 20) | {"status": "ok", "hazard": False}
     row["timing"]["device_done"]["median"] = 0.005

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from harness import backends
-from harness.equivalence import EquivalenceFailure, check_example, compare_arrays, run_equivalence
-from harness.execute import run_variants
+from harness.check.equivalence import EquivalenceFailure, check_example, compare_arrays, run_equivalence
+from harness.workers.execute import run_variants
 from scenarios import get
 from tests.conftest import backend_or_skip
 
@@ -98,7 +98,8 @@ def test_an_equal_inf_passes_whatever_the_other_elements_do():
 
 
 def test_timed_check_counts_wrong_repeats(monkeypatch):
-    from harness import handlers, timing
+    from harness.measure import timing
+    from harness.workers import handlers
 
     backend_or_skip("torch")
     _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
@@ -151,7 +152,8 @@ def test_poison_makes_a_copy_that_never_happened_visible(monkeypatch, variant):
     the first call's bytes cannot pass for later copies."""
     import importlib
 
-    from harness import handlers, timing
+    from harness.measure import timing
+    from harness.workers import handlers
 
     backend_or_skip("torch")
     impl = importlib.import_module("impls.pinned_transfer.torch_impl")

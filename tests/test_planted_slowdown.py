@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import faults, noise
-from harness.regress import regress
+from harness.measure import noise
+from harness.workers import faults
+from harness.regress.regress import regress
 from tests.synthetic import doc, row, samples
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,9 +51,10 @@ def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(m
     variant and the impl and backend after the request are untouched."""
     from types import SimpleNamespace
 
-    from harness import backends, execute
-    from harness.protocol import Request
-    from harness.timing import TimingConfig, measure
+    from harness import backends
+    from harness.workers import execute
+    from harness.workers.protocol import Request
+    from harness.measure.timing import TimingConfig, measure
 
     device = _Device()
     impl = SimpleNamespace(run_on_device=lambda _s: {"y": 1}, run_item_each_step=lambda _s: {"y": 2})

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from harness import point_cache
+from harness.workers import point_cache
 from scenarios import get
 
 
@@ -54,8 +54,8 @@ def test_where_the_reference_is_too_costly_none_comes_back():
 
 
 def test_a_compare_run_removes_its_cache():
-    from harness.progress import QuietUI
-    from harness.runner import CompareOptions, run_compare
+    from harness.run.progress import QuietUI
+    from harness.run.runner import CompareOptions, run_compare
 
     tmp = os.environ.get("TMPDIR", "/tmp")
     before = set(os.listdir(tmp))

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from harness import timing
-from harness.results import ResultError, load, validate
-from harness.timing import TimingConfig
+from harness.measure import timing
+from harness.results.results import ResultError, load, validate
+from harness.measure.timing import TimingConfig
 from tests.conftest import backend_or_skip
 
 SCENARIO = "sync_points"  # two variants, small and quick on the CPU in both frameworks
@@ -31,7 +31,7 @@ def profiled_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     """One `compare --profile` of torch and JAX on the CPU, in this process: (exit status, result file)."""
     backend_or_skip("torch")
     backend_or_skip("jax")
-    from harness.cli import main
+    from harness.run.cli import main
 
     out = tmp_path_factory.mktemp("runs")
     rc = main(["compare", "--scenarios", SCENARIO, "--frameworks", "torch,jax", "--size", "smoke", "--seed", "3",
@@ -104,7 +104,7 @@ def test_a_profile_path_is_a_plain_file_inside_the_results_folder(profiled_run, 
     del row["profile"]["extra"]
     validate(doc)
 
-    from harness.report_html import build
+    from harness.report.html import build
 
     copy = tmp_path / path.name
     copy.write_text(json.dumps(doc))
@@ -140,9 +140,9 @@ def test_profile_changes_no_sample_count():
     """The profiled repeat is one more run after the timed ones, never a sample."""
     backend_or_skip("torch")
     backend_or_skip("jax")
-    from harness.profiling import plan_profiles
-    from harness.progress import QuietUI
-    from harness.runner import CompareOptions, run_compare
+    from harness.measure.profiling import plan_profiles
+    from harness.run.progress import QuietUI
+    from harness.run.runner import CompareOptions, run_compare
 
     counts = {}
     for profile in (False, True):
@@ -180,7 +180,7 @@ class _Recorder:
 @pytest.mark.parametrize("fw", ["torch", "jax"])
 def test_each_row_has_one_warmup_range_and_one_repeats_range_outside_every_timed_call(fw, monkeypatch):
     b = backend_or_skip(fw)
-    from harness import handlers
+    from harness.workers import handlers
 
     rec = _Recorder()
     monkeypatch.setattr(b, "range", rec.range)  # the process-wide instance the handlers use
@@ -261,7 +261,7 @@ def test_jax_pushes_an_nvtx_range_where_the_library_is_loaded(monkeypatch):
 
 def test_a_rank_other_than_0_runs_the_profiled_repeat_and_sends_no_trace():
     backend_or_skip("torch")
-    from harness import handlers
+    from harness.workers import handlers
 
     params = {"steps": 6, "batches": 2, "batch": 32, "dim": 8, "dtype": "float32", "seed": 1, "rank": 1}
     cfg = TimingConfig(warmup=1, min_repeats=2, max_repeats=2, min_time_s=0.0, profile=True)

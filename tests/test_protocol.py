@@ -1,4 +1,4 @@
-"""The worker protocol (harness/protocol.py): typed requests and replies, and the one serve loop that
+"""The worker protocol (harness/workers/protocol.py): typed requests and replies, and the one serve loop that
 process workers and rank processes share."""
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import signal
 
 import pytest
 
-from harness import faults, protocol, timing
-from harness.protocol import Reply, Request
+from harness.measure import timing
+from harness.workers import faults, protocol
+from harness.workers.protocol import Reply, Request
 
 
 @pytest.fixture(autouse=True)

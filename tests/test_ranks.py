@@ -1,4 +1,4 @@
-"""Rank groups (harness/ranks.py, harness/rank_main.py): real processes at world size 2 with torch's
+"""Rank groups (harness/workers/ranks.py, harness/workers/rank_main.py): real processes at world size 2 with torch's
 gloo and JAX's CPU collectives; the global semantics against the numpy reference; the slowest rank's
 time; a dead or hung rank taking its whole group down with no process left behind."""
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import faults
-from harness.equivalence import run_equivalence
-from harness.protocol import Request
-from harness.ranks import FAULT_RANK_ENV, RankGroup, merge_rows
-from harness.timing import PRESETS, TimingConfig
-from harness.worker import WorkerError, WorkerLost
+from harness.workers import faults
+from harness.check.equivalence import run_equivalence
+from harness.workers.protocol import Request
+from harness.workers.ranks import FAULT_RANK_ENV, RankGroup, merge_rows
+from harness.measure.timing import PRESETS, TimingConfig
+from harness.workers.worker import WorkerError, WorkerLost
 from scenarios import _ranks as R
 from scenarios import collectives, get
 from tests.conftest import backend_or_skip, rank_children
@@ -103,8 +103,8 @@ def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
 
 
 def test_merge_by_the_mean_over_ranks_keeps_the_slowest_beside_and_pools_it():
-    from harness.model import Timing
-    from harness.rounds import pool_timing
+    from harness.results.model import Timing
+    from harness.workers.rounds import pool_timing
 
     m = merge_rows([_rank_row([1.0, 4.0, 2.0], 0), _rank_row([3.0, 2.0, 2.0], 0)], 2, "mean")
     assert m["timing"]["samples"]["device_done"] == [2.0, 3.0, 2.0]
@@ -209,7 +209,7 @@ def test_each_round_of_a_rank_scenario_runs_in_groups_of_its_own():
     """The between-process noise of a rank row comes from processes, not from rounds in the same ones:
     as many pools of groups as the runner has rounds, none sharing a process; a scenario without ranks
     gets the runner's pools back; close() leaves no rank behind."""
-    from harness.ranks import Groups
+    from harness.workers.ranks import Groups
 
     backend_or_skip("torch")
     groups = Groups(["torch"], 2, timeout_s=120)
@@ -229,7 +229,7 @@ def test_each_round_of_a_rank_scenario_runs_in_groups_of_its_own():
 def test_a_framework_is_lost_if_any_round_fails_and_its_other_rounds_are_closed(monkeypatch):
     """Two frameworks x two rounds, the second round of JAX failing to start: JAX is unavailable with
     that round's reason, torch runs, and JAX's first round is closed at once (it would hold its GPU)."""
-    from harness.ranks import Groups
+    from harness.workers.ranks import Groups
 
     groups = Groups(["torch", "jax"], 2, timeout_s=1)
     closed: list[str] = []
@@ -249,7 +249,7 @@ def test_a_framework_is_lost_if_any_round_fails_and_its_other_rounds_are_closed(
 def test_free_ports_never_hands_out_a_port_twice():
     """Groups start side by side and their ranks bind the ports seconds later: a port given once is
     not given again by this process."""
-    from harness.ranks import free_ports
+    from harness.workers.ranks import free_ports
 
     got = [p for _ in range(300) for p in free_ports(3)]
     assert len(set(got)) == len(got) == 900

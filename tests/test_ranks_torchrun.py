@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ranks import free_ports
+from harness.workers.ranks import free_ports
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def test_two_torchrun_launchers_on_localhost(fw):
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     launchers = [subprocess.Popen([*torchrun(), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
                                    "--master-addr", "127.0.0.1", "--master-port", str(port),
-                                   "-m", "harness.rank_main", "--framework", fw, "--scenarios", "ranks,collectives"],
+                                   "-m", "harness.workers.rank_main", "--framework", fw, "--scenarios", "ranks,collectives"],
                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for node in (0, 1)]
     outs = []
@@ -53,6 +53,6 @@ def test_two_torchrun_launchers_on_localhost(fw):
 
 def test_rank_main_outside_a_launcher_says_what_is_missing():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
-    p = subprocess.run([sys.executable, "-m", "harness.rank_main", "--framework", "torch"], cwd=ROOT, env=env,
+    p = subprocess.run([sys.executable, "-m", "harness.workers.rank_main", "--framework", "torch"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "$RANK is not set" in p.stderr

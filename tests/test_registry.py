@@ -117,7 +117,7 @@ def test_importing_the_harness_and_impls_loads_no_framework_on_a_device():
 
     code = (
         "import sys, importlib\n"
-        "import pkgutil, harness, harness.cli\n"
+        "import pkgutil, harness, harness.run.cli\n"
         "for m in pkgutil.walk_packages(harness.__path__, 'harness.'):\n"
         "    if not m.name.startswith('harness.backends.') and m.name != 'harness.__main__':\n"
         "        importlib.import_module(m.name)\n"

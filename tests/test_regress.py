@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.noise import ratio_ci_bootstrap
-from harness.regress import RegressError, judge_timing, ratio_ci_iqr, regress
-from harness.results import load
+from harness.measure.noise import ratio_ci_bootstrap
+from harness.regress.regress import regress
+from harness.regress.regress import RegressError, judge_timing, ratio_ci_iqr
+from harness.results.results import load
 from tests.conftest import backend_or_skip
 from tests.synthetic import doc, row, samples, write
 
@@ -148,14 +149,14 @@ def test_the_code_versions_are_named_when_they_differ():
 
 
 def test_a_copied_tree_states_its_commit(monkeypatch):
-    from harness.machine import code_version
+    from harness.measure.machine import code_version
 
     monkeypatch.setenv("TRIPTYCH_CODE", "04bc676abcde")
     assert code_version() == "04bc676abcde"
 
 
 def test_host_env_names_the_commit_it_ran(monkeypatch):
-    from harness.machine import code_version
+    from harness.measure.machine import code_version
 
     monkeypatch.delenv("TRIPTYCH_CODE", raising=False)
 
@@ -275,7 +276,7 @@ def test_make_regress(real_run):
 
 
 def test_relative_error():
-    from harness.equivalence import relative_error
+    from harness.check.equivalence import relative_error
 
     w = {"x": np.array([1.0, 2.0, 0.0, 4.0])}
     assert relative_error({"x": w["x"].copy()}, w) == 0.0
@@ -289,7 +290,8 @@ def test_relative_error():
 
 
 def test_a_wrong_impl_shows_in_the_rows_worst_relative_error(monkeypatch):
-    from harness import handlers, timing
+    from harness.measure import timing
+    from harness.workers import handlers
     from scenarios import get
     from tests.test_planted_bugs import _break_one_element
 
@@ -339,7 +341,7 @@ def test_the_agreement_line_counts_medians_within_the_threshold_and_half_of_it()
 
     from rich.console import Console
 
-    from harness.regress_view import render
+    from harness.regress.view import render
 
     base = doc([row("torch", "async", samples(1e-3, seed=1)), row("torch", "sync_each", samples(2e-3, seed=3))])
     cand = doc([row("torch", "async", samples(1.07e-3, seed=1)), row("torch", "sync_each", samples(2e-3, seed=3))])

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import report_html
-from harness.report import HIGH_SPREAD, render_terminal, scenario_table
-from harness.results import load
+from harness.report import html as report_html
+from harness.report.report import HIGH_SPREAD, render_terminal, scenario_table
+from harness.results.results import load
 from tests.report_fixture import fake_doc, write_fake_result
 from tests.test_cli import run
 
@@ -110,7 +110,7 @@ def test_report_files(fake):
 
 
 def test_only_a_sweep_over_numbers_is_drawn_as_lines():
-    from harness.report_html import ordered_sweep
+    from harness.report.html import ordered_sweep
 
     sizes = [{"n": 1024, "dtype": "float32", "label": "4 KiB", "seed": 1}, {"n": 262144, "dtype": "float32",
                                                                           "label": "1 MiB", "seed": 1}]
@@ -262,7 +262,7 @@ COMMITTED = sorted((Path(__file__).resolve().parent.parent / "results").glob("*_
 @pytest.mark.parametrize("width", [1280, 1400])
 def test_reports_do_not_scroll_sideways(tmp_path, width):
     """The committed reports, and a page whose navigation names every scenario (its links must wrap)."""
-    from harness.report_render import render_html
+    from harness.report.render import render_html
     from scenarios import ORDER
 
     every = tmp_path / "every" / "report.html"
@@ -292,7 +292,7 @@ def test_committed_reports_equal_what_the_renderer_makes(result):
     """Re-rendering a committed result changes nothing a reader sees: report.md and the HTML text are
     equal, and the pictures are the same files (by name; their bytes depend on matplotlib's version).
     When this fails, run `python -m harness report results/<file>.json` and commit the folder. `load` reads
-    through the typed model (harness/model.py), so this is also the model's check on every committed file.
+    through the typed model (harness/results/model.py), so this is also the model's check on every committed file.
     A result committed without its report is said, not passed."""
     folder = report_html.default_out(result)
     if not (folder / "report.md").is_file():
@@ -310,7 +310,7 @@ def test_a_metric_is_described_by_its_own_result_not_by_todays_spec(tmp_path):
     """A report says what each metric meant when the run measured it: the result's metrics_doc. A file
     written before results carried it gets no description rather than today's, which may describe another
     method (collectives' algbw was the slowest rank's single call before it was 20 calls' mean over ranks)."""
-    from harness.report_html import _figures
+    from harness.report.html import _figures
     from tests.report_fixture import ok_row
 
     rows = [ok_row("collectives", "torch", "out_of_place", 1e-4, 1e-5, metrics={"algbw_GBps": 2.0})]

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, files as writer
-from harness import runner
+from harness.results import files as writer
+from harness.run import cli
+from harness.run import runner
 from tests.synthetic import doc, row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +65,8 @@ def test_a_full_disk_at_the_final_write_keeps_the_measurements_elsewhere(tmp_pat
 @pytest.mark.parametrize("where", ["timelines", "report"])
 @pytest.mark.parametrize("stop", [KeyboardInterrupt(), runner.Stopped("SIGTERM")], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_while_drawing_keeps_the_result_and_no_half_folder(tmp_path, monkeypatch, capsys, where, stop):
-    from harness import report_html, timeline
+    from harness.measure import timeline
+    from harness.report import html as report_html
 
     def interrupted(*a, **k):
         raise stop
@@ -103,8 +105,8 @@ def test_a_run_that_measured_nothing_exits_1(tmp_path, monkeypatch, capsys):
 
 
 def test_refuted_claims_are_findings_not_failed_checks(tmp_path, monkeypatch, capsys):
-    from harness.report import summary_status
-    from harness.report_html import build
+    from harness.report.report import summary_status
+    from harness.report.html import build
 
     d = doc([row("torch", "async")])
     d["scenarios"]["async_dispatch"]["claims"] = [{"claim": "returns_early", "text": "t", "framework": "torch",
@@ -190,7 +192,7 @@ def test_compare_and_its_report_need_no_jsonschema(tmp_path, monkeypatch, capsys
 
 
 def test_a_report_that_cannot_be_written_fails_the_run_but_keeps_the_result(tmp_path, monkeypatch, capsys):
-    from harness import report_html
+    from harness.report import html as report_html
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")

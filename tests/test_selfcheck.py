@@ -1,5 +1,5 @@
 """selfcheck: the harness's clock against the frameworks' own tools, judged on an interval over several
-processes (harness/selfcheck.py), written with its environment."""
+processes (harness/run/selfcheck.py), written with its environment."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import handlers, selfcheck
+from harness.run import selfcheck
+from harness.workers import handlers
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 
 # harness / tool in single-process selfchecks on the H200 (torch's GEMM and reduction, results/selfcheck/)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import validate
+from harness.results.results import validate
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,12 @@ MEASURED = {"startup": False, "calibration": False, "equivalence": False, "timin
 
 DRIVER = r"""
 import os, runpy, select, signal, sys, time
-from harness import equiv_phase, report_html, results, rounds, runner, timeline, worker
+from harness.run import equiv_phase
+from harness.measure import timeline
+from harness.report import html as report_html
+from harness.results import results
+from harness.run import runner
+from harness.workers import rounds, worker
 
 PHASE, paused = os.environ["STOP_TEST_PHASE"], []
 wake_r, wake_w = os.pipe()  # every signal Python's handler sees writes a byte here, whatever the handler does
@@ -157,7 +162,7 @@ def test_a_stop_at_each_phase_keeps_the_result(tmp_path, phase, sig, to_group):
 
 GC_DRIVER = """
 import gc, os, runpy, signal
-from harness import equiv_phase
+from harness.run import equiv_phase
 
 armed = [False]
 

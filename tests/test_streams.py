@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import backends
-from harness.equivalence import compare_outputs
-from harness.execute import load_impl, skip_reason, variant_call
+from harness.check.equivalence import compare_outputs
+from harness.workers.execute import load_impl, skip_reason, variant_call
 from scenarios import concurrent_kernels, copy_compute_overlap, get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 
@@ -183,7 +183,7 @@ def test_jax_cannot_express_a_missing_wait():
 
 def _run(fw: str, scenario: str, variant: str, params: dict, repeats: int = 1) -> tuple[list[dict], dict]:
     """Outputs (numpy) of `repeats` poisoned runs on one state, and the emitted metrics of the last."""
-    from harness.metrics import collecting
+    from harness.measure.metrics import collecting
 
     b = backends.get(fw)
     scn = get(scenario)

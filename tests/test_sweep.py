@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import pytest
 
-from harness import cli
-from harness.param_bounds import domains
+from harness.run import cli
+from harness.check.param_bounds import domains
 from scenarios import all_scenarios
 from tests.synthetic import doc, row
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from harness import cli
-from harness.results import ResultError, load
+from harness.run import cli
+from harness.results.results import ResultError, load
 from tests import synthetic
 from tests.report_fixture import fake_doc, timeline_png
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from harness.equivalence import compare_outputs, run_equivalence
-from harness.timing import PRESETS
+from harness.check.equivalence import compare_outputs, run_equivalence
+from harness.measure.timing import PRESETS
 from impls._shared import tensor_parallel as tp
 from scenarios import _ranks as R
 from scenarios import get

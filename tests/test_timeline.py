@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import timeline
-from harness.execute import load_impl, variant_call
+from harness.measure import timeline
+from harness.workers.execute import load_impl, variant_call
 from harness.backends.jax_backend import spans_from_chrome_trace
-from harness.timeline import chrome_trace, span, trace_variant, write_timelines
+from harness.measure.timeline import chrome_trace, span, trace_variant, write_timelines
 from scenarios import get
 from tests.conftest import backend_or_skip, gpu_backend_or_skip
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from harness.backends.base import Backend
-from harness.metrics import emit
-from harness.timing import Stats, TimingConfig, measure
+from harness.measure.metrics import emit
+from harness.measure.timing import Stats, TimingConfig, measure
 
 
 class FakeAsyncBackend(Backend):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from harness.equivalence import run_equivalence
-from harness.ranks import RankGroup
-from harness.timing import PRESETS
+from harness.check.equivalence import run_equivalence
+from harness.workers.ranks import RankGroup
+from harness.measure.timing import PRESETS
 from impls._shared import dp
 from impls._shared import zero as Z
 from scenarios import _ranks as R

@@ -1,8 +1,8 @@
 """Host probe: is the Python loop's speed a property of the vCPU, of the time, or of SMT siblings?"""
 import glob, json, os, subprocess, sys, time
 sys.path.insert(0, ".")
-from harness.calibrate import python_loop_s
-from harness.cpus import cpu_times
+from harness.measure.calibrate import python_loop_s
+from harness.workers.cpus import cpu_times
 tag = sys.argv[1]; sweeps = int(sys.argv[2]); gap = float(sys.argv[3])
 cpus = sorted(os.sched_getaffinity(0))
 def percpu():

@@ -19,10 +19,10 @@ class Unavailable(RuntimeError):
     """The framework cannot run here; str(self) is the one-line reason."""
 
 
-# The three frameworks run in six processes (two each, harness/rounds.py) that live side by side on one
+# The three frameworks run in six processes (two each, harness/workers/rounds.py) that live side by side on one
 # GPU (one is timed at a time, but each keeps its allocator's pool). Each caps its own allocator at
 # this fraction of the device's memory so that together they cannot run it out: 6 x 0.15 leaves a
-# tenth for CUDA contexts. The rank scenarios add a group per framework and round (harness/ranks.py);
+# tenth for CUDA contexts. The rank scenarios add a group per framework and round (harness/workers/ranks.py);
 # torch and CuPy hand their memory back after each variant, so what stays held is JAX's pools, two a
 # round (a worker and a rank group): `compare` refuses a --processes whose JAX pools would not fit.
 MEMORY_FRACTION_ENV = "TRIPTYCH_GPU_MEMORY_FRACTION"
@@ -64,14 +64,14 @@ class Backend(ABC):
     display_name = ""  # how tables, reports and docs name it
     short_name = ""  # how running text names it ("torch, CuPy and JAX")
     colour = "grey"  # its colour in every chart
-    module = ""  # the top-level module its import pulls in first (harness/faults.py refuses it)
+    module = ""  # the top-level module its import pulls in first (harness/workers/faults.py refuses it)
     profiler = ""  # what profiling() writes, for --profile's help
     # Its workers measure the machine's ceilings (raw CUDA copy rates, kernel launch) and a rank scenario's
     # raw floor (NCCL without a framework): ceilings() and rank_ceilings(). One framework does it for all.
     measures_ceilings = False
     keeps_pool = False  # its allocator keeps what it took after each variant (options.default_memory_fraction)
     rank_ports = 0  # rendezvous ports of its own a rank group needs beyond torchrun's MASTER_PORT
-    # The porting guide's "defaults that differ everywhere", one cell per topic of harness/docs.py DEFAULTS.
+    # The porting guide's "defaults that differ everywhere", one cell per topic of harness/report/docs.py DEFAULTS.
     porting: dict[str, str] = {}
 
     @classmethod
@@ -153,7 +153,7 @@ class Backend(ABC):
     @abstractmethod
     def tiny_op(self) -> Any:
         """A zero-argument call that enqueues one op on one element and returns its output: the host's
-        cost of a framework call, for the run's host-speed calibration (harness/calibrate.py)."""
+        cost of a framework call, for the run's host-speed calibration (harness/measure/calibrate.py)."""
 
     # -- measuring --------------------------------------------------------------------------------
     def event_timer(self) -> "EventTimer | None":
@@ -163,7 +163,7 @@ class Backend(ABC):
         return _no_counter(f"{self.name} has no sync detector")
 
     def timeline_recorder(self) -> "TimelineRecorder":
-        """Timestamps for the spans an impl marks during one traced run (harness/timeline.py)."""
+        """Timestamps for the spans an impl marks during one traced run (harness/measure/timeline.py)."""
         return TimelineRecorder()
 
     def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
@@ -190,7 +190,7 @@ class Backend(ABC):
         return None
 
     def ceilings(self) -> dict[str, float]:
-        """The machine's own limits measured now (see harness/machine.py); {} where not measurable."""
+        """The machine's own limits measured now (see harness/measure/machine.py); {} where not measurable."""
         return {}
 
     def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -244,7 +244,7 @@ class EventTimer(ABC):
 
 
 class TimelineRecorder:
-    """Stamps the start and end of each span an impl marks (harness.timeline.span) in one traced run.
+    """Stamps the start and end of each span an impl marks (harness.measure.timeline.span) in one traced run.
 
     This base class uses the host wall clock: honest only where each operation runs inside the call
     (torch on the CPU). Backends with device events stamp on the span's stream instead; JAX, which has

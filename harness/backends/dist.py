@@ -1,7 +1,7 @@
 """Joining a group of ranks with each framework's own distributed machinery.
 
 Every rank reads torchrun's environment contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT), whoever started it: the harness (harness/ranks.py), torchrun or srun. The three
+MASTER_PORT), whoever started it: the harness (harness/workers/ranks.py), torchrun or srun. The three
 frameworks rendezvous on three different ports, so that the three groups of one run never meet:
 torch on MASTER_PORT, JAX's coordinator on TRIPTYCH_JAX_PORT (default MASTER_PORT + 1), CuPy's TCP
 store for the NCCL id on CUPYX_DISTRIBUTED_PORT (default MASTER_PORT + 2). Nothing here runs at import.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.backends.base import Backend, Unavailable
-from impls._shared import nccl
+from harness.backends import nccl
 
 NO_NCCL_HERE = "NCCL needs a CUDA GPU per rank"
 
@@ -82,7 +82,7 @@ def _join_torch(b: Backend, env: RankEnv) -> str:
 
 
 def _join_jax(b: Backend, env: RankEnv) -> str:
-    from impls._shared.xla import use_cublas_gemms
+    from harness.backends.xla import use_cublas_gemms
 
     use_cublas_gemms()  # before jax starts a backend
     import jax

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from harness.backends.base import Backend, SyncCount, TimelineRecorder, memory_fraction
-from impls._shared.xla import use_cublas_gemms
+from harness.backends.xla import use_cublas_gemms
 
 
 class JaxBackend(Backend):
@@ -73,7 +73,7 @@ class JaxBackend(Backend):
         self.fw = jax
         # JAX uses TF32 (one bf16x3 pass or less) for float32 dots on GPU by default; torch does not.
         jax.config.update("jax_default_matmul_precision", "highest")
-        cache = os.environ.get("TRIPTYCH_COMPILE_CACHE")  # a compare run's own (harness/point_cache.py)
+        cache = os.environ.get("TRIPTYCH_COMPILE_CACHE")  # a compare run's own (harness/workers/point_cache.py)
         if cache:
             jax.config.update("jax_compilation_cache_dir", cache)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -6,7 +6,7 @@ NCCLBackend) on raw buffers, out of place and in place (nccl-tests' offsets), on
 timed on the rows' clock: after a barrier and a full device sync, `calls` back-to-back calls, a full
 device sync again, the host's wall time divided by `calls` (scenarios/collectives.py calls: nccl-tests'
 -n 20); one such sample as a warm-up, the median of REPS samples. The parent keeps the mean over ranks
-per point, as the rows do (harness/ranks.py merge_ceilings), and the run's machine ceilings hold it
+per point, as the rows do (harness/workers/ranks.py merge_ceilings), and the run's machine ceilings hold it
 under scenarios/collectives.py's floor_key, as the raw cudaMemcpy rates. all_to_all is grouped
 ncclSend/ncclRecv (NCCL has no alltoall call; they need NCCL 2.7) and has no in-place form; barrier
 moves no bytes and has no floor. The buffers hold zeros: an in-place reduction's repeated calls leave
@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends.base import wall
-from impls._shared.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm
 
 REPS = 5
 SEND_RECV_SINCE = 2700  # NCCL_VERSION_CODE of 2.7.0: ncclSend / ncclRecv

@@ -115,7 +115,7 @@ def driver_memory(ordinal: int = 0) -> dict[str, Any] | None:
 def emit_numbers(got: dict[str, Any], tag: str) -> dict[str, Any]:
     """Emit a child's numbers as the row's metrics; its error texts (keys ending in _error) go to the worker's
     log under `tag`, since rows carry numbers only."""
-    from harness.metrics import emit
+    from harness.measure.metrics import emit
 
     for k, v in got.items():
         if k.endswith("_error"):

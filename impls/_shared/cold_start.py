@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared.child import child_env, count_files, fresh_dir, run_child
 
 PHASES = ("import_s", "init_s", "first_call_s", "second_call_s", "process_s", "cache_files_added", "cache_hits",

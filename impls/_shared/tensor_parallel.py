@@ -1,6 +1,6 @@
 """Megatron's tensor-parallel MLP block, forward and backward by hand (CuPy has no autograd).
 
-Built from impls/_shared/mlp.py's layer functions against an array module `xp`, with the collectives
+Built from scenarios/_models/mlp.py's layer functions against an array module `xp`, with the collectives
 passed in, so the tests run the very code the CuPy impl runs with numpy ranks (threads) on the CPU.
 A rank's shard: w1 (d_model, k) and b1 (k,) its columns of the first linear (column parallel),
 w2 (k, d_model) its rows of the second (row parallel), b2 whole. x and target are whole on every rank.
@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import re
 
-from harness.metrics import emit
-from impls._shared import mlp
+from harness.measure.metrics import emit
+from scenarios._models import mlp
 
 
 class Collectives:

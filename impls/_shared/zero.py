@@ -24,8 +24,9 @@ import re
 
 import numpy as np
 
-from harness.metrics import emit
-from impls._shared import dp, mlp
+from harness.measure.metrics import emit
+from impls._shared import dp
+from scenarios._models import mlp
 from impls._shared.tensor_parallel import hlo_collectives
 
 STAGES = ("ddp", "zero1", "zero2", "zero3")

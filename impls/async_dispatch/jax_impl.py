@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 
 
 def prepare(inputs, params, device):

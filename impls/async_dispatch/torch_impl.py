@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 
 
 def prepare(inputs, params, device):

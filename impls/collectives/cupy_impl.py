@@ -15,8 +15,8 @@ from __future__ import annotations
 import cupy as cp
 from cupy.cuda import nccl
 
-from harness.metrics import emit
-from impls._shared.nccl import cupy_comm
+from harness.measure.metrics import emit
+from harness.backends.nccl import cupy_comm
 from scenarios import collectives as C
 
 LACKS = C.NCCL_NO_IN_PLACE  # torch and CuPy call NCCL

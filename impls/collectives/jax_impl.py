@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios import collectives as C
 
 LACKS: dict[str, str] = {}  # XLA's all_to_all may write into its donated input (it buffers what it must)

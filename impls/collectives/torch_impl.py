@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios import collectives as C
 
 # torch 2.13 renamed the out-of-place pair (*_into_tensor / *_tensor are deprecated); older torch has only those.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from harness.timeline import span
+from harness.measure.timeline import span
 
 CODE = r"""
 extern "C" __global__ void lcg_spin(const unsigned int* x, unsigned int* y, long long n, int iters) {

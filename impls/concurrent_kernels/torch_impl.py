@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.timeline import span
+from harness.measure.timeline import span
 
 BLOCK = 128  # elements per Triton program, on 4 warps: one element per thread
 _compiled = {}  # the Triton kernel, made on first use on a GPU (triton is imported there, not at import)

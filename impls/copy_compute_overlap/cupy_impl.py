@@ -16,8 +16,8 @@ import cupy
 import cupyx
 import numpy as np
 
-from harness.metrics import emit
-from harness.timeline import span
+from harness.measure.metrics import emit
+from harness.measure.timeline import span
 
 
 def prepare(inputs, params, device):

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 
 
 def prepare(inputs, params, device):

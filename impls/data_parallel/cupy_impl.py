@@ -1,4 +1,4 @@
-"""data_parallel in CuPy: no autograd, so backward is the hand-written one (impls/_shared/mlp.py via
+"""data_parallel in CuPy: no autograd, so backward is the hand-written one (scenarios/_models/mlp.py via
 impls/_shared/dp.py), and DDP is written out: cupyx.distributed's NCCL communicator, one process per GPU (no CPU path).
 
 Parameters and gradients are flat device vectors; a layer's (W, b) are views. Compute runs on the current stream.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import cupy as cp
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared import dp
-from impls._shared.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm
 from scenarios.data_parallel import sizes
 
 

@@ -15,7 +15,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared import dp
 from scenarios.data_parallel import sizes
 

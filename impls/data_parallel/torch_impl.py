@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared import dp
 from impls._shared import torch_dist as T
 from scenarios.data_parallel import sizes

@@ -12,7 +12,7 @@ import time
 import cupy
 import numpy as np
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.device_creation import FILL_PERIOD, FILL_SHIFT, FILL_STEP, host_numpy
 
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.device_creation import FILL_PERIOD, FILL_SHIFT, FILL_STEP, host_numpy
 
 

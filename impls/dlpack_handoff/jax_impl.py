@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from impls._shared.xla import use_cublas_gemms
+from harness.backends.xla import use_cublas_gemms
 from impls.dlpack_handoff import ring
 
 _gemm_tanh = jax.jit(lambda x, w: jnp.tanh(jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST)))

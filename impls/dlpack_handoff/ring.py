@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.dlpack_handoff import STAGES
 
 ORDER = ("torch", "cupy", "jax")

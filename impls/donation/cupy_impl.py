@@ -11,7 +11,7 @@ import contextlib
 import cupy
 from cupy.cuda import memory_hook
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.donation import HEAD
 
 # p - lr * g in one kernel. `p -= lr * g` would allocate lr * g, as large as p, before the in-place subtraction.

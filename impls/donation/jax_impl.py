@@ -12,7 +12,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.donation import HEAD
 
 

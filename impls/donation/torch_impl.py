@@ -10,7 +10,7 @@ import contextlib
 
 import torch
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.donation import HEAD
 
 

@@ -13,8 +13,8 @@ import time
 import cupy
 import cupyx
 
-from harness.metrics import emit
-from harness.timeline import span
+from harness.measure.metrics import emit
+from harness.measure.timeline import span
 
 
 def prepare(inputs, params, device):

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import SingleDeviceSharding
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 
 NOT_EXPRESSIBLE = {"no_sync": "data flow orders every consumer after its producer: a missing wait cannot be written"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 
 
 def cannot_run(device):

@@ -13,7 +13,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.launch_overhead import SCALE
 
 OPS = (jax.jit(lambda y: y * SCALE), jax.jit(jnp.tanh))  # one compiled single-op program each

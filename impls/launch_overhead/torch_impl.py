@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.launch_overhead import SCALE
 
 

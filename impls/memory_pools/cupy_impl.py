@@ -11,7 +11,7 @@ import json
 import cupy
 import numpy as np
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared.child import MEMORY_OVERRIDES, child_env, emit_numbers, run_child
 
 FW = "cupy"

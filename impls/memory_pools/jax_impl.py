@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared.child import MEMORY_OVERRIDES, child_env, emit_numbers, run_child
 
 NOT_EXPRESSIBLE = {"raw": "JAX has no raw cudaMalloc call; the closest, XLA_PYTHON_CLIENT_ALLOCATOR=platform, is read "

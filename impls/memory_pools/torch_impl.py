@@ -11,7 +11,7 @@ import json
 import numpy as np
 import torch
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared.child import MEMORY_OVERRIDES, child_env, emit_numbers, run_child
 
 NOT_EXPRESSIBLE = {"raw": "torch has no raw cudaMalloc call; the closest, PYTORCH_NO_CUDA_MEMORY_CACHING=1, is read "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import cupy
 import cupyx
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.pinned_transfer import flip_bits, poison_host, prefaulted, stale_fraction
 
 NOT_EXPRESSIBLE = {

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.pinned_transfer import flip_bits, prefaulted
 
 NOT_EXPRESSIBLE = {

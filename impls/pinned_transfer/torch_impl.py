@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from scenarios.pinned_transfer import flip_bits, poison_host, prefaulted, stale_fraction
 
 NOT_EXPRESSIBLE = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import cupy as cp
 from cupy.cuda import nccl
 
-from impls._shared.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm
 
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from impls._shared.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm
 
 CODE = r"""
 extern "C" __global__ void squares_by_chunk(const float* x, long long rows, long long cols, long long row_stride,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import cupy as cp
 
-from impls._shared.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm
 from impls._shared import tensor_parallel as tp
 from scenarios.tensor_parallel import shard_of
 

@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.metrics import emit
+from harness.measure.metrics import emit
 from impls._shared import tensor_parallel as tp
 from scenarios.tensor_parallel import shard_of
 

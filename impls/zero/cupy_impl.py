@@ -12,7 +12,7 @@ import cupy as cp
 
 from impls._shared import dp
 from impls._shared import zero as Z
-from impls._shared.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm
 from scenarios.zero import sizes
 
 

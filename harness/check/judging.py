@@ -1,0 +1,115 @@
+"""A scenario's claims and cross-framework check, judged on a point's rows.
+
+Claims are judged against the run's noise in one place, so that no scenario needs noise code of its
+own: each claim is judged on the rows as measured, then again on NOISE_DRAWS copies of the rows whose
+timing medians are replaced by draws of the hierarchical bootstrap (processes, then repeats;
+harness/measure/noise.py). A verdict that does not hold in at least AGREE of the draws is inside the noise:
+"inconclusive", with the share said in the evidence. (Metrics the impls emit are not resampled.)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from harness.backends import FRAMEWORKS
+from harness.check.equivalence import compare_key
+from harness.measure.noise import hierarchical_medians, split
+from scenarios.spec import Claim, Params, Scenario
+
+NOISE_DRAWS = 200
+AGREE = 0.95
+CLOCKS = ("host_return", "device_done", "device_events")
+NOT_ON_CPU = "not decidable on a CPU, where the device is the host"  # a Claim.gpu_only judged there
+
+
+def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
+                 on_cpu: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Every claim's verdict per framework that ran; on_cpu: the frameworks whose device was a CPU."""
+    verdicts = []
+    frameworks = sorted({r["framework"] for r in rows if r["status"] == "ok"}, key=FRAMEWORKS.index)
+    for claim in scn.claims:
+        for fw in frameworks:
+            by_variant = {r["variant"]: r for r in rows if r["framework"] == fw and r["status"] == "ok"}
+            verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw}
+                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu))
+    return verdicts
+
+
+def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params,
+                     on_cpu: bool = False) -> dict[str, Any]:
+    ranks = world_size(by_variant, params)
+    if claim.communicates and ranks is not None and ranks < 2:
+        return {"verdict": "inconclusive", "evidence": "one rank, nothing communicated", "numbers": {"world_size": ranks}}
+    try:
+        v = claim.judge(by_variant, fw, params)
+    except KeyError as e:  # a variant the claim needs did not run for this framework
+        return {"verdict": "inconclusive", "evidence": f"variant {e} did not run", "numbers": {}}
+    if claim.gpu_only and on_cpu:
+        return {"verdict": "inconclusive", "evidence": f"{NOT_ON_CPU} (the CPU's figures: {v.evidence})",
+                "numbers": dict(v.numbers), "not_decidable": "cpu"}
+    out = {"verdict": v.verdict, "evidence": v.evidence, "numbers": dict(v.numbers)}
+    if v.verdict == "inconclusive":
+        return out
+    draws = _resampled(by_variant, NOISE_DRAWS)
+    if draws is None:
+        return out
+    held = sum(claim.judge(rows, fw, params).verdict == v.verdict for rows in draws) / len(draws)
+    out["holds_in"] = held
+    if held < AGREE:
+        out["verdict"] = "inconclusive"
+        out["evidence"] = (f"inside the run's noise: '{v.verdict}' holds in only {100 * held:.0f}% of "
+                           f"{len(draws)} resamples of the repeats ({v.evidence})")
+    return out
+
+
+def world_size(by_variant: dict[str, dict[str, Any]], params: Params) -> int | None:
+    """The ranks the rows ran on (a rank row records its group's size), else the params' world size;
+    None for a scenario without ranks."""
+    for row in by_variant.values():
+        if "ranks" in row:
+            return int(row["ranks"])
+    return int(params["world_size"]) if "world_size" in params else None
+
+
+def _resampled(by_variant: dict[str, dict[str, Any]], draws: int) -> list[dict[str, dict[str, Any]]] | None:
+    """draws copies of the rows, each clock's median replaced by a hierarchical bootstrap draw; None
+    where the rows keep no samples."""
+    meds: dict[tuple[str, str], np.ndarray] = {}
+    for name, row in by_variant.items():
+        t = row.get("timing") or {}
+        samples = t.get("samples") or {}
+        counts = [p["n"] for p in t.get("processes") or []] or None
+        for clock in CLOCKS:
+            if samples.get(clock) and t.get(clock):
+                procs = split(samples[clock], counts) if counts else [np.asarray(samples[clock])]
+                meds[(name, clock)] = hierarchical_medians(procs, resamples=draws, seed=len(meds))
+    if not meds:
+        return None
+    out = []
+    for i in range(draws):
+        rows = {}
+        for name, row in by_variant.items():
+            t = dict(row["timing"])
+            for clock in CLOCKS:
+                if (name, clock) in meds:
+                    t[clock] = dict(t[clock], median=float(meds[(name, clock)][i]))
+            rows[name] = dict(row, timing=t)
+        out.append(rows)
+    return out
+
+
+def cross_check(scn: Scenario, params: Params, samples: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """Where timed outputs were checked against each framework's own baseline (the reference being
+    too costly at this size), compare the baselines' output samples across frameworks:
+    samples = [(framework, {output: strided sample})]."""
+    if len(samples) < 2:
+        return None
+    (fa, a), problems = samples[0], []
+    for fb, b in samples[1:]:
+        for key, va in a.items():
+            m = compare_key(scn, params, key, b.get(key, np.array([])), va, widen=2.0, variant=scn.baseline.name)
+            if m is not None:
+                problems.append(f"{fa} vs {fb}: {m.describe()}")
+    return {"frameworks": [f for f, _ in samples], "status": "agree" if not problems else "disagree",
+            "elements": int(sum(np.asarray(v).size for v in a.values())), "problems": problems}

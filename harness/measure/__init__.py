@@ -1,0 +1,1 @@
+"""How a call is timed and what the machine is: timing, noise, calibration, traces, counted metrics."""

@@ -1,0 +1,320 @@
+"""Timing on one clock for all three frameworks.
+
+Each repeat records two host wall-clock times from the same start:
+  host_return  when the call handed control back to Python (what async dispatch makes small);
+  device_done  when the device had finished the call's work (after a full synchronize).
+Where the framework has device events (Backend.event_timer, on a GPU), events recorded on the current stream
+around the call give a third, device-side time; they bracket the current stream only.
+
+The first call is timed apart (a tracing framework compiles there; the others initialize cuBLAS and friends),
+then warm-up calls, then repeats until the median is sure enough or a time cap is hit (TimingConfig).
+A named measurement marks its warm-up (the first call included) and its repeats as two ranges in the
+profilers' timelines (Backend.range: NVTX for Nsight Systems, the framework's own annotation), each
+pushed before its loop and popped after it: nothing is marked inside a timed call.
+A repeat (a sample) may be `calls` back-to-back calls between one `before` and one sync, as nccl-tests
+times its -n iterations: every clock of the sample is then divided by `calls` (per call), and the
+outputs checked are the last call's.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.backends.base import Backend, wall
+from harness.measure.metrics import collecting
+from harness.measure.noise import median_rel_halfwidth
+
+
+@dataclass(frozen=True)
+class Stats:
+    median: float
+    q1: float
+    q3: float
+    mean: float
+    min: float
+    max: float
+    n: int
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr / self.median if self.median > 0 else float("inf")
+
+    @classmethod
+    def of(cls, samples: list[float] | np.ndarray) -> "Stats":
+        a = np.asarray(samples, dtype=np.float64)
+        if a.size == 0:
+            raise ValueError("no samples")
+        q1, med, q3 = np.percentile(a, [25, 50, 75])
+        return cls(float(med), float(q1), float(q3), float(a.mean()), float(a.min()), float(a.max()), int(a.size))
+
+    def to_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["iqr"] = self.iqr
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Stats":
+        return cls(**{k: d[k] for k in ("median", "q1", "q3", "mean", "min", "max", "n")})
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """When one process stops repeating (nvbench's rule: a noise target, a minimum time, a time cap):
+      "noise"        min_repeats done, the timed device_done sum has reached min_time_s, and the
+                     median's relative uncertainty (half its 95% interval) is at most max_noise;
+      "time_cap"     min_repeats done and the loop, untimed work included (poisoning, checks), has run
+                     max_wall_s;
+      "max_repeats"  max_repeats done.
+    Warm-up: `warmup` calls after the first, and more until warmup_s has passed (clocks ramp up and
+    caches fill over time, not over a count). A row is timed in several processes (harness/workers/rounds.py; a rank
+    row in as many groups of rank processes, one a round),
+    each with this whole budget: the presets are per process."""
+
+    warmup: int = 2  # calls after the first, untimed
+    min_repeats: int = 10
+    max_repeats: int = 200
+    min_time_s: float = 1.0  # total device_done time to accumulate before stopping on noise
+    max_wall_s: float = float("inf")  # the whole repeat loop, untimed work included
+    warmup_s: float = 0.0
+    max_noise: float = math.inf  # relative half-width of the median's interval; inf: min_time_s alone decides
+    # One more repeat after the timed ones (and their checks), never a sample, under the framework's own
+    # profiler: its trace goes beside the result (harness/measure/profiling.py; compare --profile).
+    profile: bool = False
+    # Per variant, the most repeats a process runs, decided from the row's earlier processes (harness/workers/rounds.py
+    # plan: Kalibera and Jones' repeats where the variance is); a variant not named keeps max_repeats.
+    plan: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
+                or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0
+                or any(n < 1 for _, n in self.plan)):
+            raise ValueError(f"bad timing config {self}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TimingConfig":
+        """The inverse of dataclasses.asdict (a request carries it so: harness/workers/protocol.py)."""
+        return cls(**(d | {"plan": tuple((str(v), int(n)) for v, n in d.get("plan", ()))}))
+
+    def for_variant(self, name: str) -> "TimingConfig":
+        """This config with the plan's repeats for one variant (at most max_repeats) and no plan."""
+        n = dict(self.plan).get(name)
+        if n is None:
+            return replace(self, plan=()) if self.plan else self
+        n = min(n, self.max_repeats)
+        return replace(self, min_repeats=min(self.min_repeats, n), max_repeats=n, plan=())
+
+    def stop(self, n: int, done_total: float, loop_s: float, noise: Callable[[], float]) -> str | None:
+        """Why the loop stops after n repeats, or None to go on (noise() is asked only when it matters)."""
+        if n >= self.max_repeats:
+            return "max_repeats"
+        if n < self.min_repeats:
+            return None
+        if loop_s >= self.max_wall_s:
+            return "time_cap"
+        if done_total >= self.min_time_s and (math.isinf(self.max_noise) or noise() <= self.max_noise):
+            return "noise"
+        return None
+
+
+PRESETS: dict[str, TimingConfig] = {
+    "smoke": TimingConfig(warmup=1, min_repeats=5, max_repeats=20, min_time_s=0.02, max_wall_s=0.5, max_noise=0.05),
+    # Sized for a shared GPU lease: a full run of every scenario, two processes (or rounds) a row, in
+    # under ten minutes (docs/gpu_runs.md). 200 repeats, not 60: a row of tens of microseconds stops there
+    # long before 0.1 s of device time, and its median's interval narrows as 1/sqrt(n). max_wall_s bounds
+    # variants whose untimed per-run work (poisoning 256 MiB, bit-exact checks) dwarfs the timed part:
+    # those stop at min_repeats. The noise rule needs 5 repeats; a 1% median takes ~25 of a row spread by 10%.
+    "full": TimingConfig(warmup=1, min_repeats=3, max_repeats=200, min_time_s=0.1, max_wall_s=0.75, warmup_s=0.05,
+                         max_noise=0.01),
+}
+
+
+def preset(size: str) -> TimingConfig:
+    """The timing config of a size preset (full for sizes without their own)."""
+    return PRESETS.get(size, PRESETS["full"])
+
+
+# selfcheck compares clocks within 3%: long warm-up (GPU clocks ramp), many repeats, one process.
+SELFCHECK = TimingConfig(warmup=2, min_repeats=20, max_repeats=1000, min_time_s=1.0, warmup_s=0.5)
+
+
+@dataclass
+class Measurement:
+    first_call_s: float
+    host_return: Stats
+    device_done: Stats
+    device_events: Stats | None
+    metrics: dict[str, float] = field(default_factory=dict)  # medians of what the impl emitted
+    checked_repeats: int = 0
+    wrong_repeats: int = 0
+    worst: str = ""  # the first wrong repeat's description
+    # Every repeat's seconds per clock, in order: what a regression run's confidence interval needs.
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    stopped: str = ""  # TimingConfig.stop's reason
+    noise: float = float("inf")  # device_done median's relative half-width when it stopped
+    # Where measure()'s wall time went: timed_s inside the timed repeats (every call, start to synchronized
+    # end), loop_s the whole of measure() (first call, warm-up, poisoning, checks), check_s the checks alone.
+    timed_s: float = 0.0
+    loop_s: float = 0.0
+    check_s: float = 0.0
+    repeats_s: float = 0.0  # the repeat loop alone (what one more repeat costs: repeats_s / n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first_call_s": self.first_call_s,
+            "host_return": self.host_return.to_dict(),
+            "device_done": self.device_done.to_dict(),
+            "device_events": self.device_events.to_dict() if self.device_events else None,
+            "metrics": self.metrics,
+            "checked_repeats": self.checked_repeats,
+            "wrong_repeats": self.wrong_repeats,
+            "worst": self.worst,
+            "samples": self.samples,
+            "stopped": self.stopped,
+            "noise": self.noise if math.isfinite(self.noise) else None,
+            "timed_s": self.timed_s,
+            "loop_s": self.loop_s,
+            "check_s": self.check_s,
+            "repeats_s": self.repeats_s,
+        }
+
+
+Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
+
+
+def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], None] | None,
+                timer: Any, calls: int = 1) -> Repeat:
+    """One repeat of `calls` back-to-back calls: (host_return, device_done, device events or None) per
+    call, the last call's outputs, emitted metrics. Earlier calls' outputs are dropped unsynchronized, as
+    nccl-tests' iterations are."""
+    if before is not None:
+        before()
+    backend.synchronize()
+    with collecting() as emitted:
+        if timer is not None:
+            timer.start()
+        t0 = wall()
+        for _ in range(calls):
+            out = call()
+        t1 = wall()
+        if timer is not None:
+            timer.stop()
+        backend.synchronize(out)
+        t2 = wall()
+    ev = timer.elapsed_s() / calls if timer is not None else None
+    return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted)
+
+
+def measure(
+    call: Callable[[], Any],
+    backend: Backend,
+    cfg: TimingConfig,
+    *,
+    before: Callable[[], None] | None = None,
+    check: Callable[[Any], str | None] | None = None,
+    check_every: bool = False,
+    agree: Callable[[str | None], str | None] | None = None,
+    calls: int = 1,
+    name: str = "",
+) -> Measurement:
+    """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
+
+    ``before`` runs untimed before every call (poisoning preallocated outputs, refreshing state).
+    ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
+    first timed repeat and the last, or on every repeat with ``check_every`` (hazard variants).
+    ``agree(stop)`` turns this process's stopping answer into the group's (ranks: rank 0's, so that
+    every rank runs the same warm-up calls and repeats; harness/backends/dist.py), after each timed
+    warm-up call and each repeat, outside the loop's clock.
+    ``calls``: back-to-back calls per warm-up and timed repeat (the first call is one call, timed apart);
+    every clock of a repeat is per call.
+    ``name``: the row's name; its warm-up and its repeats become the ranges "<name> warm-up" and
+    "<name> repeats" (unnamed: no range).
+    """
+    if calls < 1:
+        raise ValueError(f"calls per repeat must be at least 1, not {calls}")
+    t_measure = wall()
+    with _range(backend, name, "warm-up"):
+        _, first, _, out, _ = _timed_call(call, backend, before, None)
+        del out
+        t_warm = wall()
+        for _ in range(cfg.warmup):
+            _timed_call(call, backend, before, None, calls)
+        while True:  # warm-up by time: each rank's clock would give each rank its own count
+            more = wall() - t_warm < cfg.warmup_s
+            if agree is not None:
+                more = agree(None if more else "noise") is None
+            if not more:
+                break
+            _timed_call(call, backend, before, None, calls)
+    with _range(backend, name, "repeats"):
+        m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    m.loop_s = wall() - t_measure
+    return m
+
+
+def _range(backend: Backend, name: str, part: str) -> Any:
+    return backend.range(f"{name} {part}") if name else contextlib.nullcontext()
+
+
+def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
+            check: Callable[[Any], str | None] | None, check_every: bool, first: float,
+            agree: Callable[[str | None], str | None] | None, calls: int = 1) -> Measurement:
+    timer = backend.event_timer()
+    host: list[float] = []
+    done: list[float] = []
+    events: list[float] = []
+    metrics: dict[str, list[float]] = {}
+    checked = wrong = 0
+    worst = ""
+    t_loop = wall()
+    t_agree = 0.0
+    done_total = 0.0  # the device_done time spent, every call of every repeat, kept as it grows
+    check_s = 0.0
+    while True:
+        h, d, ev, out, emitted = _timed_call(call, backend, before, timer, calls)
+        host.append(h)
+        done.append(d)
+        done_total += d * calls
+        if ev is not None:
+            events.append(ev)
+        for k, v in emitted.items():
+            metrics.setdefault(k, []).append(v)
+        stopped = cfg.stop(len(done), done_total, wall() - t_loop - t_agree, lambda: median_rel_halfwidth(done))
+        if agree is not None:
+            t0 = wall()
+            stopped = agree(stopped)
+            t_agree += wall() - t0  # the group's broadcast is not the variant's loop time
+        if check is not None and (check_every or len(done) == 1 or stopped):
+            checked += 1
+            t0 = wall()
+            problem = check(out)
+            check_s += wall() - t0
+            if problem is not None:
+                wrong += 1
+                worst = worst or problem
+        del out
+        if stopped:
+            break
+    return Measurement(
+        first_call_s=first,
+        host_return=Stats.of(host),
+        device_done=Stats.of(done),
+        device_events=Stats.of(events) if events else None,
+        metrics={k: float(np.median(v)) for k, v in metrics.items()},
+        checked_repeats=checked,
+        wrong_repeats=wrong,
+        worst=worst,
+        samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
+        stopped=stopped,
+        noise=median_rel_halfwidth(done),
+        timed_s=done_total,
+        check_s=check_s,
+        repeats_s=wall() - t_loop - t_agree,
+    )

@@ -1,0 +1,267 @@
+"""What regress must know about the two runs' machines before it compares rows: whether they can be
+compared at all, what differs (the header's notes), and how much faster or slower the host was.
+
+Host speed: each worker process of a run measured a tiny op per framework and a fixed Python loop
+(harness/measure/calibrate.py). The candidate's host factor is the geometric mean, over those measures, of
+the candidate's median over the baseline's. The calibration's own noise is its spread between the
+processes of one run (the larger of the two runs'), and never less than HOST_FLOOR. Where the factor
+is outside that noise the machines differ: the header says by how much, and host-bound rows are
+judged on their ratio divided by the factor (a host 30% slower makes a launch-bound row 30% slower
+without any change of code).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+HOST_FLOOR = 0.10  # below this the two hosts count as one (the default regress threshold)
+
+
+class RegressError(ValueError):
+    """The two files cannot be compared at all; str(self) is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    factor: float  # candidate time / baseline time for the same host work
+    noise: float  # the calibration's own relative noise
+    measures: int  # how many calibration measures both runs share
+
+    @property
+    def differs(self) -> bool:
+        return abs(math.log(self.factor)) > math.log1p(self.noise)
+
+    def describe(self) -> str:
+        return (f"the candidate's host is {100 * abs(self.factor - 1):.0f}% {'slower' if self.factor > 1 else 'faster'} "
+                f"(tiny ops and a Python loop, {self.measures} measures; their own noise ±{100 * self.noise:.0f}%): "
+                "host-bound rows are judged against that difference")
+
+
+def _calibration(doc: dict[str, Any]) -> dict[str, list[float]]:
+    """{measure: its value in every process}, e.g. {"torch tiny_op_s": [9e-6, 9.2e-6], ...}."""
+    out: dict[str, list[float]] = {}
+    for fw, procs in ((doc["environment"].get("machine") or {}).get("calibration") or {}).items():
+        for p in procs:
+            for k, v in p.items():
+                if isinstance(v, (int, float)) and v > 0:
+                    out.setdefault(f"{fw} {k}", []).append(float(v))
+    return out
+
+
+def host_speed(base: dict[str, Any], cand: dict[str, Any]) -> HostSpeed | None:
+    """None where either run has no calibration (files written before it was measured)."""
+    cb, cc = _calibration(base), _calibration(cand)
+    shared = sorted(set(cb) & set(cc))
+    if not shared:
+        return None
+    logs = [math.log(np.median(cc[k]) / np.median(cb[k])) for k in shared]
+    spread = [max(v) / min(v) - 1 for c in (cb, cc) for k in shared for v in [c[k]] if len(v) > 1]
+    return HostSpeed(math.exp(float(np.mean(logs))), max([HOST_FLOOR, *spread]), len(shared))
+
+
+def host_during(doc: dict[str, Any]) -> list[float]:
+    """The host's Python-loop seconds measured by every process just before each point it timed
+    (timing.processes[].host_loop_s; older files have none)."""
+    return [float(p["host_loop_s"]) for scn in doc["scenarios"].values() for r in scn["rows"]
+            for p in ((r.get("timing") or {}).get("processes") or []) if p.get("host_loop_s")]
+
+
+def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> str | None:
+    """A header note where the two runs' hosts ran the loop differently: rows that the host paces
+    (pageable copies, launch-bound loops) can then move without a change of code. Said, not acted on:
+    which rows the host paces is not known row by row.
+
+    The H200's host runs Python at two speeds, in spells of tens of milliseconds
+    (docs/probes/host_speed.md): where the loop's times of both runs together span two speeds (their
+    10th and 90th percentiles further apart than the threshold), the note gives the two speeds and the
+    share of measurements at the slower one in each run, which is what moves a host-paced row's median;
+    otherwise it compares the runs' medians."""
+    hb, hc = host_during(base), host_during(cand)
+    if not hb or not hc:
+        return None
+    fast, slow = (float(x) for x in np.quantile(hb + hc, [0.1, 0.9], method="nearest"))
+    if slow / fast > 1 + threshold:
+        split = math.sqrt(fast * slow)
+        sb, sc = (float(np.mean(np.asarray(v) > split)) for v in (hb, hc))
+        if abs(sc - sb) < 0.1:
+            return None
+        return (f"the host's speed during the runs differs: it ran a fixed Python loop at two speeds, about "
+                f"{1e3 * fast:.1f} and {1e3 * slow:.1f} ms, at the slower in {100 * sb:.0f}% of the measurements in "
+                f"the baseline and {100 * sc:.0f}% in the candidate (every process, before every point): rows "
+                f"that the host paces can move by up to {100 * (slow / fast - 1):.0f}% without a change of code")
+    mb, mc = float(np.median(hb)), float(np.median(hc))
+    if abs(math.log(mc / mb)) <= math.log1p(threshold):
+        return None
+
+    def ms(v: list[float]) -> str:
+        return f"{1e3 * float(np.median(v)):.1f} ms [{1e3 * min(v):.1f}-{1e3 * max(v):.1f}]"
+
+    return (f"the host's speed during the runs differs: a fixed Python loop took {ms(hb)} in the baseline and "
+            f"{ms(hc)} in the candidate (median [range] over every process and point): rows that the host "
+            f"paces can move by {100 * abs(mc / mb - 1):.0f}% without a change of code")
+
+
+def host_bound(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """(scenario, point, variant) whose time is the host's: every row of a run without a GPU; on a GPU,
+    where device events saw the device busy for less than half the call (a framework without device
+    events follows the rows of the same variant that have them)."""
+    out = set()
+    on_gpu = bool(doc["environment"].get("gpu"))
+    for name, scn in doc["scenarios"].items():
+        for r in scn["rows"]:
+            t = r.get("timing") or {}
+            ev, done = t.get("device_events"), t.get("device_done")
+            if not on_gpu or (ev and done and ev["median"] < 0.5 * done["median"]):
+                out.add((name, str(r.get("point", 0)), r["variant"]))
+    return out
+
+
+def fw_version(info: dict[str, Any]) -> str | None:
+    """'2.11.0+cu130 · CUDA 13.0' for an available framework, None for one that did not run."""
+    if not info.get("available"):
+        return None
+    env = info.get("env", {})
+    parts = [str(env.get("version", "?"))]
+    if env.get("jaxlib") and env.get("jaxlib") != env.get("version"):
+        parts.append(f"jaxlib {env['jaxlib']}")
+    if env.get("cuda_runtime"):
+        parts.append(f"CUDA {env['cuda_runtime']}")
+    return " · ".join(parts)
+
+
+def describe(doc: dict[str, Any]) -> str:
+    gpu = doc["environment"].get("gpu") or "no GPU"
+    return f"{doc['created']} · {gpu} · {doc['size']} · seed {doc.get('seed', '?')}"
+
+
+def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: bool
+                  ) -> tuple[list[str], dict[str, str]]:
+    """(header notes, {framework: why its rows are not comparable})."""
+    eb, ec = base["environment"], cand["environment"]
+    gb, gc = eb.get("gpu"), ec.get("gpu")
+    if gb != gc:
+        raise RegressError(f"nothing comparable: the baseline ran on {gb or 'no GPU (CPU)'}, "
+                           f"the candidate on {gc or 'no GPU (CPU)'}")
+    notes, excluded = [], {}
+    hb, hc = eb.get("host", {}), ec.get("host", {})
+    if hb.get("code") != hc.get("code") and (hb.get("code") or hc.get("code")):
+        notes.append(f"triptych code {hb.get('code') or 'unknown'} → {hc.get('code') or 'unknown'}")
+    for key, what in (("driver", "driver"), ("python", "Python"), ("numpy", "numpy")):
+        if hb.get(key) != hc.get(key):
+            notes.append(f"{what} {hb.get(key, '?')} → {hc.get(key, '?')} (compared anyway)")
+    for key, what in (("cpu_model", "CPU"), ("cpus", "CPU count"), ("kernel", "kernel"),
+                      ("transparent_hugepages", "transparent huge pages")):  # older files lack it
+        if key in hb and key in hc and hb[key] != hc[key]:
+            notes.append(f"{what} {hb[key]} → {hc[key]} (compared anyway)")
+    if base["size"] != cand["size"]:
+        notes.append(f"size preset {base['size']} → {cand['size']} (only points with the same params compare)")
+    if base.get("seed") != cand.get("seed"):
+        notes.append(f"seed {base.get('seed')} → {cand.get('seed')}: different inputs, numbers not judged")
+    fb, fc = eb.get("gpu_memory_fraction"), ec.get("gpu_memory_fraction")
+    if fb != fc and fb is not None and fc is not None:
+        notes.append(f"GPU memory fraction {fb} → {fc} (compared anyway)")
+    fws_b, fws_c = eb.get("frameworks", {}), ec.get("frameworks", {})
+    for fw in sorted(set(fws_b) & set(fws_c)):
+        vb, vc = fw_version(fws_b[fw]), fw_version(fws_c[fw])
+        if vb and vc and vb != vc:
+            if across_versions:
+                notes.append(f"{fw} {vb} → {vc} (compared across the change)")
+            else:
+                notes.append(f"{fw} {vb} → {vc}: its rows are not compared (--allow-version-change compares them)")
+                excluded[fw] = f"{fw} {vb} → {vc}"
+    return notes, excluded
+
+
+# -- a row's sensitivity to the host, measured ------------------------------------------------------
+
+SENSITIVITY_MIN_SPREAD = 0.05  # the host loop must have varied this much within a run to fit a slope
+SENSITIVITY_MIN_DF = 3  # residual degrees of freedom of the fit: fewer cannot show a row to be insensitive
+
+
+@dataclass(frozen=True)
+class HostEffect:
+    """What the host's speed can do to one row between the two runs.
+
+    base_ms, cand_ms: the host loop's median over the row's processes in each run (timing.processes[]
+    .host_loop_s, measured just before the point was timed in that process).
+    fast_ms, slow_ms: the two speeds the host ran at during the runs (every process and point of both),
+    where it ran at two: a process can time its row at either whatever the loop read just before it
+    (the H200's host switches in spells of tens of milliseconds, docs/probes/host_speed.md); else None.
+    slope: the row's elasticity to the host, d log(time) / d log(host loop), fitted within each run
+    (a run's own intercept: a change of code between the runs is not read as host sensitivity) over
+    the row's processes; hi its upper 95% bound. None where it cannot be measured (too few processes,
+    or a host loop that hardly varied within the runs): the row is then taken to follow the host fully."""
+
+    base_ms: float
+    cand_ms: float
+    slope: float | None
+    hi: float | None
+    fast_ms: float | None = None
+    slow_ms: float | None = None
+
+    def explainable(self, slower: bool) -> float:
+        """The largest factor (candidate / baseline) in the change's direction that the host can put
+        on this row: the row's own host change, or the host's two speeds where it ran at two."""
+        own = self.cand_ms / self.base_ms
+        swing = self.slow_ms / self.fast_ms if self.fast_ms and self.slow_ms else 1.0
+        factor = max(own, swing, 1.0) if slower else min(own, 1 / swing, 1.0)
+        return factor ** (1.0 if self.hi is None else min(max(self.hi, 0.0), 1.5))
+
+    def describe(self) -> str:
+        sens = ("its sensitivity to the host not measurable" if self.slope is None
+                else f"sensitivity {self.slope:.2f} (up to {self.hi:.2f})")
+        two = (f"; the host ran at {self.fast_ms:.1f} and {self.slow_ms:.1f} ms during the runs"
+               if self.fast_ms and self.slow_ms else "")
+        return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms{two}; {sens})"
+
+
+def two_speeds(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> tuple[float, float] | None:
+    """(fast, slow) host loop seconds where a run's host itself ran at speeds further apart than the
+    threshold (its loop times' 10th and 90th percentiles), the two runs' together; else None (a host
+    steady within each run explains only the change of its speed between them)."""
+    hb, hc = host_during(base), host_during(cand)
+    if not hb or not hc:
+        return None
+    spread = [np.quantile(h, [0.1, 0.9], method="nearest") for h in (hb, hc)]
+    if not any(slow / fast > 1 + threshold for fast, slow in spread):
+        return None
+    fast, slow = (float(x) for x in np.quantile(hb + hc, [0.1, 0.9], method="nearest"))
+    return fast, slow
+
+
+def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[float, float]],
+                speeds: tuple[float, float] | None = None) -> HostEffect | None:
+    """From each run's (host loop seconds, process median) pairs; None where a run has no host loop."""
+    if not base_procs or not cand_procs:
+        return None
+    hb = float(np.median([h for h, _ in base_procs]))
+    hc = float(np.median([h for h, _ in cand_procs]))
+    slope = hi = None
+    groups = [np.log(np.asarray(g, dtype=np.float64)) for g in (base_procs, cand_procs) if len(g) >= 2]
+    n = sum(len(g) for g in groups)
+    df = n - len(groups) - 1
+    within = max((float(np.ptp(g[:, 0])) for g in groups), default=0.0)
+    # a slope fitted on host loops that moved less within a run than between the runs says nothing of
+    # the change between them (a few % of jitter fits a slope near 0): then the row follows the host
+    if (df >= SENSITIVITY_MIN_DF and within > math.log1p(SENSITIVITY_MIN_SPREAD)
+            and within >= abs(math.log(hc / hb)) - 1e-9):
+        from scipy import stats
+
+        from harness.measure.noise import loglog_fit
+
+        slope, se, _, _ = loglog_fit([g for g in (base_procs, cand_procs) if len(g) >= 2])
+        hi = slope + float(stats.t.ppf(0.975, df)) * se
+    fast, slow = speeds if speeds else (None, None)
+    return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow)
+
+
+def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:
+    """(host loop s, process median) for every process of a row that recorded its host loop."""
+    procs = (row.get("timing") or {}).get("processes") or []
+    if medians is None or len(medians) != len(procs):
+        return []
+    return [(float(p["host_loop_s"]), m) for p, m in zip(procs, medians)
+            if isinstance(p.get("host_loop_s"), (int, float)) and 0 < p["host_loop_s"] < math.inf and 0 < m < math.inf]

@@ -1,0 +1,471 @@
+"""`python -m harness regress`: is a candidate run slower, faster or less accurate than a baseline?
+
+Rows are matched by scenario, point (label and params, the seed aside), framework and variant; only
+rows present in both files, run in both, and comparable are judged. Per row:
+
+timing    r = candidate median / baseline median on one clock (device_done by default), with a
+          confidence interval that counts the noise between processes: the hull of a percentile
+          bootstrap of the ratio of pooled medians, each run resampled on its own and hierarchically
+          (its worker processes with replacement, then each chosen process's repeats), and Student's
+          t interval on the two runs' log process medians, which the bootstrap underrates with as
+          few processes as a run has (harness/measure/noise.py).
+          Files written before rows were timed in several processes keep one process's repeats:
+          their interval counts only the noise within one process (method "repeats", said in the
+          header). For files without samples, a normal interval on log r from each median's standard
+          error, estimated from its IQR: SE(median) ~ 1.253 sigma / sqrt(n), sigma ~ IQR / 1.349.
+          Where both files recorded the host loop beside each process (timing.processes[].host_loop_s),
+          a change that the host can explain is unknown, never a regression or an improvement: the
+          interval divided by the largest factor the host can put on the row in the change's
+          direction (the row's processes' loop change, or the host's two speeds where it ran at two
+          within a run, raised to the row's sensitivity: fitted from its processes, else 1;
+          harness/regress/env.py HostEffect) no longer shows the change. Older files: where the two
+          hosts' calibrations differ beyond their noise, host-bound rows are judged on r / host factor.
+            regression   the whole interval lies above 1 + threshold
+            improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
+            noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
+                         the repeats cannot resolve a change of that size
+            unchanged    otherwise
+            unknown      the host's change explains it: "host speed changed (X ms → Y ms; ...)"
+numbers   the worst relative error of the timed outputs against the reference (check.max_rel_err),
+          judged only where both runs drew the same inputs (same params and seed): "worse" when the
+          candidate's error is over NUM_FACTOR times the baseline's and over NUM_FLOOR of the dtype's
+          rtol (for bit-exact outputs: any error where there was none). A row whose timed outputs
+          became wrong is worse whatever the numbers. Hazard variants are not judged on numbers.
+status    a row that ran in the baseline and failed in the candidate (error, oom, timeout, crashed)
+          is a regression; the other way round an improvement.
+
+An interleaved run (harness/run/interleave.py) is judged by judge_pairs below: same, different or
+unknown per row, from the paired processes of one run.
+
+Comparability: runs on different GPUs (or a GPU and a CPU) share nothing to compare. A framework
+whose version (or CUDA runtime) differs is left out unless across_versions is set: then its rows
+are compared and the change is named in the header. Other differences (driver, Python, numpy,
+size preset, seed) are named in the header and do not stop the comparison.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from harness.measure.noise import ratio_interval, split
+from harness.regress.env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
+                                  host_procs, host_speed, two_speeds)
+
+CLOCKS = ("device_done", "host_return", "device_events")
+RAN = ("ok", "wrong")
+FAILED = ("error", "oom", "timeout", "crashed")
+NUM_FACTOR = 2.0
+NUM_FLOOR = 0.01
+RESAMPLES = 4000
+
+@dataclass
+class Row:
+    scenario: str
+    label: str
+    framework: str
+    variant: str
+    hazard: bool = False
+    verdict: str = "unchanged"  # regression | improvement | noisy | unchanged | unknown (the host's change explains it)
+    base_s: float | None = None
+    cand_s: float | None = None
+    ratio: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    method: str = ""  # processes (hierarchical bootstrap) | repeats (one process in a file) | iqr
+    timing: str = ""  # the timing verdict alone
+    base_err: float | None = None
+    cand_err: float | None = None
+    numbers: str = ""  # worse | better | same | "" (not judged)
+    status: str = ""  # "ok → oom: why" when the status changed
+    why: list[str] = field(default_factory=list)  # what made the verdict: time, numbers, outputs, status
+    host: str = ""  # where the verdict is unknown: "host speed changed (X ms → Y ms; its sensitivity)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Regress:
+    baseline: str
+    candidate: str
+    clock: str
+    threshold: float
+    confidence: float
+    notes: list[str]  # differences between the runs' environments
+    rows: list[Row]
+    not_comparable: list[tuple[str, str]]  # (what, why)
+    host: HostSpeed | None = None
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == "regression"]
+
+    def counts(self) -> dict[str, int]:
+        out = {k: 0 for k in ("regression", "improvement", "noisy", "unchanged", "unknown")}
+        for r in self.rows:
+            out[r.verdict] += 1
+        return out
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def ratio_ci_iqr(base: dict[str, Any], cand: dict[str, Any], confidence: float) -> tuple[float, float, float]:
+    """(median ratio, lo, hi) from the summary stats alone: log-normal interval from each median's
+    standard error, estimated from its IQR; infinitely wide with fewer than 2 repeats."""
+    r = cand["median"] / base["median"]
+    if base["n"] < 2 or cand["n"] < 2:
+        return r, 0.0, math.inf
+
+    def rel_se(st: dict[str, Any]) -> float:
+        return 1.2533 * ((st["q3"] - st["q1"]) / 1.349) / math.sqrt(st["n"]) / st["median"]
+
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    half = z * math.hypot(rel_se(base), rel_se(cand))
+    if not half < 700:  # an IQR hundreds of times its median: exp(half) overflows, the interval is unbounded
+        return r, 0.0, math.inf
+    return r, r * math.exp(-half), r * math.exp(half)
+
+
+def judge_timing(lo: float, hi: float, threshold: float) -> str:
+    if lo > 1 + threshold:
+        return "regression"
+    if hi < 1 / (1 + threshold):
+        return "improvement"
+    if lo <= 0 or hi / lo > 1 + threshold:
+        return "noisy"
+    return "unchanged"
+
+
+def judge_numbers(base_err: float, cand_err: float, rtol: float | None) -> str:
+    floor = NUM_FLOOR * rtol if rtol else 0.0
+    if cand_err > NUM_FACTOR * base_err and cand_err > floor:
+        return "worse"
+    if base_err > NUM_FACTOR * cand_err and base_err > floor:
+        return "better"
+    return "same"
+
+
+# -- rows -----------------------------------------------------------------------------------------
+
+
+def _key(scn: dict[str, Any], row: dict[str, Any]) -> tuple[str, str, str, str]:
+    points = scn.get("points") or [{}]
+    params = dict(points[row.get("point", 0)] if row.get("point", 0) < len(points) else {})
+    label = str(params.pop("label", row.get("label", "")) or "")
+    params.pop("seed", None)
+    return (label, json.dumps(params, sort_keys=True), row["framework"], row["variant"])
+
+
+def _params(scn: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    points = scn.get("points") or [{}]
+    return points[row.get("point", 0)] if row.get("point", 0) < len(points) else {}
+
+
+def _rtol(scenario: str, params: dict[str, Any]) -> float | None:
+    try:
+        from scenarios import get
+
+        return get(scenario).tolerance.for_dtype(str(params.get("dtype", "float32")))[0]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list[np.ndarray] | None]:
+    """(the clock's stats, its repeats split by process: one array for files of one process)."""
+    t = row.get("timing") or {}
+    st = t.get(clock)
+    samples = (t.get("samples") or {}).get(clock)
+    if not samples:
+        return st, None
+    counts = [p["n"] for p in t.get("processes") or []]
+    return st, split(samples, counts) if counts else [np.asarray(samples, dtype=np.float64)]
+
+
+def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
+                clock: str, threshold: float, confidence: float, host: float | None = None,
+                speeds: tuple[float, float] | None = None) -> Row | str:
+    """The judged row, or why this pair is not comparable."""
+    sb, sc = rb["status"], rc["status"]
+    label = _key(scn_b, rb)[0]
+    row = Row(scenario, label, rb["framework"], rb["variant"], bool(rb.get("hazard")))
+    if sb == "skipped" or sc == "skipped":
+        which = "both" if sb == sc else ("the baseline" if sb == "skipped" else "the candidate")
+        return f"skipped in {which}: {(rb if sb == 'skipped' else rc).get('reason', '')}"
+    if sb in FAILED and sc in FAILED:
+        return f"failed in both ({sb}, {sc}): {rc.get('reason', '')}"
+    if sb in FAILED or sc in FAILED:
+        row.status = f"{sb} → {sc}: {(rc if sc in FAILED else rb).get('reason', '')}"
+        row.verdict = "regression" if sc in FAILED else "improvement"
+        row.why.append("status")
+        return row
+    # Both ran: timing, then numbers.
+    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds)
+    if problem:
+        return problem
+    _judge_numbers(row, scenario, scn_b, rb, scn_c, rc)
+    if row.timing == "regression" or row.numbers == "worse":
+        row.verdict = "regression"
+    elif row.timing == "improvement" or row.numbers == "better":
+        row.verdict = "improvement"
+    elif row.timing == "unknown":
+        row.verdict = "unknown"
+    elif row.timing == "noisy":
+        row.verdict = "noisy"
+    return row
+
+
+def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
+                host: float | None, speeds: tuple[float, float] | None = None) -> str | None:
+    """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
+    runs recorded the host loop beside each process, a change that the host can explain (regress/env.py
+    HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
+    unknown; in older files, host-bound rows are judged against host, the calibration's factor."""
+    (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
+    if stb is None or stc is None:
+        return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
+    if stb["median"] <= 0 or stc["median"] <= 0:
+        return f"a zero {clock} median"
+    if xb is not None and xc is not None:
+        row.ratio, row.lo, row.hi = ratio_interval(xb, xc, confidence, RESAMPLES)
+        row.method = "processes" if len(xb) > 1 and len(xc) > 1 else "repeats"
+    else:
+        row.ratio, row.lo, row.hi = ratio_ci_iqr(stb, stc, confidence)
+        row.method = "iqr"
+    row.base_s, row.cand_s = stb["median"], stc["median"]
+    eff = None
+    if xb is not None and xc is not None:
+        eff = host_effect(host_procs(rb, [float(np.median(p)) for p in xb]),
+                          host_procs(rc, [float(np.median(p)) for p in xc]), speeds)
+    if eff is not None:
+        host = None  # the row's own processes say what the host did to it: not the start-up calibration
+    lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
+    row.timing = judge_timing(lo, hi, threshold)
+    if host:
+        row.why.append("host")
+    if eff is not None and row.timing in ("regression", "improvement"):
+        # the most the host's change between the runs can have moved this row, in the change's direction
+        e = eff.explainable(row.timing == "regression")
+        if judge_timing(lo / e, hi / e, threshold) != row.timing:
+            row.timing, row.host = "unknown", eff.describe()
+            row.why.append("host")
+    if row.timing in ("regression", "improvement"):
+        row.why.append("time")
+    return None
+
+
+def _judge_numbers(row: Row, scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any],
+                   rc: dict[str, Any]) -> None:
+    sb, sc = rb["status"], rc["status"]
+    if sb != sc:  # ok <-> wrong: the timed outputs' check changed
+        row.numbers = "worse" if sc == "wrong" else "better"
+        row.status = f"{sb} → {sc}" + (f": {rc.get('check', {}).get('worst', '')}" if sc == "wrong" else "")
+        row.why.append("outputs")
+    elif not row.hazard:
+        cb, cc = rb.get("check") or {}, rc.get("check") or {}
+        eb, ec = cb.get("max_rel_err"), cc.get("max_rel_err")
+        pb, pc = _params(scn_b, rb), _params(scn_c, rc)
+        if eb is not None and ec is not None and pb == pc and cb.get("against") == cc.get("against"):
+            row.base_err, row.cand_err = eb, ec
+            row.numbers = judge_numbers(eb, ec, _rtol(scenario, pb))
+            if row.numbers != "same":
+                row.why.append("numbers")
+
+
+@dataclass
+class _Context:
+    clock: str
+    threshold: float
+    confidence: float
+    frameworks: list[str] | None
+    variants: list[str] | None
+    excluded: dict[str, str]
+    host: HostSpeed | None
+    host_bound: set[tuple[str, str, str]]
+    speeds: tuple[float, float] | None = None
+
+
+def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
+            clock: str = "device_done", threshold: float = 0.10, confidence: float = 0.95,
+            scenarios: list[str] | None = None, frameworks: list[str] | None = None,
+            variants: list[str] | None = None, across_versions: bool = False) -> Regress:
+    """Compare two validated result documents; RegressError when nothing at all is comparable."""
+    if clock not in CLOCKS:
+        raise RegressError(f"unknown clock {clock!r}")
+    notes, excluded = _environments(base, cand, across_versions)
+    host = host_speed(base, cand)
+    if host is not None and host.differs:
+        notes.append(host.describe())
+    during = describe_host_during(base, cand, threshold)
+    if during:
+        notes.append(during)
+    for which, d in (("baseline", base), ("candidate", cand)):
+        if _one_process(d):
+            notes.append(f"the {which} keeps one process's repeats per row (written before rows were timed in "
+                         "several processes): its intervals count only the noise within one process")
+    ctx = _Context(clock, threshold, confidence, frameworks, variants, excluded, host,
+                   host_bound(base) | host_bound(cand), two_speeds(base, cand, threshold))
+    rows: list[Row] = []
+    nc: list[tuple[str, str]] = []
+    for name, scn_b in base["scenarios"].items():
+        if scenarios is not None and name not in scenarios:
+            continue
+        scn_c = cand["scenarios"].get(name)
+        if scn_c is None:
+            nc.append((name, "not in the candidate"))
+            continue
+        _scenario_rows(name, scn_b, scn_c, ctx, rows, nc)
+    for name in cand["scenarios"]:
+        if name not in base["scenarios"] and (scenarios is None or name in scenarios):
+            nc.append((name, "not in the baseline"))
+    if not rows:
+        first = "; ".join(f"{w}: {y}" for w, y in nc[:2]) or "no timed rows"
+        raise RegressError(f"nothing comparable between {base_name} and {cand_name} ({first})")
+    return Regress(base_name, cand_name, clock, threshold, confidence, notes, rows, nc, host)
+
+
+def _one_process(doc: dict[str, Any]) -> bool:
+    return any((r.get("timing") or {}).get("samples") and not r["timing"].get("processes")
+               for scn in doc["scenarios"].values() for r in scn["rows"])
+
+
+def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx: _Context, rows: list[Row],
+                   nc: list[tuple[str, str]]) -> None:
+    """Judge one scenario's rows present in both runs; list the rest as not comparable."""
+    wanted = (lambda r: (ctx.frameworks is None or r["framework"] in ctx.frameworks)
+              and (ctx.variants is None or r["variant"] in ctx.variants))
+    keep = [r for r in scn_b["rows"] if wanted(r)]
+    if not keep and not scn_b["rows"]:
+        nc.append((name, "no timing rows in the baseline"))
+    by_key_c = {_key(scn_c, r): r for r in scn_c["rows"]}
+    seen = set()
+    for rb in keep:
+        k = _key(scn_b, rb)
+        seen.add(k)
+        what = "/".join(filter(None, (name, k[0], rb["framework"], rb["variant"])))
+        if rb["framework"] in ctx.excluded:
+            nc.append((what, ctx.excluded[rb["framework"]]))
+            continue
+        rc = by_key_c.get(k)
+        if rc is None:
+            nc.append((what, "not in the candidate (or at other params)"))
+            continue
+        bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
+        factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
+        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds)
+        if isinstance(got, str):
+            nc.append((what, got))
+        else:
+            rows.append(got)
+    for k, rc in by_key_c.items():
+        if k not in seen and wanted(rc):
+            nc.append(("/".join(filter(None, (name, k[0], rc["framework"], rc["variant"]))), "not in the baseline"))
+
+
+# -- paired verdicts (an interleaved run: harness/run/interleave.py) ------------------------------------
+
+FDR = 0.05  # the share of false "different" rows tolerated among a run's rows (Benjamini-Hochberg)
+
+
+@dataclass
+class Paired:
+    """One row of an interleaved run: baseline and candidate process medians, pair by pair."""
+
+    scenario: str
+    label: str
+    framework: str
+    variant: str
+    base: list[float]  # process medians, pair order
+    cand: list[float]
+    point: int = 0
+    verdict: str = "unknown"  # same | different | unknown
+    ratio: float | None = None  # geometric mean over pairs of candidate / baseline
+    lo: float | None = None
+    hi: float | None = None
+    p: float = 1.0  # the paired t test's, on the pairs' log ratios
+    q: float = 1.0  # Benjamini-Hochberg adjusted over the run's rows
+    status: str = ""  # "ok → error: why" where a side failed
+    why: str = ""  # what made an unknown or a different verdict
+
+    @property
+    def pairs(self) -> int:
+        return min(len(self.base), len(self.cand))
+
+    @property
+    def slower(self) -> bool:
+        if self.verdict != "different":
+            return False
+        if self.status:
+            return "candidate" in self.why
+        return (self.ratio or 1.0) > 1
+
+
+def paired_test(base: list[float], cand: list[float], confidence: float) -> tuple[float, float, float, float]:
+    """(ratio, lo, hi, p): the geometric mean of the pairs' ratios, its Student-t interval and the
+    two-sided paired t test's p on the log ratios.
+
+    Why a t test and not a rank test (Wilcoxon signed-rank, a sign-flip permutation): with n pairs a
+    rank test's smallest two-sided p is 2 / 2^n (0.03 at 6 pairs), which Benjamini-Hochberg across a
+    run's ~100 rows can never pass (it needs p <= FDR / rows for a lone change); the t test's p is
+    continuous. The log makes a host's multiplicative effect additive, and a process's figure is the
+    median of its repeats, so that one stall inside a process does not reach the test."""
+    x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
+    n = len(x)
+    ratio = float(np.exp(np.mean(x))) if n else math.nan
+    if n < 2:
+        return ratio, 0.0, math.inf, 1.0
+    from scipy import stats
+
+    sd = float(np.std(x, ddof=1))
+    if sd == 0.0:
+        return ratio, ratio, ratio, (1.0 if np.mean(x) == 0 else 0.0)
+    se = sd / math.sqrt(n)
+    t = float(np.mean(x)) / se
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half), float(2 * stats.t.sf(abs(t), n - 1))
+
+
+def bh_adjust(ps: list[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p values (a row is different at FDR q where its adjusted p <= q)."""
+    m = len(ps)
+    if not m:
+        return []
+    ps = [p if math.isfinite(p) else 1.0 for p in ps]  # a row without a p (a median of 0) decides nothing
+    order = np.argsort(ps)
+    adj = np.minimum.accumulate((np.asarray(ps)[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(adj, 1.0)
+    return out.tolist()
+
+
+def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: float = FDR) -> None:
+    """Every row's verdict, the false discoveries controlled across all the run's rows.
+
+    different  the paired test passes Benjamini-Hochberg at fdr and the ratio is beyond the effect
+               floor (1 + threshold, or its inverse: asv's 1.1 at the default 10%)
+    same       the ratio's interval lies within the floor both ways: a change as large as the floor
+               is unlikely (Pinpoint's SAME; the equivalence half of a TOST)
+    unknown    neither: more pairs may decide it
+    A row that ran on one side and failed on the other is different whatever its times."""
+    timed = [r for r in rows if not r.status]
+    for r in timed:
+        r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
+    for r, q in zip(timed, bh_adjust([r.p for r in timed])):
+        r.q = q
+        floor = math.log1p(threshold)
+        if q <= fdr and abs(math.log(r.ratio)) >= floor:
+            r.verdict, r.why = "different", ""
+        elif r.lo > 0 and r.hi < math.inf and abs(math.log(r.lo)) < floor and abs(math.log(r.hi)) < floor:
+            r.verdict, r.why = "same", ""
+        elif q <= fdr:
+            r.verdict, r.why = "unknown", "changed, but its interval reaches the effect floor"
+        else:
+            r.verdict, r.why = "unknown", f"not significant (BH q = {q:.2g}) and its interval reaches the floor"
+    for r in rows:
+        if r.status:
+            r.verdict = "different"

@@ -1,0 +1,374 @@
+"""The report a person reads after `compare`: report.md and a self-contained report.html.
+
+`python -m harness report RESULT.json [--out DIR]` (and `compare`, at its end) renders one result
+file. Per scenario: the concept, a chart of variants x frameworks (bars: device-done median with its
+IQR; diamonds: host-return; dashes: the physical floor; a sweep gets one panel per variant over its
+points), a table with host-return against device-done and % of the floor, the timeline picture where
+the run recorded one, the claim verdicts with their numbers, the checks, and the environment.
+
+This module builds the document (blocks, see harness/report/render.py) and its images in memory;
+charts are harness/report/charts.py; the files are written by the one atomic writer
+(harness/results/files.py) only after everything rendered. A bad input writes nothing. The timeline PNG
+drawn by `compare` next to the result is embedded in report.html and referenced by report.md where
+it lies: it is not copied under a second name.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.backends import in_prose
+from harness.results.files import check_writable, write_files
+from harness.report.labels import gpu_label, pct_of_floor
+from harness.report.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
+                            summary_status, timed)
+from harness.report.charts import chart_png, ordered_sweep, point_label, variants_of
+from harness.report.measuring import blocks as measuring_blocks
+from harness.report.render import Block, machine_line, render_html, render_md, text_of
+
+VERDICT_MARK = {"confirmed": "✓", "refuted": "✗", "inconclusive": "?"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TIMELINE_MAX_BYTES = 64 << 20  # a timeline picture is a few hundred kB
+
+
+def default_out(result_path: Path) -> Path:
+    """The report's folder: next to the result file, named after its stem."""
+    return result_path.with_suffix("")
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+
+def fmt_value(key: str, v: Any) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith("_s"):
+        return fmt_s(float(v))
+    return fmt_num(v)
+
+
+# ---------------------------------------------------------------------------------------------- content
+
+def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
+    env = doc["environment"]
+    host = env.get("host", {})
+    driver = f", driver {host['driver']}" if host.get("driver") else ""
+    items = [f"GPU: **{env.get('gpu') or 'none (CPU only)'}**{driver}",
+             f"host: {host.get('platform', '—')}, {host.get('cpus', '—')} CPUs, python {host.get('python', '—')}, "
+             f"numpy {host.get('numpy', '—')}, hypothesis {host.get('hypothesis', '—')}",
+             f"size `{doc['size']}`, seed {doc.get('seed', '—')}, "
+             f"{doc.get('examples', '—')} equivalence examples per scenario, "
+             f"isolation `{doc.get('isolation', '—')}`",
+             f"run {doc['created']} → {doc.get('finished', '—')}; result file `{result_name}`; triptych code "
+             f"{'`' + host['code'] + '`' if host.get('code') else 'unknown (no .git where it ran)'}"]
+    if doc.get("command"):
+        items.append("command: `" + " ".join(map(str, doc["command"])) + "`")
+    items.append(machine_line(env.get("machine") or {}))
+    rows = []
+    for fw, info in env.get("frameworks", {}).items():
+        e = info.get("env", {})
+        extra = "; ".join(f"{k} {_flat(v)}" for k, v in e.items() if k not in ("version", "device", "float32_matmul"))
+        rows.append([f"**{fw}**", e.get("version", "—"), ("yes", "ok") if info.get("available") else ("no", "bad"),
+                     e.get("device") or info.get("why", ""), e.get("float32_matmul", "—"), extra or "—"])
+    return [("h", 2, "Environment", "environment"), ("ul", items),
+            ("table", ["framework", "version", "available", "device / why", "float32 matmul", "more"], rows)]
+
+
+def _flat(v: Any) -> str:
+    """A nested value of the environment as text a reader can scan, not a Python dict."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {_flat(x)}" for k, x in v.items()) or "—"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(_flat, v)) or "—"
+    return "—" if v is None else str(v)
+
+
+def _summary_blocks(doc: dict[str, Any]) -> list[Block]:
+    rows = []
+    for name, scn in doc["scenarios"].items():
+        eq = scn.get("equivalence") or {}
+        counts = {k: sum(c["verdict"] == k for c in scn.get("claims", [])) for k in VERDICT_MARK}
+        problems = [r for r in scn["rows"] if r["status"] in ("wrong", "error", "timeout", "crashed", "oom")]
+        rows.append([f"[{name}](#{name})", scn.get("title", ""),
+                     (eq.get("status", "not run"), {"passed": "ok", "failed": "bad"}.get(eq.get("status"), "")),
+                     (f"{counts['confirmed']} ✓ · {counts['refuted']} ✗ · {counts['inconclusive']} ?", ""),
+                     (f"{len(problems)} rows" if problems else "—", "bad" if problems else "")])
+    for nr in doc.get("not_run", []):
+        rows.append([nr["scenario"], nr["why"], ("not run", "bad"), ("—", ""), ("—", "")])
+    _, problems = summary_status(doc)
+    paras = [("p", f"{head}: " + "; ".join(f"`{p}`" for p in problems if p.kind == kind) + ".")
+             for kind, head in (("failed", "**Checks that failed**"), ("incomplete", "**Not run**"),
+                                ("refuted", "**Claims the numbers refuted** (findings, not failed checks)"))
+             if any(p.kind == kind for p in problems)]
+    if not problems:
+        paras = [("p", "Every check passed, and no claim was refuted.")]
+    elif not any(p.kind in ("failed", "incomplete") for p in problems):
+        paras.insert(0, ("p", "No check failed; the numbers refuted some claims."))
+    return [("h", 2, "Summary", "summary"), *paras,
+            ("table", ["scenario", "concept", "equivalence", "claims ✓ confirmed · ✗ refuted · ? inconclusive",
+                       "failed rows"], rows)]
+
+
+def _timing_table(scn: dict[str, Any], fws: list[str]) -> Block:
+    points = points_of(scn)
+    headers = (["point"] if len(points) > 1 else []) + [
+        "variant", "framework", "status", "device-done median [q1–q3]", "spread", "host-return",
+        "host-return / device-done",
+        "device events", "% of floor", "host syncs", "first call", "checked", "metrics"]
+    rows: list[list[Any]] = []
+    for i in range(len(points)):
+        for v in variants_of(scn):
+            for fw in fws:
+                r = find_row(scn, fw, v["name"], i)
+                if r is None:
+                    continue
+                lead = ([point_label(scn, i)] if len(points) > 1 else []) + [
+                    f"`{v['name']}`" + (" (hazard)" if v.get("hazard") else ""), fw]
+                if not timed(r):  # one cell across the rest of the row
+                    rows.append(lead + [(f"{r['status']}: {r.get('reason', '')}", "muted" if r["status"] == "skipped"
+                                         else "bad", len(headers) - len(lead))])
+                    continue
+                t = r["timing"]
+                dd, hr, ev = t["device_done"], t["host_return"], t.get("device_events")
+                sp = spread(dd)
+                chk = r.get("check") or {}
+                if v.get("hazard"):
+                    checked = (f"wrong {chk.get('wrong', 0)}/{chk.get('checked', 0)} runs", "hazard")
+                elif r["status"] == "wrong":
+                    checked = (f"WRONG: {chk.get('worst', '')}", "bad")
+                else:
+                    checked = f"{chk.get('checked', 0)} runs vs {chk.get('against', '—')}" if chk else "—"
+                metrics = "; ".join(f"{k} {fmt_num(val)}" for k, val in sorted(t.get("metrics", {}).items()))
+                rows.append(lead + [
+                    (r["status"], "ok" if r["status"] == "ok" else "bad"),
+                    f"**{fmt_s(dd['median'])}** [{fmt_s(dd['q1'])}–{fmt_s(dd['q3'])}]",
+                    (f"±{100 * sp:.0f}%" + (" !" if sp > HIGH_SPREAD else ""), "warn" if sp > HIGH_SPREAD else ""),
+                    fmt_s(hr["median"]),
+                    f"{hr['median'] / dd['median']:.3f}" if dd["median"] else "—",
+                    fmt_s(ev["median"]) if ev else "—",
+                    fmt_pct(pct_of_floor(r)) if pct_of_floor(r) is not None else "—",
+                    str(r["host_syncs"]) if r.get("host_syncs") is not None else "—",
+                    fmt_s(t.get("first_call_s")),
+                    checked,
+                    metrics or "—",
+                ])
+    return _drop_empty_columns(("table", headers, rows), keep=len(headers) - 10)
+
+
+def _drop_empty_columns(table: Block, keep: int) -> Block:
+    """Columns after the first `keep` that hold nothing anywhere are left out."""
+    _, headers, rows = table
+    timed_rows = [r for r in rows if len(r) == len(headers)]  # rows with a spanning cell hold nothing further on
+    cols = [j for j in range(len(headers)) if j < keep or any(text_of(r[j]) not in ("", "—") for r in timed_rows)]
+    out = []
+    for r in rows:
+        if len(r) == len(headers):
+            out.append([r[j] for j in cols])
+        else:
+            text, cls, _ = r[-1]
+            out.append(r[:-1] + [(text, cls, len(cols) - len(r) + 1)])
+    return ("table", [headers[j] for j in cols], out)
+
+
+def _claims_table(scn: dict[str, Any], fws: list[str]) -> Block | None:
+    claims = scn.get("claims") or []
+    if not claims:
+        return None
+    sweep = len(scn.get("points") or [{}]) > 1
+    keys: list[tuple[str, int]] = []
+    for c in claims:
+        k = (c["claim"], c.get("point", 0))
+        if k not in keys:
+            keys.append(k)
+    in_use = [fw for fw in fws if any(c["framework"] == fw for c in claims)]
+    rows = []
+    for cid, point in keys:
+        cs = [c for c in claims if c["claim"] == cid and c.get("point", 0) == point]
+        row: list[Any] = [cs[0]["text"] + (f" — at {point_label(scn, point)}" if sweep else "")]
+        for fw in in_use:
+            c = next((c for c in cs if c["framework"] == fw), None)
+            if c is None:
+                row.append(("not judged", "muted"))
+                continue
+            numbers = ", ".join(f"{k} {fmt_value(k, v)}" for k, v in (c.get("numbers") or {}).items())
+            cls = {"confirmed": "ok", "refuted": "bad"}.get(c["verdict"], "warn")
+            row.append((f"**{VERDICT_MARK.get(c['verdict'], '')} {c['verdict']}** — {c['evidence']}"
+                        + (f" ({numbers})" if numbers else ""), cls))
+        rows.append(row)
+    return ("table", ["claim"] + in_use, rows)
+
+
+def _checks_blocks(scn: dict[str, Any]) -> list[Block]:
+    items = []
+    eq = scn.get("equivalence")
+    if eq:
+        items.append(f"equivalence under hypothesis: **{eq['status']}** ({eq['examples']} examples; "
+                     f"{', '.join(eq.get('frameworks', [])) or 'no framework'})"
+                     + (f": {eq['message']}" if eq.get("status") == "failed" and eq.get("message") else ""))
+    for xc in scn.get("cross_framework", []):
+        at = f" at {xc['label']}" if xc.get("label") else ""
+        items.append(f"full-size outputs across frameworks{at}: **{xc['status']}** ({', '.join(xc['frameworks'])}; "
+                     f"{xc['elements']} sampled elements)" + "".join(f"; {p}" for p in xc.get("problems", [])))
+    hazards = [r for r in scn["rows"] if r.get("hazard") and timed(r)]
+    for r in hazards:
+        chk = r.get("check") or {}
+        at = f" at {r['label']}" if r.get("label") else ""
+        items.append(f"hazard `{r['variant']}` in {r['framework']}{at}: wrong in {chk.get('wrong', 0)} of "
+                     f"{chk.get('checked', 0)} timed runs" + (f" (first: {chk['worst']})" if chk.get("worst") else ""))
+    return [("h", 3, "Checks", None), ("ul", items)] if items else []
+
+
+def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]:
+    """(the PNG's bytes, a note) for the scenario's timeline picture; (None, "") when it has none."""
+    tl = scn.get("timelines")
+    if not isinstance(tl, dict) or not tl.get("png"):
+        return None, ""
+    from harness.results.files import read_regular
+    from harness.results.results import ResultError
+
+    path = result_dir / str(tl["png"])  # the schema allows no '..' and no absolute path in it
+    if not path.exists() and not path.is_symlink():
+        return None, f"timeline picture `{tl['png']}` could not be read next to the result (no such file)"
+    try:
+        if not path.resolve().is_relative_to(result_dir.resolve()):
+            raise ValueError("it leads outside the result's folder")
+        data = read_regular(path, TIMELINE_MAX_BYTES)
+    except (OSError, ValueError) as e:
+        raise ResultError(f"{path}: the timeline picture the result names is refused: "
+                          f"{getattr(e, 'strerror', None) or e}") from None
+    if not data.startswith(PNG_MAGIC):
+        return None, f"timeline picture `{tl['png']}` is not a PNG"
+    return data, ""
+
+
+def _profiles(scn: dict[str, Any], result_dir: Path, out: Path | None) -> list[Block]:
+    """Links to each row's trace of its profiled repeat (compare --profile), relative to the report. A
+    file is linked only where it is a regular file inside the result's folder; it is never opened."""
+    import os
+    import stat
+
+    items = []
+    for r in scn["rows"]:
+        prof = r.get("profile")
+        if not isinstance(prof, dict):
+            continue
+        at = f" [{r['label']}]" if r.get("label") else ""
+        links = []
+        for key in ("trace", "xplane"):
+            if not prof.get(key):
+                continue
+            path = result_dir / str(prof[key])  # the schema allows no '..' and no absolute path in it
+            try:
+                regular = stat.S_ISREG(os.lstat(path).st_mode) and path.resolve().is_relative_to(result_dir.resolve())
+            except OSError:
+                regular = False
+            href = os.path.relpath(path, out if out is not None else result_dir).replace(os.sep, "/")
+            links.append(f"[{path.name}]({href})" if regular else f"`{prof[key]}` (not found next to the result)")
+        what = ", ".join(links) or f"no trace: {prof.get('why') or 'none written'}"
+        tool = f" — {prof['tool']}" if prof.get("tool") else ""
+        items.append(f"`{r['framework']}/{r['variant']}`{at}: {what}{tool}")
+    if not items:
+        return []
+    return [("h", 3, "Profiles", None),
+            ("p", "One extra, untimed repeat of each row under the framework's own profiler (`compare --profile`); "
+                  "no figure above comes from it. In Nsight Systems the same rows are the NVTX ranges "
+                  "`scenario/framework/variant[point] warm-up`, `... repeats` and `... profiled`."),
+            ("ul", items)]
+
+
+def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, out: Path | None,
+             images: dict[str, bytes]) -> list[Block]:
+    """The chart, the timings table and the timeline of one scenario; their pictures go into images."""
+    blocks: list[Block] = []
+    png = chart_png(scn, fws)
+    if png is not None:
+        images[f"{name}.png"] = png
+        how = ("bars: device-done median, whiskers its IQR; ◇ host-return median (IQR); hatched: hazard"
+               if len(points_of(scn)) <= 1 else
+               ("lines: device-done median over the sweep, band its IQR; ◇ dotted: host-return median"
+                if ordered_sweep(points_of(scn)) else
+                "dots: device-done median at each point, whiskers its IQR; ◇ host-return median"))
+        blocks.append(("img", f"{name}.png", f"{name}: variants × frameworks",
+                       how + ("; dashes: the physical floor" if any(r.get("floor_s") for r in scn["rows"]) else "")
+                       + ". Log scale."))
+    if scn["rows"]:
+        blocks += [("h", 3, "Timings: host-return vs device-done", None), _timing_table(scn, fws)]
+        # What each metric meant when the run measured it: the result's own text, none in files older than it
+        mdoc = {k: v for k, v in (scn.get("metrics_doc") or {}).items()
+                if any(k in (r.get("timing") or {}).get("metrics", {}) for r in scn["rows"] if timed(r))}
+        if mdoc:
+            blocks.append(("ul", [f"`{k}`: {v}" for k, v in mdoc.items()]))
+        if scn.get("floor_why"):
+            blocks.append(("p", f"Floor: {scn['floor_why']}."))
+    else:
+        blocks.append(("p", "Not timed in this run."))
+    tl_png, tl_note = _timeline(scn, result_path.parent)
+    if tl_png is not None:
+        tl_path = result_path.parent / scn["timelines"]["png"]
+        tl_name = tl_path.name if out is not None and tl_path.parent.resolve() == out.resolve() \
+            else f"{name}.timeline.png"
+        images[tl_name] = tl_png
+        trace = (scn.get("timelines") or {}).get("trace")
+        blocks += [("h", 3, "Timeline", None),
+                   ("img", tl_name, f"{name}: timeline",
+                    "what host and device did over time, every framework" +
+                    (f"; the trace it was drawn from: `{trace}` (next to the result file)" if trace else ""))]
+    elif tl_note:
+        blocks += [("h", 3, "Timeline", None), ("p", tl_note)]
+    return blocks + _profiles(scn, result_path.parent, out)
+
+
+def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> dict[str, bytes]:
+    """Every file of the report, rendered in memory: {name: bytes}. A timeline picture already in
+    `out` is embedded and referenced, not written again."""
+    fws = frameworks_of(doc)
+    env = doc["environment"]
+    gpu = env.get("gpu") or "CPU only (no GPU)"
+    versions = ", ".join(f"{fw} {i['env'].get('version', '')}".strip() for fw, i in env.get("frameworks", {}).items()
+                         if i.get("available"))
+    images: dict[str, bytes] = {}
+    blocks: list[Block] = [
+        ("h", 1, f"triptych report — {gpu} · {doc['size']} · {doc['created']}", "top"),
+        ("p", f"Each scenario is one concept of the GPU host/device paradigm, written in {in_prose(display=True)}, "
+              "checked for equivalence and timed on one clock. **device-done**: from the call until the device "
+              "finished (a full synchronize); **host-return**: until the call handed control back to Python. "
+              "Medians over the repeats, spread = IQR / median (marked ! above "
+              f"{100 * HIGH_SPREAD:.0f}%)."),
+    ]
+    blocks += _summary_blocks(doc)
+    blocks += _environment_blocks(doc, result_path.name)
+    blocks += measuring_blocks(doc)
+    for n, (name, scn) in enumerate(doc["scenarios"].items(), 1):
+        blocks += [("h", 2, f"{n}. {name} — {scn.get('title', '')}", name), ("quote", scn.get("concept", ""))]
+        blocks.append(("p", f"Measured on {gpu} with {versions or 'no framework'}; size `{doc['size']}`, "
+                            f"seed {doc.get('seed', '—')}."))
+        vitems = [f"`{v['name']}`" + (" (hazard)" if v.get("hazard") else "") + gpu_label(v) + (f" — {v['doc']}" if v.get("doc") else "") for v in variants_of(scn)]
+        blocks += [("p", "Variants, baseline first:"), ("ul", vitems)]
+        points = scn.get("points") or []
+        if points:
+            keys = list(dict.fromkeys(k for p in points for k in p if k != "label"))  # in order, from every point
+            blocks.append(("table", (["point"] if len(points) > 1 else []) + keys,
+                           [([point_label(scn, i)] if len(points) > 1 else []) + [str(p.get(k, "")) for k in keys]
+                            for i, p in enumerate(points)]))
+        blocks += _figures(name, scn, fws, result_path, out, images)
+        claims = _claims_table(scn, fws)
+        if claims is not None:
+            blocks += [("h", 3, f"Claims, judged on {gpu}", None), claims]
+        blocks += _checks_blocks(scn)
+    md = render_md(blocks)
+    page = render_html(blocks, images, title=f"triptych report — {gpu} · {doc['size']} · {doc['created']}")
+    there = {n for n in images if out is not None and (out / n).is_file() and n.startswith("timeline_")}
+    return {"report.md": md.encode(), "report.html": page.encode(), **{n: b for n, b in images.items()
+                                                                        if n not in there}}
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+def make_report(result: str | Path, out: str | Path | None = None, doc: dict[str, Any] | None = None) -> Path:
+    """Render the report of a result file (loaded and validated, unless `compare` hands over the document
+    it just wrote) and write it; ResultError / OutputError (one line) on bad input, before any write."""
+    from harness.results.results import load
+
+    path = Path(result)
+    doc = load(path) if doc is None else doc
+    dest = Path(out) if out is not None else default_out(path)
+    check_writable(dest)
+    files = build(doc, path, dest)
+    return write_files(dest, files, last="report.html")[-1]

@@ -1,0 +1,77 @@
+"""How a run spent its time and how fast its host was: the timed share and the host's speed over time.
+
+A run's timing phase is worth what it measured: timing_phase holds its wall time against the seconds
+inside timed repeats (harness/workers/rounds.py phase), and host_speed every Python-loop measurement with its
+wall-clock time (harness/measure/calibrate.py host_series), since a shared cloud host changes speed within a
+run. Rows' host_sensitivity (harness/measure/noise.py) says which rows moved with it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from harness.report.render import Block
+
+BINS = 10
+
+
+def phase_line(doc: dict[str, Any]) -> str | None:
+    """One sentence on the run's timed share, or None for a result without one (older, or not timed)."""
+    p = doc.get("timing_phase")
+    if not isinstance(p, dict) or not p.get("wall_s"):
+        return None
+    parts = ", ".join(f"{what} {p[k]:.1f} s" for k, what in (("rows_s", "rows"), ("served_s", "worker requests"),
+                                                               ("requests_s", "round trips"))
+                      if isinstance(p.get(k), (int, float)))
+    return (f"timed share: {p['timed_s']:.1f} s inside timed repeats of the timing phase's {p['wall_s']:.1f} s "
+            f"({100 * p['timed_s'] / p['wall_s']:.0f}%)" + (f"; {parts}" if parts else ""))
+
+
+def host_speed_rows(doc: dict[str, Any], bins: int = BINS) -> list[list[str]]:
+    """The run's host loop in up to `bins` equal stretches of time: [from, to (s after the first
+    measurement), median ms, min ms, max ms, measurements]."""
+    series = [e for e in doc.get("host_speed") or [] if isinstance(e, dict)]
+    if not series:
+        return []
+    t0, t1 = series[0]["at"], series[-1]["at"]
+    width = max((t1 - t0) / bins, 1e-9)
+    groups: dict[int, list[float]] = {}
+    for e in series:
+        groups.setdefault(min(int((e["at"] - t0) / width), bins - 1), []).append(e["loop_s"] * 1e3)
+    rows = []
+    for i, ms in sorted(groups.items()):
+        ms.sort()
+        rows.append([f"{i * width:.0f}", f"{(i + 1) * width:.0f}", f"{ms[len(ms) // 2]:.2f}", f"{ms[0]:.2f}",
+                     f"{ms[-1]:.2f}", str(len(ms))])
+    return rows
+
+
+def host_speed_line(doc: dict[str, Any]) -> str | None:
+    rows = host_speed_rows(doc)
+    if not rows:
+        return None
+    return "host loop over the run (median ms per stretch of time): " + " · ".join(r[2] for r in rows)
+
+
+def blocks(doc: dict[str, Any]) -> list[Block]:
+    """The report's "Measuring" section: the timed share per scenario and the host's speed over time."""
+    line = phase_line(doc)
+    rows = host_speed_rows(doc)
+    if line is None and not rows:
+        return []
+    out: list[Block] = [("h", 2, "Measuring", "measuring")]
+    if line is not None:
+        out.append(("p", line[0].upper() + line[1:] + ": the rest is set-up, poisoning, checks, warm-up and "
+                         "messages between the runner and its workers."))
+        out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", "requests in the workers",
+                               "requests' round trips"],
+                    [[name, f"{p['wall_s']:.1f} s", f"{p['timed_s']:.1f} s",
+                      f"{100 * p['share']:.0f}%" if p.get("share") is not None else "—",
+                      *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—"
+                        for k in ("rows_s", "served_s", "requests_s"))]
+                     for name, scn in doc["scenarios"].items() if isinstance(p := scn.get("timing_phase"), dict)]))
+    if rows:
+        out.append(("p", "The host's speed over the run: the Python loop (harness/measure/calibrate.py) measured by every "
+                         "worker at start-up and before every point it timed. A slower host shows as a longer loop; "
+                         "rows whose `host_sensitivity` slope is near 1 move with it."))
+        out.append(("table", ["from s", "to s", "loop median ms", "min ms", "max ms", "measurements"], rows))
+    return out

@@ -1,0 +1,308 @@
+"""What a reader sees in the terminal after `compare`: one compact table per scenario.
+
+In the spirit of torch.utils.benchmark's Compare: rows are variants (per point of a sweep), columns
+are frameworks, one time unit per table, numbers trimmed to significant figures, and cells whose
+spread (IQR / median of device-done) is above 10% flagged `(! 12%)` with their row marked `!`. Each
+cell reads `device-done (host-return)`; indented rows under a variant carry % of the physical floor,
+host syncs, hazard wrong-run counts and the impl's metrics. Skipped or failed cells carry a footnote
+mark whose reason is printed under the table. The Markdown/HTML report is harness/report/html.py.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rich.markup import escape
+
+from harness.backends import FRAMEWORKS
+from harness.report.labels import pct_of_floor
+
+HIGH_SPREAD = 0.10  # IQR / median above this: the numbers are noisy
+MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
+UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds", "ns": "nanoseconds"}
+
+
+def fmt_s(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "—"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} µs"
+
+
+def fmt_num(x: Any) -> str:
+    """A metric or count: integers plainly, else three significant figures; "—" for what is not a number
+    (a result file writes NaN as null and infinities as strings)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return "—" if x is None else str(x)
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1e6:
+        return f"{x:.3g}"
+    if float(x).is_integer() or abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}"
+
+
+def fmt_pct(x: Any) -> str:
+    return f"{x:.0f}%" if isinstance(x, (int, float)) and math.isfinite(x) else "—"
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """x with `digits` significant figures and no exponent (Compare's trim_significant_figures)."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def pick_unit(seconds: list[float]) -> tuple[float, str]:
+    """The largest unit in which the smallest time is at least 1 (as Compare does)."""
+    positive = [s for s in seconds if s and s > 0 and math.isfinite(s)]
+    if not positive:
+        return 1e-3, "ms"
+    low = min(positive)
+    for scale, name in UNITS:
+        if low >= scale:
+            return scale, name
+    return UNITS[-1]
+
+
+def spread(stats: dict[str, Any] | None) -> float:
+    """IQR relative to the median; 0 where there is nothing to compare."""
+    if not stats or not stats.get("median"):
+        return 0.0
+    return stats["iqr"] / stats["median"]
+
+
+def timed(row: dict[str, Any] | None) -> bool:
+    return row is not None and row.get("status") in ("ok", "wrong") and isinstance(row.get("timing"), dict)
+
+
+def points_of(scn: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scenario's points, padded where a row names a point the list lacks (so that every row shows)."""
+    points = list(scn.get("points") or [{}])
+    last = max((r.get("point", 0) for r in scn.get("rows", []) if isinstance(r.get("point", 0), int)), default=0)
+    return points + [{} for _ in range(len(points), last + 1)]
+
+
+def find_row(scn: dict[str, Any], fw: str, variant: str, point: int) -> dict[str, Any] | None:
+    return next((r for r in scn["rows"] if r["framework"] == fw and r["variant"] == variant
+                 and r.get("point", 0) == point), None)
+
+
+def frameworks_of(doc: dict[str, Any]) -> list[str]:
+    fws = doc["environment"].get("frameworks", {})
+    seen = {r["framework"] for s in doc["scenarios"].values() for r in s["rows"]}
+    return [f for f in FRAMEWORKS if f in fws or f in seen]
+
+
+def make_console(stderr: bool = False) -> Any:
+    """A terminal keeps its width; a log file gets wide tables instead of rich's 80 columns."""
+    from rich.console import Console
+
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=160)
+
+
+class _Notes:
+    """Footnotes under a table: one mark per distinct reason."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def mark(self, text: str) -> str:
+        if text not in self.items:
+            self.items.append(text)
+        i = self.items.index(text)
+        return MARKS[i] if i < len(MARKS) else f"[{i + 1}]"
+
+
+def _cell(row: dict[str, Any] | None, scale: float, notes: _Notes) -> tuple[str, bool]:
+    """(the cell's text, whether its spread is high)."""
+    if row is None:
+        return "[dim]—[/dim]", False
+    status = row["status"]
+    if not timed(row):
+        mark = notes.mark(f"{row['framework']} {status}: {escape(str(row.get('reason', '')))}")
+        colour = "dim" if status == "skipped" else "red"
+        return f"[{colour}]{status}{mark}[/{colour}]", False
+    t = row["timing"]
+    dd, hr = t["device_done"], t["host_return"]
+    text = f"[bold]{sig(dd['median'] / scale)}[/bold] ({sig(hr['median'] / scale)})"
+    high = spread(dd) > HIGH_SPREAD
+    if high:
+        text += f" [yellow](! {100 * spread(dd):.0f}%)[/yellow]"
+    if status == "wrong":
+        worst = escape(row.get("check", {}).get("worst", ""))
+        text += f" [red]WRONG{notes.mark(row['framework'] + ' wrong: ' + worst)}[/red]"
+    return text, high
+
+
+def gbps(row: dict[str, Any]) -> float:
+    """Decimal GB/s: what crossed the host-device link (the impl's link_bytes) per second of device-done."""
+    link_bytes = row["timing"].get("metrics", {}).get("link_bytes")
+    dd = row["timing"]["device_done"]["median"]
+    return link_bytes / dd / 1e9 if link_bytes and dd > 0 else 0.0
+
+
+def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool) -> list[tuple[str, list[str]]]:
+    """The indented lines under a variant: floor, host syncs, wrong runs, metrics; only where some cell has one."""
+    ok = [r if timed(r) else None for r in rows]
+    out: list[tuple[str, list[str]]] = []
+    pcts = [pct_of_floor(r) for r in ok]
+    if any(p is not None for p in pcts):
+        out.append(("% of floor", [fmt_pct(p) if p is not None else "" for p in pcts]))
+    if any(r and r["timing"].get("metrics", {}).get("link_bytes") for r in ok):
+        out.append(("GB/s", [f"{gbps(r):.1f}" if r and gbps(r) else "" for r in ok]))
+    if any(r and r.get("host_syncs") is not None for r in ok):
+        out.append(("host syncs", [str(r["host_syncs"]) if r and r.get("host_syncs") is not None else "" for r in ok]))
+    if hazard:
+        out.append(("wrong runs", [f"[magenta]{r['check'].get('wrong', 0)}/{r['check'].get('checked', 0)}[/magenta]"
+                                   if r and r.get("check") else "" for r in ok]))
+    keys = sorted({k for r in ok if r for k in r["timing"].get("metrics", {})})
+    for k in keys:
+        out.append((k, [fmt_num(r["timing"]["metrics"][k]) if r and k in r["timing"].get("metrics", {}) else ""
+                        for r in ok]))
+    return out
+
+
+def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]:
+    """A rich Table for one scenario and the lines to print under it (legend, footnotes)."""
+    from rich import box
+    from rich.table import Table
+
+    points = points_of(scn)
+    notes = _Notes()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("variant", no_wrap=True)
+    for fw in fws:
+        table.add_column(fw, no_wrap=True)
+    units = []
+    for i, point in enumerate(points):
+        # One unit per table, or per point of a sweep (whose points may be orders of magnitude apart).
+        scale, unit = pick_unit([r["timing"]["device_done"]["median"] for r in scn["rows"]
+                                 if timed(r) and (len(points) == 1 or r.get("point", 0) == i)])
+        units.append(unit)
+        if len(points) > 1:
+            if i:
+                table.add_section()
+            table.add_row(f"[cyan]{escape(str(point.get('label') or f'point {i}'))}[/cyan] [dim]({unit})[/dim]",
+                          *[""] * len(fws))
+        for v in scn.get("variants", []):
+            rows = [find_row(scn, fw, v["name"], i) for fw in fws]
+            if all(r is None for r in rows):
+                continue
+            cells = [_cell(r, scale, notes) for r in rows]
+            label = v["name"] + (" [magenta](hazard)[/magenta]" if v.get("hazard") else "")
+            if any(high for _, high in cells):
+                label += " [yellow]![/yellow]"
+            table.add_row(("  " if len(points) > 1 else "") + label, *[c for c, _ in cells])
+            for what, vals in _extra_rows(rows, bool(v.get("hazard"))):
+                table.add_row(f"[dim]{'    ' if len(points) > 1 else '  '}· {what}[/dim]", *vals)
+    unit_text = (f"Times in {UNIT_NAMES[units[0]]} ({units[0]})" if len(set(units)) == 1
+                 else "Times in the unit by each point")
+    legend = (f"{unit_text}: [bold]device-done[/bold] (host-return), medians; "
+              f"(! n%) marks a spread (IQR/median) above {100 * HIGH_SPREAD:.0f}%.")
+    return table, [legend] + [f"{MARKS[i] if i < len(MARKS) else f'[{i + 1}]'} {t}" for i, t in enumerate(notes.items)]
+
+
+def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
+    console = console or make_console()
+    env = doc["environment"]
+    host = env.get("host", {})
+    console.print(f"[bold]triptych[/bold] · {doc['size']} · seed {doc.get('seed', '—')} · "
+                  f"{env.get('gpu') or 'no GPU'} · driver {host.get('driver', '—')} · python {host.get('python')}")
+    for fw, info in env.get("frameworks", {}).items():
+        version = info.get("env", {}).get("version", "")
+        state = f"{version} · {info['why']}" if info.get("available") else f"skipped: {info.get('why', '')}"
+        console.print(f"  {fw}: {state}", highlight=False)
+    fws = frameworks_of(doc)
+    for name, scn in doc["scenarios"].items():
+        console.print()
+        took = f" [dim]({scn['wall_s']:.1f} s)[/dim]" if isinstance(scn.get("wall_s"), (int, float)) else ""
+        console.print(f"[bold]{name}[/bold] — {escape(scn.get('title', ''))}" + ("" if scn["rows"] else " (not timed)")
+                      + took)
+        if scn["rows"]:
+            table, notes = scenario_table(scn, fws)
+            console.print(table)
+            for n in notes:
+                console.print(f"  [dim]{n}[/dim]", highlight=False)
+            if scn.get("floor_why"):
+                console.print(f"  [dim]floor: {escape(scn['floor_why'])}[/dim]", highlight=False)
+        eq = scn.get("equivalence")
+        if eq:
+            colour = {"passed": "green", "failed": "red"}.get(eq["status"], "yellow")
+            console.print(f"  equivalence: [{colour}]{eq['status']}[/{colour}] "
+                          f"({eq['examples']} examples; {', '.join(eq['frameworks']) or 'no framework'})")
+            if eq["status"] == "failed":
+                console.print(f"  {eq['message']}", highlight=False, markup=False)
+        for xc in scn.get("cross_framework", []):
+            at = f" at {xc['label']}" if xc.get("label") else ""
+            console.print(f"  full-size outputs across frameworks{at}: {xc['status']} "
+                          f"({', '.join(xc['frameworks'])}; {xc['elements']} sampled elements)")
+            for p in xc["problems"]:
+                console.print(f"    {p}", highlight=False, markup=False)
+        for c in scn.get("claims", []):
+            colour = {"confirmed": "green", "refuted": "red"}.get(c["verdict"], "yellow")
+            at = escape(f" [{c['label']}]") if c.get("label") else ""
+            console.print(f"  [{colour}]{c['verdict']:>12}[/{colour}] {c['framework']}{at}: {escape(c['text'])} — "
+                          f"{escape(c['evidence'])}", highlight=False)
+    for nr in doc.get("not_run", []):
+        console.print(f"\n[yellow]not run[/yellow] {nr['scenario']}: {escape(nr['why'])}", highlight=False)
+    from harness.report.measuring import host_speed_line, phase_line
+
+    for line in (phase_line(doc), host_speed_line(doc)):
+        if line is not None:
+            console.print(f"\n{line}", highlight=False, markup=False)
+
+
+FAILED_STATUSES = ("wrong", "error", "timeout", "crashed", "oom")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the summary names. kind "failed": a check failed (equivalence, a wrong output, a row or a
+    framework that failed, a full-size disagreement, nothing measured); "incomplete": a scenario the
+    budget or a stop left out; "refuted": a claim the numbers refuted (a finding, not a failed check)."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def problems_of(doc: dict[str, Any]) -> list[Problem]:
+    out = [Problem("failed", f"{fw}: {info.get('status')} at start-up ({info.get('why', '')})")
+           for fw, info in doc["environment"].get("frameworks", {}).items()
+           if not info.get("available") and info.get("status", "skipped") != "skipped"]
+    if not any(i.get("available") for i in doc["environment"].get("frameworks", {}).values()):
+        out.append(Problem("failed", "no framework started: nothing was measured"))
+    for name, scn in doc["scenarios"].items():
+        if (scn.get("equivalence") or {}).get("status") == "failed":
+            out.append(Problem("failed", f"{name}: equivalence failed"))
+        for r in scn["rows"]:
+            if r["status"] in FAILED_STATUSES:
+                at = f" [{r['label']}]" if r.get("label") else ""
+                out.append(Problem("failed", f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}"))
+        for xc in scn.get("cross_framework", []):
+            if xc["status"] == "disagree":
+                out.append(Problem("failed", f"{name}: frameworks disagree at full size {xc.get('label', '')}".rstrip()))
+        for c in scn.get("claims", []):
+            if c["verdict"] == "refuted":
+                at = f" [{c['label']}]" if c.get("label") else ""
+                out.append(Problem("refuted", f"{name}/{c['framework']}{at}: {c.get('claim') or c.get('text', '')}"))
+    out += [Problem("incomplete", f"{nr['scenario']}: not run ({nr['why']})") for nr in doc.get("not_run", [])]
+    return out
+
+
+def summary_status(doc: dict[str, Any]) -> tuple[bool, list[Problem]]:
+    """(no check failed and nothing left out, the problems): refuted claims are listed, yet a run whose
+    every check passed is still ok."""
+    problems = problems_of(doc)
+    return (not any(p.kind != "refuted" for p in problems), problems)

@@ -1,0 +1,277 @@
+"""The result document as typed records: a Result, its Environment, each ScenarioResult, a Row, its
+Check and Timing, and the Timing's list of Process entries (harness/results/schema/result.schema.json).
+
+Each record reads and writes itself (from_dict / to_dict) and keeps what it does not model: a key it
+has no field for stays in `extra`, and a record read from a file writes its keys back in the order it
+read them, with the nulls it had, so that to_dict(from_dict(d)) == d for every result ever written
+(tests/test_model.py checks every committed one). Why: one definition of what a result holds, which the
+worker builds, the runner merges and the loader reads, instead of string keys spelled in each of them.
+Statistics (median, quartiles), samples, metrics and the environment's per-framework facts stay plain
+mappings: their keys are data (clock names, metric names), not fields.
+
+Writing a record a run built: a field that is None is left out, except a field without a default
+(such as the seed or the GPU, written as null) and a field `_WITH` ties to another (a row's host_syncs
+is written, null or not, wherever its sync_method is: the census ran). A record read from a file
+writes its own keys, then any field set since.
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
+
+Json = dict[str, Any]
+
+
+class _Record:
+    """from_dict / to_dict by the dataclass's fields; `_NESTED` names the fields that hold records."""
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {}  # field: ("one" | "list" | "map", record class)
+    _WITH: ClassVar[dict[str, str]] = {}  # field written whenever the named field is not None
+    _FIELDS: ClassVar[tuple[str, ...]]
+    _ALWAYS: ClassVar[frozenset[str]]
+    extra: Json
+    _keys: tuple[str, ...] | None
+
+    @classmethod
+    def _layout(cls) -> None:
+        fs = [f for f in fields(cls) if f.name not in ("extra", "_keys")]  # type: ignore[arg-type]
+        cls._FIELDS = tuple(f.name for f in fs)
+        cls._ALWAYS = frozenset(f.name for f in fs if f.default is MISSING and f.default_factory is MISSING)
+
+    @classmethod
+    def from_dict(cls, d: Json) -> Any:
+        kw: dict[str, Any] = {}
+        extra: Json = {}
+        known = cls._FIELDS
+        nested = cls._NESTED
+        for k, v in d.items():
+            if k in nested and v is not None:
+                how, rec = nested[k]
+                if how == "one" and isinstance(v, dict):
+                    v = rec.from_dict(v)
+                elif how == "list" and isinstance(v, list):
+                    v = [rec.from_dict(x) if isinstance(x, dict) else x for x in v]
+                elif how == "map" and isinstance(v, dict):
+                    v = {n: rec.from_dict(x) if isinstance(x, dict) else x for n, x in v.items()}
+            if k in known:
+                kw[k] = v
+            else:
+                extra[k] = v
+        for k in cls._ALWAYS:
+            kw.setdefault(k, None)
+        return cls(**kw, extra=extra, _keys=tuple(d))  # type: ignore[call-arg]
+
+    def to_dict(self) -> Json:
+        """The record as the result file has it (plain JSON types; nested records as dicts)."""
+        out: Json = {}
+        nested = self._NESTED
+        get = self.__getattribute__
+        extra = self.extra
+        keys = self._keys
+        if keys is not None:  # read from a file: its keys, its order, its nulls
+            for k in keys:
+                if k in extra:
+                    out[k] = extra[k]
+                else:
+                    v = get(k)
+                    out[k] = _plain(v, nested[k][0]) if k in nested and v is not None else v
+        for k in self._FIELDS:
+            if keys is not None and k in keys:
+                continue
+            v = get(k)
+            if v is None and (keys is not None or k not in self._ALWAYS) and not (
+                    k in self._WITH and get(self._WITH[k]) is not None):
+                continue
+            out[k] = _plain(v, nested[k][0]) if k in nested and v is not None else v
+        for k, v in extra.items():
+            if k not in out:
+                out[k] = v
+        return out
+
+
+def _plain(v: Any, how: str) -> Any:
+    if how == "one":
+        return v.to_dict() if isinstance(v, _Record) else v
+    if how == "list":
+        return [x.to_dict() if isinstance(x, _Record) else x for x in v]
+    return {n: x.to_dict() if isinstance(x, _Record) else x for n, x in v.items()}
+
+
+def _extra() -> Any:
+    return field(default_factory=dict, repr=False)
+
+
+def _keys() -> Any:
+    return field(default=None, repr=False, compare=False)
+
+
+@dataclass(eq=False, kw_only=True)
+class Process(_Record):
+    """One worker process's (or rank group's) share of a row's repeats, in the order of the samples."""
+
+    n: int
+    stopped: str | None  # timing.py TimingConfig.stop's reason
+    noise: float | None  # its device_done median's relative half-width; null: undecidable
+    median: float | None  # of its device_done samples
+    first_call_s: float | None
+    host_loop_s: float | None = None  # the host's speed beside it (harness/measure/calibrate.py's Python loop)
+    host_loop_at: float | None = None  # when, wall-clock seconds
+    timed_s: float | None = None  # seconds inside its timed repeats
+    phase_s: float | None = None  # its whole wall time for the row
+    served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
+    request_s: float | None = None  # and its round trip, messages included
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class Timing(_Record):
+    """A row's timing. From one worker process (handlers.time_point): that process's stop reason and
+    noise (a number) and its per-process fields (host_loop_s, ...) at this level; once merged
+    (rounds.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
+
+    first_call_s: float | None = None
+    host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr
+    device_done: Json
+    device_events: Json | None  # null where the framework has no device events (CPU)
+    metrics: Json  # medians of what the impl emitted, and the output metrics
+    checked_repeats: int | None = None
+    wrong_repeats: int | None = None
+    worst: str | None = None  # the first wrong repeat's description
+    samples: dict[str, list[float]]  # every repeat's seconds per clock
+    stopped: str | None = None  # one process's stop reason (before merging)
+    noise: Any  # one process: a number or null; merged: {clock: relative half-width or null}
+    processes: list[Process] | None = None
+    timed_s: float | None = None
+    phase_s: float | None = None
+    loop_s: float | None = None
+    check_s: float | None = None
+    repeats_s: float | None = None
+    host_loop_s: float | None = None
+    host_loop_at: float | None = None
+    served_s: float | None = None
+    request_s: float | None = None
+    host_sensitivity: Json | None = None  # harness/measure/noise.py: slope, r, n
+    rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
+    slowest_rank: Json | None = None
+    slowest_rank_samples: dict[str, list[float]] | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"processes": ("list", Process)}
+
+
+@dataclass(eq=False, kw_only=True)
+class Check(_Record):
+    """What the timed outputs' checks found."""
+
+    checked: int
+    wrong: int
+    worst: str | None
+    max_rel_err: float | None  # of the checked repeats; null for a hazard or without a reference
+    against: str | None = None  # "reference", "baseline" or "none"
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class Row(_Record):
+    """One framework x variant x point: it ran (status ok or wrong, with timing and check) or why not."""
+
+    scenario: str | None
+    framework: str
+    variant: str
+    hazard: bool | None = None
+    setup_s: float | None = None
+    status: str  # harness/results/results.py STATUSES
+    reason: str | None = None  # why it did not run
+    timing: Timing | None = None
+    check: Check | None = None
+    host_syncs: int | None = None  # the untimed census run's host syncs; null: not countable here
+    sync_method: str | None = None
+    sync_why: str | None = None
+    wall_s: float | None = None
+    timeline: Json | None = None  # the traced run (harness/measure/timeline.py), before the report draws it
+    profile: Json | None = None  # compare --profile
+    ranks: int | None = None  # a rank row: its world size
+    rank_device_done_median: list[float] | None = None
+    point: int | None = None
+    label: str | None = None
+    floor_s: Any = None  # seconds, or "inf"
+    pct_of_floor: Any = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"timing": ("one", Timing), "check": ("one", Check)}
+    _WITH: ClassVar[dict[str, str]] = {"host_syncs": "sync_method"}
+
+    @property
+    def timed(self) -> bool:
+        return self.status in ("ok", "wrong") and self.timing is not None
+
+
+@dataclass(eq=False, kw_only=True)
+class ScenarioResult(_Record):
+    """One scenario of a run: what it is, its equivalence verdict, its points, rows, claims, cross-checks."""
+
+    title: str | None = None
+    concept: str | None = None
+    metrics_doc: dict[str, str] | None = None
+    variants: list[Json] | None = None
+    equivalence: Json | None = None
+    points: list[Json] | None = None  # each point's params, the run's seed among them
+    floor_why: str | None = None
+    claims: list[Json] | None = None
+    cross_framework: list[Json] | None = None
+    timelines: Json | None = None
+    timing_phase: Json | None = None
+    rows: list[Row]
+    wall_s: float | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"rows": ("list", Row)}
+
+
+@dataclass(eq=False, kw_only=True)
+class Environment(_Record):
+    """Where the run ran: the GPU (null on a CPU run), the host, each framework, the machine's ceilings
+    and calibration, the memory fraction in effect and the CPUs the processes were pinned to."""
+
+    gpu: str | None
+    host: Json
+    frameworks: dict[str, Json]
+    machine: Json
+    gpu_memory_fraction: Any = None  # a fraction, or why none is in effect
+    cpus: Json | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class Result(_Record):
+    """A `compare` run's result document."""
+
+    schema: str
+    created: str
+    finished: str | None = None
+    command: list[str] | None = None
+    size: str
+    seed: int | None
+    examples: int | None = None
+    isolation: str | None = None
+    environment: Environment
+    scenarios: dict[str, ScenarioResult]
+    complete: bool | None = None
+    not_run: list[Json] | None = None  # scenarios asked for but not run, with why
+    timing_phase: Json | None = None
+    host_speed: list[Json] | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"environment": ("one", Environment),
+                                                       "scenarios": ("map", ScenarioResult)}
+
+
+for _cls in (Process, Timing, Check, Row, ScenarioResult, Environment, Result):
+    _cls._layout()

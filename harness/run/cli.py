@@ -1,0 +1,48 @@
+"""`python -m harness {list,compare,report,docs,check,selfcheck,regress}`: one module per command.
+
+Bad input is answered with one line on stderr and exit status 2, before any work and without a
+traceback or a partial file. `compare` exits 1 when a check failed or nothing was measured (the
+result file is still written, since a failure is a finding), 0 when all is well. `regress` exits 1
+on any regression, 0 on none. A stop (Ctrl-C, SIGTERM) exits 130 / 143 and says what was kept.
+"""
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import threading
+
+from harness.run.parser import UsageError, build_parser, gpu_present
+
+__all__ = ["main", "UsageError", "gpu_present"]
+
+COMMANDS = {"list": "cmd_list", "compare": "cmd_compare", "report": "cmd_report", "docs": "cmd_docs",
+            "check": "cmd_check", "selfcheck": "cmd_selfcheck", "regress": "cmd_regress"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.run.stops import Stopped
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        if threading.current_thread() is threading.main_thread():  # a SIGTERM at any moment says what it stopped
+            signal.signal(signal.SIGTERM, _stop)
+        a = build_parser().parse_args(argv)
+        return importlib.import_module(f"harness.run.{COMMANDS[a.cmd]}").run(a, argv)
+    except UsageError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stopped) as e:
+        name = str(e) if isinstance(e, Stopped) else "SIGINT"
+        print(f"harness: stopped ({name}) before a result was written", file=sys.stderr)
+        return 128 + signal.Signals[name].value
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(signum: int, frame: object) -> None:
+    from harness.run.stops import Stopped
+
+    raise Stopped(signal.Signals(signum).name)

@@ -1,0 +1,229 @@
+"""`regress --baseline A.json [--candidate B.json]`: timing and numerical changes of B against A; without
+--candidate, a fresh run of A's scenarios, frameworks, size and seed is the candidate.
+`regress --baseline-tree DIR_OR_REF | --baseline-python PY [--candidate-tree ...] [--candidate-python ...]`:
+both sides timed in one run, process pair by process pair (harness/run/interleave.py)."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+from harness.backends import FRAMEWORKS
+from harness.run.parser import DEFAULT_OUT, UsageError, default, gpu_present
+
+
+class CandidateStopped(Exception):
+    """The fresh candidate run was stopped: what it measured is written, nothing is compared."""
+
+    def __init__(self, signal_name: str, path: Any) -> None:
+        super().__init__(signal_name)
+        self.signal_name, self.path = signal_name, path
+
+
+def _load(path: Any, option: str) -> dict[str, Any]:
+    from harness.results.results import ResultError, load
+
+    try:
+        return load(path)
+    except ResultError as e:
+        raise UsageError(f"{option} {e}") from None
+
+
+def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
+    from scenarios import ORDER, get
+
+    for name in a.scenarios or []:
+        if name not in base["scenarios"]:
+            raise UsageError(f"scenario {name!r} is not in the baseline (it has: {', '.join(base['scenarios'])})")
+    if a.variants is None:
+        return None
+    variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+    if not variants:
+        raise UsageError("no variant given")
+    names = [s for s in (a.scenarios or base["scenarios"]) if s in ORDER]
+    known = {v.name for s in names for v in get(s).variants}
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        raise UsageError(f"unknown variant {', '.join(map(repr, unknown))} (variants of {', '.join(names)}: "
+                         f"{', '.join(sorted(known))})")
+    return variants
+
+
+def run(a: argparse.Namespace, argv: list[str]) -> int:
+    from harness.regress.regress import RegressError, regress
+    from harness.regress.view import render
+    from harness.report.report import make_console
+
+    sides = [o for o in ("baseline_tree", "baseline_python", "candidate_tree", "candidate_python",
+                         "baseline_env", "candidate_env") if getattr(a, o)]
+    if sides:
+        return _interleaved(a, argv, ["--" + o.replace("_", "-") for o in sides])
+    if a.baseline is None:
+        raise UsageError("--baseline (a result file) or --baseline-tree / --baseline-python (an interleaved run) "
+                         "is required")
+    fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),
+                                 ("--gpu-memory-fraction", a.gpu_memory_fraction)) if v is not None]
+    if a.candidate is not None and fresh_only:
+        raise UsageError(f"{', '.join(fresh_only)} only apply to a fresh candidate run: drop them or --candidate")
+    base = _load(a.baseline, "--baseline")
+    cand = _load(a.candidate, "--candidate") if a.candidate is not None else None
+    variants = _variants(a, base)
+    if cand is None:
+        try:
+            cand, cand_name = _fresh_candidate(a, base, argv)
+        except CandidateStopped as e:
+            print(f"harness: stopped ({e.signal_name}) during the candidate run: nothing compared; what it "
+                  f"measured is kept in {e.path}", file=sys.stderr)
+            return 128 + signal.Signals[e.signal_name].value
+    else:
+        cand_name = str(a.candidate)
+    try:
+        res = regress(base, cand, base_name=str(a.baseline), cand_name=cand_name, clock=a.clock,
+                      threshold=a.threshold, confidence=a.confidence, scenarios=a.scenarios,
+                      frameworks=a.frameworks, variants=variants, across_versions=a.allow_version_change)
+    except RegressError as e:
+        raise UsageError(str(e)) from None
+    render(res, base, cand, make_console(), show_all=a.all)
+    return 1 if res.regressions else 0
+
+
+def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], str]:
+    """Time the baseline's scenarios and frameworks at its size and seed, now; write the result."""
+    from harness.run import stops
+    from harness.run.cmd_compare import start_checks
+    from harness.run.progress import make_ui
+    from harness.results.results import claim_name, release_folder, write_or_rescue
+    from harness.run.runner import CompareOptions, run_compare
+    from scenarios import ORDER
+
+    scenarios = [s for s in base["scenarios"] if s in ORDER and (a.scenarios is None or s in a.scenarios)]
+    frameworks = [f for f in FRAMEWORKS if f in base["environment"].get("frameworks", {})
+                  and (a.frameworks is None or f in a.frameworks)]
+    if not scenarios or not frameworks:
+        raise UsageError("the baseline names no scenario or framework that this harness can run")
+    if base["size"] not in ("smoke", "full") or not isinstance(base.get("seed"), int):
+        raise UsageError(f"--baseline has size {base['size']!r} and seed {base.get('seed')!r}: cannot rerun it")
+    if not any(r.get("timing") for s in base["scenarios"].values() for r in s["rows"]):
+        raise UsageError("--baseline has no timed rows to compare with")
+    if base["environment"].get("gpu") and not gpu_present():
+        raise UsageError(f"the baseline ran on {base['environment']['gpu']}; this machine has no GPU to rerun it on")
+    fraction = a.gpu_memory_fraction
+    if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
+        fraction = base["environment"]["gpu_memory_fraction"]  # like with like
+    # like with like: auto again where the baseline chose its CPUs; a list named the baseline machine's CPUs
+    auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
+    out = a.out if a.out is not None else DEFAULT_OUT
+    processes = _processes(base)  # like with like
+    start_checks(out, fraction, frameworks, processes, scenarios)
+    opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
+                          examples=int(base.get("examples") or 1), seed=base["seed"],
+                          isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
+                          equivalence=False, timing=True, argv=["python -m harness", *argv],
+                          gpu_memory_fraction=fraction, cpus="auto" if auto else "all",
+                          processes=processes)
+    with stops.handling():
+        doc = run_compare(opts, make_ui(a.quiet))  # returns with stops deferred: the candidate is written first
+        name = claim_name(out, doc)
+        path, rescued = write_or_rescue(doc, out, name, claimed=True)
+        release_folder(out, name)  # a candidate draws no pictures
+        stopped = stops.stopped_by() or stops.resume()
+    print(f"candidate: {path}" + (f" ({rescued})" if rescued else ""), flush=True)
+    if stopped is not None:
+        raise CandidateStopped(stopped, path)
+    return _load(path, "--candidate"), str(path)
+
+
+def _processes(doc: dict[str, Any]) -> int:
+    """The worker processes that timed the baseline's rows (like with like), else the default."""
+    counts = [len((r.get("timing") or {}).get("processes") or ()) for scn in doc["scenarios"].values()
+              for r in scn["rows"]]
+    return max(counts, default=0) or default("processes")
+
+
+def _env(items: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"{option} takes KEY=VALUE, not {item!r}")
+        out[key] = value
+    return out
+
+
+def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> int:
+    """Baseline and candidate in one run (harness/run/interleave.py); exit 1 on a slower different row."""
+    import contextlib
+    import os
+    import random
+
+    from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV
+    from harness.run.cmd_compare import start_checks
+    from harness.run.interleave import Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
+    from harness.regress.view import render_paired
+    from harness.results.results import claim_name, release_folder, write_or_rescue
+    from scenarios import DEFAULT_RUN, get
+
+    if a.baseline is not None or a.candidate is not None:
+        raise UsageError(f"{', '.join(given)} run both sides now: drop --baseline/--candidate (result files)")
+    if not (a.baseline_tree or a.baseline_python):
+        raise UsageError("an interleaved run needs --baseline-tree or --baseline-python (the candidate defaults to "
+                         "this checkout and this interpreter)")
+    if a.variants is not None or a.allow_version_change:
+        raise UsageError("--variants and --allow-version-change apply to result files, not to an interleaved run")
+    if a.max_pairs < a.pairs:
+        raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
+    scenarios = a.scenarios or list(DEFAULT_RUN)
+    frameworks = a.frameworks or list(FRAMEWORKS)
+    size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
+    seed = a.seed if a.seed is not None else random.randrange(2**32)
+    out = a.out if a.out is not None else DEFAULT_OUT
+    ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
+    # every pair's processes live side by side (and as many rank groups where a scenario has ranks):
+    # 70% of the GPU for their pools leaves room for their CUDA contexts
+    fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
+                                            int(70 / (2 * a.pairs * (2 if ranks else 1))) / 100)
+    start_checks(out, fraction, frameworks, 1)
+    envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
+    from harness.workers import faults
+
+    for option, env in zip(("--baseline-env", "--candidate-env"), envs):
+        if faults.ENV in env:
+            try:
+                faults.parse(env[faults.ENV])
+            except ValueError as e:
+                raise UsageError(f"{option} {e}") from None
+    old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
+    os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
+    from harness.run import stops
+
+    with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
+        try:
+            with contextlib.ExitStack() as stack:
+                sides = []
+                for j, name in enumerate(("baseline", "candidate")):
+                    where, label = stack.enter_context(tree(getattr(a, f"{name}_tree")))
+                    py = getattr(a, f"{name}_python")
+                    python = check_python(py) if py else sys.executable
+                    sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
+                log = (lambda _t: None) if a.quiet else (lambda t: print(f"  {t}", file=sys.stderr, flush=True))
+                schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
+                plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
+                            a.clock)
+                res = run_interleaved(schedule, plan)
+        except SideError as e:
+            raise UsageError(str(e)) from None
+        finally:
+            if old_fraction is None:
+                os.environ.pop(MEMORY_FRACTION_ENV, None)
+            else:
+                os.environ[MEMORY_FRACTION_ENV] = old_fraction
+    paths = []
+    for side, doc in zip(sides, res.docs):
+        doc["command"] = ["python -m harness", *argv]
+        name = claim_name(out, doc)
+        path, rescued = write_or_rescue(doc, out, name, claimed=True)
+        release_folder(out, name)
+        paths.append(path)
+        print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
+    return render_paired(res, sides, plan, print)

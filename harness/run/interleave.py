@@ -1,0 +1,520 @@
+"""Interleaved regress: baseline and candidate timed in one run, process pair by process pair.
+
+A side is a code tree (a folder, or a git ref checked out into a temporary `git worktree`, removed
+afterwards) run by a Python interpreter (this one by default): every worker process of a side is
+started with the side's interpreter, in the side's tree (cwd and PYTHONPATH), with the side's extra
+environment (e.g. a planted $TRIPTYCH_FAULT on the candidate alone), and serves this harness's
+worker protocol (harness/workers/protocol.py: harness/workers/worker.py _serve, harness/workers/rank_main.py for rank groups)
+from its own code: a side's tree must speak this tree's protocol.
+
+Why in one run: on a shared cloud host the host's speed drifts at the scale of minutes, so two runs
+at different times differ without any change of code. Here pair k is a baseline process and a
+candidate process that time every point one after the other, in the order A-B for even k and B-A
+for odd k (asv's interleaved rounds, A-B-B-A), so a drift that is linear over a pair's span cancels
+in the mean over pairs, and what the host did during a pair hits both of its processes. Per row, the
+per-process figure is the process's median of its repeats; the paired test is on the log ratios of
+the pairs (harness/regress/regress.py judge_pairs). Rows whose verdict is unknown get more pairs (fresh
+processes, the same A-B / B-A alternation) until decided, --max-pairs or the time budget.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Listener
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from harness.workers import rounds
+from harness.run.options import STARTUP_TIMEOUT_S
+from harness.workers.ranks import Groups, RankGroup
+from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PARENT_ENV, KEY_ENV = "TRIPTYCH_SIDE_PARENT", "TRIPTYCH_SIDE_KEY"
+# The child: call back to the parent, then serve the side's own worker loop ({workers}: _workers below).
+_CHILD = ("import os, sys\n"
+          "from multiprocessing.connection import Client\n"
+          "host, port = os.environ['" + PARENT_ENV + "'].rsplit(':', 1)\n"
+          "conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ.pop('" + KEY_ENV + "')))\n"
+          "from {workers}.worker import _serve\n"
+          "_serve(conn, sys.argv[1])\n")
+
+
+class SideError(ValueError):
+    """A side cannot be set up (no such folder, ref or interpreter); str(self) is the reason."""
+
+
+@dataclass
+class Side:
+    name: str  # baseline | candidate
+    tree: str  # an absolute folder holding harness/
+    python: str
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = ""  # what the user named: the folder, the ref (and its commit), the interpreter
+
+    def environ(self) -> dict[str, str]:
+        """What the side's processes get on top of this process's environment."""
+        return {"PYTHONPATH": self.tree} | self.env
+
+
+PROTOCOL = "harness/workers/protocol.py"  # the worker protocol both sides speak: this harness drives the side's workers
+# Where a side's worker modules (worker, protocol, rank_main) live: harness/workers/, or harness/ in a tree from
+# before the stage packages, whose workers speak the same protocol.
+LAYOUTS = ("harness/workers", "harness")
+
+
+def _workers(tree: str | Path) -> str:
+    """The dotted package of a side's worker modules: harness.workers, or harness where only the flat
+    layout's protocol.py is there (tree() has refused a tree with neither)."""
+    flat = not (Path(tree) / LAYOUTS[0] / "protocol.py").is_file() and (Path(tree) / LAYOUTS[1] / "protocol.py").is_file()
+    return LAYOUTS[flat].replace("/", ".")
+
+
+def _older(spec: str) -> str:
+    return (f"{spec}: its harness predates the typed worker protocol ({PROTOCOL}), so this harness cannot drive "
+            f"its workers; time it on its own and compare the result files (regress --baseline A.json "
+            f"--candidate B.json)")
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SideError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"git {args[0]} failed")
+    return out.stdout.strip()
+
+
+def _has(repo: Path, sha: str, path: str) -> bool:
+    try:
+        _git("cat-file", "-e", f"{sha}:{path}", cwd=repo)
+    except SideError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def tree(spec: str | None, repo: Path = ROOT) -> Iterator[tuple[str, str]]:
+    """(folder, label) of a side's code: this checkout (None), a folder, or a git ref of repo (this
+    repository) checked out into a temporary worktree for the block's length."""
+    if spec is None:
+        yield str(ROOT), "this checkout"
+        return
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not any((path / folder / "worker.py").is_file() for folder in LAYOUTS):
+            raise SideError(f"{spec}: a folder without harness/workers/worker.py is no triptych tree")
+        if not any((path / folder / "protocol.py").is_file() for folder in LAYOUTS):
+            raise SideError(_older(spec))
+        yield str(path.resolve()), str(path)
+        return
+    try:
+        sha = _git("rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}", cwd=repo)
+    except SideError:
+        raise SideError(f"{spec!r} is neither a folder nor a git ref of {repo}") from None
+    if not any(_has(repo, sha, f"{folder}/protocol.py") for folder in LAYOUTS):
+        raise SideError(_older(spec))
+    where = tempfile.mkdtemp(prefix=f"triptych-{spec.replace('/', '_')[:20]}-")
+    _git("worktree", "add", "--detach", "--force", where, sha, cwd=repo)
+    try:
+        yield where, f"{spec} ({sha[:10]})"
+    finally:
+        with contextlib.suppress(SideError, subprocess.TimeoutExpired):
+            _git("worktree", "remove", "--force", where, cwd=repo)
+        with contextlib.suppress(SideError, subprocess.TimeoutExpired):
+            _git("worktree", "prune", cwd=repo)
+
+
+def check_python(python: str) -> str:
+    """The interpreter's absolute path; SideError where it cannot run."""
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SideError(f"{python}: cannot run it ({e})") from None
+    if out.returncode != 0:
+        raise SideError(f"{python}: exit code {out.returncode}")
+    return python if os.path.isabs(python) else out.stdout.strip()
+
+
+# -- a side's processes ---------------------------------------------------------------------------
+
+
+class _Child:
+    """subprocess.Popen under the names ProcessWorker uses for a multiprocessing.Process."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):  # its session: what the worker started dies with it
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class SideWorker(ProcessWorker):
+    """A framework's worker process of one side: that side's interpreter, tree and environment,
+    talking to this process over an authenticated local socket (as rank processes do)."""
+
+    def __init__(self, fw: str, side: Side) -> None:
+        super().__init__(fw)
+        self.side = side
+
+    def _start(self) -> None:
+        key = secrets.token_bytes(32)
+        listener = Listener(("127.0.0.1", 0), authkey=key)
+        env = os.environ | self.side.environ() | {PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}",
+                                                  KEY_ENV: key.hex()}
+        code = _CHILD.format(workers=_workers(self.side.tree))
+        child = _Child(subprocess.Popen([self.side.python, "-c", code, self.fw], cwd=self.side.tree, env=env,
+                                        start_new_session=True))
+        got: list[Any] = []
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):  # closed below: the child died before it called back
+                got.append(listener.accept())
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        try:
+            while t.is_alive() and child.is_alive() and time.monotonic() < deadline:
+                t.join(0.1)
+        finally:
+            listener.close()
+        if not got:
+            code = child.exitcode
+            child.kill()
+            child.join(5)
+            raise WorkerLost(f"{self.side.name} {self.fw} worker did not call back (exit code {code})", "crashed")
+        self._proc, self._conn = child, got[0]
+
+
+class SideGroups(Groups):
+    """Rank groups whose process round i belongs to sides[i]."""
+
+    def __init__(self, sides: list[Side], frameworks: list[str], world_size: int | None, timeout_s: float) -> None:
+        super().__init__(frameworks, world_size, timeout_s)
+        self.sides = sides
+
+    def make_group(self, fw: str, round_: int) -> RankGroup:
+        g = RankGroup(fw, self.world_size)
+        side = self.sides[round_]
+        g.python, g.cwd, g.env = side.python, side.tree, side.environ()
+        g.rank_main = f"{_workers(side.tree)}.rank_main"
+        return g
+
+
+# -- the schedule ---------------------------------------------------------------------------------
+
+
+def pair_order(k: int) -> tuple[int, int]:
+    """Side indices (0 baseline, 1 candidate) of pair k in the order they run: A-B, B-A, A-B, ..."""
+    return (0, 1) if k % 2 == 0 else (1, 0)
+
+
+@dataclass
+class Pair:
+    """Pair k's two worker pools, in the order they time each point."""
+
+    k: int
+    sides: list[Side]  # in running order
+    pools: list[dict[str, Any]]  # {framework: worker}, one per side, in running order
+    groups: SideGroups
+
+
+Answers = dict[tuple[str, int, str], list[list[dict[str, Any]]]]  # (scenario, point, fw) -> per side, per pair
+
+
+@dataclass
+class Schedule:
+    """What the interleaved run needs from its caller; make_worker(fw, side) is replaced in tests."""
+
+    sides: list[Side]  # [baseline, candidate]
+    frameworks: list[str]
+    timeout_s: float
+    world_size: int | None = None
+    make_worker: Callable[[str, Side], Any] = SideWorker
+    order: Callable[[int], tuple[int, int]] = pair_order
+    log: Callable[[str], None] = lambda _t: None
+
+    def start_pairs(self, ks: list[int]) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
+        """Pairs ks, every worker started side by side; {side name: {framework: its hello}} where a
+        framework is available only if every one of its workers started."""
+        pairs = []
+        for k in ks:
+            sides = [self.sides[i] for i in self.order(k)]
+            pools = [{fw: self.make_worker(fw, s) for fw in self.frameworks} for s in sides]
+            pairs.append(Pair(k, sides, pools, SideGroups(sides, self.frameworks, self.world_size, self.timeout_s)))
+        work = [(p.sides[j].name, fw, w) for p in pairs for j, pool in enumerate(p.pools) for fw, w in pool.items()]
+
+        def hello(w: Any) -> dict[str, Any]:
+            try:
+                return w.request("hello", timeout=max(self.timeout_s, STARTUP_TIMEOUT_S))
+            except (WorkerError, WorkerLost) as e:
+                return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False,
+                        "status": e.status}
+
+        with ThreadPoolExecutor(max(1, len(work))) as ex:
+            infos = list(ex.map(lambda x: hello(x[2]), work))
+        env: dict[str, dict[str, Any]] = {s.name: {} for s in self.sides}
+        for (name, fw, _), info in zip(work, infos):
+            if fw not in env[name] or (env[name][fw]["available"] and not info["available"]):
+                env[name][fw] = info
+        return pairs, env
+
+    def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
+                    wanted: Callable[[str, int], bool], running: list[str], cfg: Any, answers: Answers,
+                    seed: int | None = None) -> None:
+        """Every wanted point of every scenario through every pair, in pair order: a point's
+        processes run one after the other (A-B, B-A, ...), one framework at a time."""
+        for scn in scenarios:
+            idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
+            if not idx:
+                continue
+            rank_pools, fws_run = None, running
+            if getattr(scn, "ranks", False):  # each pair's rank groups, started at the first rank scenario
+                with ThreadPoolExecutor(len(pairs)) as ex:  # every pair's groups start side by side
+                    got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.pools, running, {}), pairs))
+                rank_pools = [g[0] for g in got]
+                fws_run = [fw for fw in running if all(fw in g[1] for g in got)]
+            for i in idx:
+                params = points[scn.name][i]
+                for pi, pair in enumerate(pairs):
+                    pools = rank_pools[pi] if rank_pools is not None else pair.pools
+                    for j, (side, pool) in enumerate(zip(pair.sides, pools)):
+                        fws = fws_run if j == 0 else fws_run[::-1]  # mirrored: each framework's gap cancels over pairs
+                        for fw in fws:
+                            self.log(f"{scn.name} · {params.get('label', '') or i} · pair {pair.k + 1} · "
+                                     f"{side.name} · {fw}")
+                            slot = answers.setdefault((scn.name, i, fw), [[], []])[self.sides.index(side)]
+                            if slot and "status" in slot[-1]:
+                                continue  # failed on this side: not asked again at this point
+                            try:
+                                slot.append(pool[fw].request("time", scn.name, params, cfg, not slot, seed=seed,
+                                                             timeout=self.timeout_s))
+                            except (WorkerLost, WorkerError) as e:
+                                slot.append({"status": e.status, "reason": str(e)})
+
+    @staticmethod
+    def close(pairs: list[Pair], grace: float = 10.0) -> None:
+        """Every worker and rank group of the pairs, side by side (each may take a while to exit)."""
+        every = [w for p in pairs for pool in p.pools for w in pool.values()] + [p.groups for p in pairs]
+        with ThreadPoolExecutor(max(1, len(every))) as ex:
+            list(ex.map(lambda w: w.close(grace), every))
+
+
+def merge_side(answers: list[dict[str, Any]]) -> Any:
+    """One side's answers of a (scenario, point, framework) as rounds.merge pools them, its rows as dicts."""
+    merged = rounds.merge(answers)
+    return merged if isinstance(merged, dict) else ([r.to_dict() for r in merged[0]], merged[1])
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    docs: list[dict[str, Any]]  # [baseline, candidate]: result documents of the two sides' processes
+    rows: list[Any]  # harness.regress.regress.Paired, judged
+    not_comparable: list[tuple[str, str]]
+    pairs: int  # the most pairs any row got
+    wall_s: float
+    stopped: str  # why more pairs were not run ("" where every row was decided)
+    lost: list[tuple[str, str]] = field(default_factory=list)  # started on the baseline, not on the candidate: why
+
+
+@dataclass
+class Plan:
+    scenarios: list[str]
+    size: str
+    seed: int
+    pairs: int = 4
+    max_pairs: int = 12
+    budget_s: float | None = None  # no new pair starts once this many seconds have passed
+    threshold: float = 0.10
+    confidence: float = 0.95
+    fdr: float = 0.05
+    clock: str = "device_done"
+    cfg: Any = None  # a harness.measure.timing.TimingConfig; None: the size preset's
+
+
+def run(schedule: Schedule, plan: Plan) -> Outcome:
+    """Time plan's scenarios on both sides, pair by pair; judge; add pairs while rows are unknown."""
+    from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
+    from harness.regress.regress import judge_pairs
+    from harness.measure.timing import preset
+    from scenarios import get as get_scenario
+
+    t0 = time.perf_counter()
+    started = _now()
+    if schedule.world_size is None:
+        schedule.world_size = default_world_size()
+    os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
+    scns = [get_scenario(s) for s in plan.scenarios]
+    points = {s.name: s.points(plan.size) for s in scns}  # the seed is the requests' own (harness/workers/protocol.py)
+    cfg = plan.cfg or preset(plan.size)
+    answers: Answers = {}
+    pairs, env = schedule.start_pairs(list(range(plan.pairs)))
+    machine: list[dict[str, Any]] = [{}, {}]
+    running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
+    try:
+        schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed)
+    finally:
+        schedule.close(pairs)
+    # every look at the rows may call one different: the false-discovery rate is split over the looks the
+    # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
+    fdr = plan.fdr / (max(plan.max_pairs, plan.pairs) - plan.pairs + 1)
+    rows, nc = _rows(answers, scns, points, plan.clock)
+    judge_pairs(rows, plan.threshold, plan.confidence, fdr)
+    k, stopped = plan.pairs, ""
+    while True:
+        open_points = {(r.scenario, r.point) for r in rows if r.verdict == "unknown"}
+        if not open_points:
+            break
+        if k >= plan.max_pairs:
+            stopped = f"--max-pairs {plan.max_pairs} reached"
+            break
+        if plan.budget_s is not None and time.perf_counter() - t0 >= plan.budget_s:
+            stopped = f"the time budget of {plan.budget_s:g} s was spent"
+            break
+        schedule.log(f"pair {k + 1}: {len(open_points)} point(s) with unknown rows")
+        more, _ = schedule.start_pairs([k])
+        try:
+            schedule.time_points(more, scns, points, lambda s, i: (s, i) in open_points, running, cfg, answers,
+                                 plan.seed)
+        finally:
+            schedule.close(more)
+        k += 1
+        rows, nc = _rows(answers, scns, points, plan.clock)
+        judge_pairs(rows, plan.threshold, plan.confidence, fdr)
+    docs = [_document(side, scns, points, answers, env[side.name], machine[j], plan, started, j)
+            for j, side in enumerate(schedule.sides)]
+    nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
+          for s in schedule.sides if not env[s.name][fw]["available"]] + nc
+    base, cand = schedule.sides
+    lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
+            if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
+    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), time.perf_counter() - t0, stopped, lost)
+
+
+def _now() -> Any:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _process_medians(row: dict[str, Any], clock: str) -> list[float] | None:
+    from harness.regress.regress import _clock
+
+    st, parts = _clock(row, clock)
+    if st is None or parts is None:
+        return None
+    return [float(np.median(p)) for p in parts]
+
+
+def _rows(answers: Answers, scns: list[Any], points: dict[str, list[dict[str, Any]]], clock: str
+          ) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The paired rows (harness/regress/regress.py Paired) from every side's answers; what cannot pair."""
+    from harness.regress.regress import FAILED, Paired
+
+    rows: list[Any] = []
+    nc: list[tuple[str, str]] = []
+    for scn in scns:
+        for (name, i, fw), per_side in answers.items():
+            if name != scn.name:
+                continue
+            label = points[name][i].get("label", "") or ""
+            merged = [merge_side(a) if a else {"status": "error", "reason": "not timed"} for a in per_side]
+            for v in scn.variants:
+                what = "/".join(filter(None, (name, label, fw, v.name)))
+                got = [_variant(m, v.name) for m in merged]
+                st = [g.get("status", "error") for g in got]
+                if "skipped" in st:
+                    nc.append((what, f"skipped: {next(g.get('reason', '') for g in got if g.get('status') == 'skipped')}"))
+                    continue
+                r = Paired(name, label, fw, v.name, [], [])
+                r.point = i
+                if st[0] in FAILED and st[1] in FAILED:
+                    nc.append((what, f"failed on both sides ({st[0]}, {st[1]}): {got[1].get('reason', '')}"))
+                    continue
+                if st[0] in FAILED or st[1] in FAILED:
+                    bad = 1 if st[1] in FAILED else 0
+                    r.status = f"{st[0]} → {st[1]}: {got[bad].get('reason', '')}"
+                    r.why = f"failed in the {'candidate' if bad else 'baseline'}"
+                    rows.append(r)
+                    continue
+                if "wrong" in st and st[0] != st[1]:
+                    r.status = f"{st[0]} → {st[1]}: {(got[1] if st[1] == 'wrong' else got[0])['check'].get('worst', '')}"
+                    r.why = f"outputs wrong in the {'candidate' if st[1] == 'wrong' else 'baseline'}"
+                    rows.append(r)
+                    continue
+                med = [_process_medians(g, clock) for g in got]
+                if med[0] is None or med[1] is None:
+                    nc.append((what, f"no {clock} clock"))
+                    continue
+                n = min(len(med[0]), len(med[1]))
+                r.base, r.cand = med[0][:n], med[1][:n]
+                rows.append(r)
+    return rows, nc
+
+
+def _variant(merged: Any, variant: str) -> dict[str, Any]:
+    if isinstance(merged, dict):  # a failure: every variant's
+        return merged
+    return next((r for r in merged[0] if r["variant"] == variant), {"status": "error", "reason": "no such row"})
+
+
+def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
+              fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int) -> dict[str, Any]:
+    """The side's processes as a result document (harness/run/runner.py's shape, without equivalence)."""
+    from harness.run.runner import CompareOptions, _document as document
+    from harness.workers.cpus import not_placed
+
+    out: dict[str, Any] = {}
+    fws = list(fw_env)
+    for scn in scns:
+        rows: list[dict[str, Any]] = []
+        for i, params in enumerate(points[scn.name]):
+            for fw in fws:
+                a = answers.get((scn.name, i, fw), [[], []])[j]
+                merged = merge_side(a) if a else {"status": fw_env[fw].get("status", "skipped"),
+                                                    "reason": fw_env[fw].get("why", "not timed")}
+                base = {"scenario": scn.name, "framework": fw}
+                if isinstance(merged, dict):
+                    rows.extend(base | {"variant": v.name, "hazard": v.hazard} | merged for v in scn.variants)
+                else:
+                    rows.extend(merged[0])
+            for r in rows:
+                r.setdefault("point", i)
+                r.setdefault("label", params.get("label", ""))
+        out[scn.name] = {"title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
+                         "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
+                                       "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool) else list(v.gpu_only)}
+                                      for v in scn.variants],
+                         "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": rows, "claims": [], "cross_framework": []}
+    opts = CompareOptions(scenarios=[s.name for s in scns], frameworks=fws, size=plan.size, examples=1, seed=plan.seed,
+                          equivalence=False, argv=["python -m harness regress (interleaved)", side.name, side.label])
+    doc = document(opts, started, fw_env, machine, out, [], not_placed("all"))
+    doc["environment"]["host"]["code"] = side.label
+    doc["interleaved"] = {"side": side.name, "code": side.label, "python": side.python, "env": dict(side.env)}
+    return doc

@@ -1,0 +1,268 @@
+"""The requests a framework's worker answers (answer; harness/workers/protocol.py serves them in a child process).
+
+Each handler takes a point as the scenario reads it (its seed among its params) and returns plain
+picklable data: names, numbers, numpy arrays and dicts.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from harness import backends
+from harness.workers import point_cache
+from harness.measure.calibrate import calibrate as _calibrate
+from harness.measure.calibrate import python_loop_s
+from harness.check.equivalence import compare_outputs, relative_error, strided_sample
+from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
+from harness.results.model import Check, Row, Timing
+from harness.measure.profiling import profile_variant, row_name
+from harness.workers.protocol import Progress, Request
+from harness.measure.timeline import trace_variant
+from harness.measure.timing import SELFCHECK, TimingConfig, measure
+from scenarios import get as get_scenario
+from scenarios.spec import Arrays, Params, Scenario, Variant
+
+SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the reference is too costly
+
+
+def hello(fw: str) -> dict[str, Any]:
+    b = backends.get(fw)
+    ok, why = b.available()
+    return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
+            "env": b.env() if ok else {}, "pid": os.getpid()}
+
+
+def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
+    b = backends.get(fw).load()
+    out = run_variants(get_scenario(scenario), b, params)
+    b.free_memory()
+    return out
+
+
+def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[dict[str, Any]]:
+    """time_point's rows alone, as the wire has them (tests)."""
+    return time_point(fw, scenario, params, cfg, progress=progress)["rows"]
+
+
+def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
+               progress: Progress, agree: Callable[[str | None], str | None] | None = None) -> dict[str, Any]:
+    """Time every variant at the given params; check the timed outputs; in a row's first process
+    (first=True) also count host syncs, trace the timeline and, with cfg.profile, profile one more run of
+    each row, which a second process (or round) would repeat.
+    {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
+    checked against the reference (for the runner's cross-framework check), else None}. Each row is
+    built here as a model.Row, and sent as its to_dict()."""
+    t_served = time.perf_counter()
+    scn = get_scenario(scenario)
+    b = backends.get(fw).load()
+    impl = load_impl(scenario, fw)
+    _settle_heap()
+    t_setup = time.perf_counter()
+    inputs, expected = point_cache.inputs_and_reference(scn, params)
+    # host inputs and reference, made here or read back from the run's cache: where a run's wall time goes
+    setup_s = time.perf_counter() - t_setup
+    against = "reference" if expected is not None else "baseline"
+    # The host's speed now, in this process: the start-up calibration alone cannot show a host that
+    # changed speed during the run (on the H200, a factor of two between processes and runs: docs/gpu_runs.md).
+    host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
+    rows: list[Row] = []
+    sample = None
+    for v in scn.variants:
+        why = skip_reason(scn, v, b, impl, params)
+        if why:
+            rows.append(Row(scenario=scenario, framework=fw, variant=v.name, hazard=v.hazard, setup_s=setup_s,
+                            status="skipped", reason=why))
+            continue
+        progress(v.name)
+        timed, got = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree,
+                                   against == "reference")
+        timed.timing.host_loop_s = host_loop
+        timed.timing.host_loop_at = host_loop_at
+        timed.check.against = against if v is not scn.baseline or against == "reference" else "none"
+        if expected is None and v is scn.baseline:
+            expected = got  # later variants are checked against this framework's baseline
+            sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
+        timed.setup_s = setup_s
+        rows.append(timed)
+    if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
+        for row in rows:
+            if row.timed:
+                progress(f"{row.variant} · timeline")
+                call = variant_call(impl, scn.variant(row.variant))
+                row.timeline = trace_variant(b, impl, call, inputs, params)
+    if cfg.profile and first:  # likewise: a profiler that leaves anything behind (CUPTI) meets no timed call
+        for row in rows:
+            if row.timed:
+                progress(f"{row.variant} · profile")
+                # every rank runs it (collectives need them all); only rank 0's row is kept (harness/workers/ranks.py)
+                name = row_name(scenario, fw, row.variant, params.get("label", ""))
+                row.profile = profile_variant(b, impl, variant_call(impl, scn.variant(row.variant)), inputs,
+                                              params, name, keep=params.get("rank", 0) == 0)
+    served = time.perf_counter() - t_served  # set-up, host loop, every variant, the timeline: the worker's share
+    for row in rows:
+        if row.timing is not None:
+            row.timing.served_s = served
+    return {"rows": [row.to_dict() for row in rows], "sample": sample}
+
+
+def _settle_heap() -> None:
+    """Collect, then freeze what is left (the framework, its impls, their caches) out of the garbage
+    collector's way: JAX's free_memory collects after every variant, and a full collection of a JAX
+    process's heap took 0.16-0.2 s a variant on the CPU, untimed. Called before a point's inputs and
+    state exist, after the last variant's were freed, so that nothing frozen holds device memory a later
+    collection would have to find."""
+    gc.collect()
+    gc.freeze()
+
+
+def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
+                  want: Arrays | None, cfg: TimingConfig, census: bool = True,
+                  agree: Callable[[str | None], str | None] | None = None,
+                  want_is_reference: bool = False) -> tuple[Row, Arrays]:
+    """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs). The
+    scenario's output_metrics, where it has them, are computed untimed from the first checked outputs
+    when ``want`` is the float64 reference."""
+    t_variant = time.perf_counter()
+    fn = variant_call(impl, v)
+    state = impl.prepare(inputs, params, b.device)
+    poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
+    captured: list[Arrays] = []
+    rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
+    from_outputs: dict[str, float] = {}
+
+    first: list[tuple[float | None, str | None]] = []  # the first checked outputs' error and verdict
+
+    def check(out: Any) -> str | None:
+        got = b.to_numpy(out)
+        is_first = not captured
+        if is_first:  # a copy: an impl may hand back a buffer of its state, which the next run overwrites
+            captured.append(_copied(got))
+        if want is None:
+            return None
+        if first and same_bytes(got, captured[0]):  # the same bytes get the same verdict: not compared again
+            err, verdict = first[0]
+        else:
+            err, verdict = judge(got, is_first)
+            if not first:
+                first.append((err, verdict))
+        if err is not None:
+            rel_errs.append(err)
+        return verdict
+
+    def judge(got: Arrays, is_first: bool) -> tuple[float | None, str | None]:
+        """(relative error or None for a hazard, what is wrong or None); the first output's metrics too.
+        Against the shared reference, another process's verdict on the same bytes (point_cache) stands."""
+        metrics = is_first and scn.output_metrics is not None and want_is_reference and not v.hazard
+        key = point_cache.digest(got) if want_is_reference else None
+        known = point_cache.recall(scn, params, v.name, key)
+        if known is None or (metrics and "metrics" not in known):
+            m = compare_outputs(scn, params, got, want, variant=v.name)
+            known = {"err": None if v.hazard else float(relative_error(got, want)),
+                     "verdict": None if m is None else m.describe()}
+            if metrics:
+                known["metrics"] = {k: float(x) for k, x in scn.output_metrics(got, want, params).items()}
+            point_cache.remember(scn, params, v.name, key, known)
+        if metrics:
+            from_outputs.update(known["metrics"])
+        return known["err"], known["verdict"]
+
+    m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard,
+                agree=agree, calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
+    syncs = _count_syncs(b, fn, state, poison) if census else None
+    state = None  # release device memory before the next variant
+    b.free_memory()
+    timing = Timing.from_dict(m.to_dict())
+    timing.metrics.update(from_outputs)
+    timing.phase_s = time.perf_counter() - t_variant  # this process's whole share of the row
+    return Row(
+        scenario=scn.name, framework=b.name, variant=v.name, hazard=v.hazard,
+        status="ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
+        timing=timing,
+        check=Check(checked=m.checked_repeats, wrong=m.wrong_repeats, worst=m.worst,
+                    max_rel_err=max(rel_errs) if rel_errs else None),
+        **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
+        wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
+    ), captured[0]
+
+
+def _copied(a: Any) -> Any:
+    """numpy outputs (arrays, or dicts of them) copied; anything else as it is."""
+    if isinstance(a, dict):
+        return {k: _copied(x) for k, x in a.items()}
+    return np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Are two numpy outputs (arrays, or dicts of them) the same bytes, dtypes and shapes? A check's
+    verdict is a function of the outputs alone, so outputs equal to already checked ones need no second
+    comparison with the reference (a float64 comparison of 8192 x 8192 took seconds a check on the H200
+    host). Anything else (objects, differing keys) is not the same: it is compared in full."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(same_bytes(a[k], b[k]) for k in a))
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.hasobject:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8)))
+
+
+def _count_syncs(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None) -> Any:
+    """One more run, untimed, under the framework's sync detector."""
+    if poison is not None:  # like every run: outputs poisoned (and JAX sources made fresh) untimed
+        poison()
+        b.synchronize()
+    with b.sync_counter() as syncs:
+        out = fn(state)
+    b.synchronize(out)
+    return syncs
+
+
+def ceilings(fw: str) -> dict[str, float]:
+    return backends.get(fw).load().ceilings()
+
+
+def rank_ceilings(fw: str, points: list[Params]) -> dict[str, dict[str, Any]]:
+    """In a rank: the raw floor of a rank scenario's points, measured with every other rank."""
+    b = backends.get(fw).load()
+    out = b.rank_ceilings(points)
+    b.free_memory()
+    return out
+
+
+def calibrate(fw: str) -> dict[str, float]:
+    return _calibrate(backends.get(fw).load())
+
+
+def selfcheck(fw: str) -> list[dict[str, Any]]:
+    """Both clocks on each of the backend's fixed kernels (harness/run/selfcheck.py)."""
+    b = backends.get(fw).load()
+    out = []
+    for name, call in b.clock_kernels().items():
+        m = measure(call, b, SELFCHECK)
+        tool = b.own_benchmark(call)
+        # harness_events_s: device events around the same calls, i.e. the device time without the host's
+        # share of the wall clock (the dispatch before the kernel starts, the wake-up after it ends).
+        out.append({"kernel": name, "on_gpu": b.on_gpu, "harness_s": m.device_done.median,
+                    "harness_rel_iqr": m.device_done.rel_iqr,
+                    "harness_events_s": m.device_events.median if m.device_events else None,
+                    "tool": tool["tool"] if tool else None, "tool_s": tool["tool_s"] if tool else None,
+                    "tool_back_to_back_s": tool["back_to_back_s"] if tool else None})
+    b.free_memory()
+    return out
+
+
+def answer(req: Request, progress: Progress) -> Any:
+    """A process worker's answer to a request (harness/workers/worker.py: in this process or a child's)."""
+    fw = req.framework
+    if req.op == "equiv":
+        return equiv(fw, str(req.scenario), req.point())
+    if req.op == "time":
+        if req.timing is None:
+            raise ValueError("a time request carries its timing config")
+        return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress)
+    return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

@@ -1,0 +1,187 @@
+"""The worker protocol: typed requests and replies, and the one serve loop of every worker child.
+
+A process worker (harness/workers/worker.py) and a rank process (harness/workers/rank_main.py) serve the same loop
+over a multiprocessing connection; the parent sends a Request and reads back progress notes, then
+one Reply. On the wire each is a dict of plain data (Request.to_dict, Reply.to_dict); a reply's value
+is whatever the handler returned (rows, numpy outputs). None, or the parent closing its end, ends the
+loop. Why typed: the op's arguments are named fields, and the seed is one of them, not a key that
+each sender must remember to put into params.
+
+What went wrong becomes a status: "error" (an exception), "oom" (the framework's own out-of-memory
+error, classified by its backend), "timeout" (no answer in time: the parent kills the worker) and
+"crashed" (the process died). The child ignores SIGINT and SIGTERM: the parent decides what stops.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable
+
+from harness import backends
+from harness.workers import faults
+from harness.measure.timing import TimingConfig
+from scenarios.spec import Params
+
+OPS = ("hello", "equiv", "time", "ceilings", "calibrate", "selfcheck")
+STOPS = {signal.SIGINT, signal.SIGTERM}
+Progress = Callable[[str], None]
+
+
+class WorkerError(RuntimeError):
+    """The request failed inside the worker; str(self) is a one-line summary, status "error" or "oom"."""
+
+    def __init__(self, message: str, status: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WorkerLost(RuntimeError):
+    """The worker process died ("crashed") or hung ("timeout"); it is restarted for the next request."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to a framework's worker. params are the point's parameters without the seed; a
+    scenario's functions read them with it (point). timing and first are the time op's; points are a
+    rank group's ceilings op's."""
+
+    op: str
+    framework: str
+    scenario: str | None = None
+    params: Params | None = None
+    seed: int | None = None
+    timing: TimingConfig | None = None
+    first: bool = True
+    points: tuple[Params, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"unknown request {self.op!r} (known: {', '.join(OPS)})")
+        if self.params is not None and "seed" in self.params:
+            raise ValueError("the seed is Request.seed, not a key of params")
+
+    @classmethod
+    def make(cls, op: str, framework: str, scenario: str | None = None, params: Params | None = None,
+             timing: TimingConfig | None = None, first: bool = True, *, seed: int | None = None,
+             points: list[Params] | tuple[Params, ...] = ()) -> "Request":
+        """A request from a point as a scenario reads it: a seed found in params (hypothesis draws it
+        as a field) becomes the seed field; one given twice must agree."""
+        if params is not None and "seed" in params:
+            params = dict(params)
+            drawn = params.pop("seed")
+            if seed is not None and seed != drawn:
+                raise ValueError(f"seed {seed} and params' seed {drawn} disagree")
+            seed = drawn
+        return cls(op, framework, scenario, None if params is None else dict(params), seed, timing, first,
+                   tuple(points))
+
+    def point(self) -> Params:
+        """The params as the scenario's functions read them: the seed among them."""
+        return dict(self.params or {}) | ({} if self.seed is None else {"seed": self.seed})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["timing"] = None if self.timing is None else asdict(self.timing)
+        d["points"] = list(self.points)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Request":
+        timing = d.get("timing")
+        return cls(**(d | {"timing": None if timing is None else TimingConfig.from_dict(timing),
+                           "points": tuple(d.get("points") or ())}))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A request's answer: ok with the handler's value, or the failure's status, one-line summary and
+    traceback."""
+
+    ok: bool
+    value: Any = None
+    status: str = "ok"
+    error: str = ""
+    traceback: str = ""
+
+    @classmethod
+    def failed(cls, framework: str, e: BaseException) -> "Reply":
+        status, summary = failure(framework, e)
+        return cls(False, status=status, error=summary, traceback=traceback.format_exc())
+
+    def to_dict(self) -> dict[str, Any]:
+        # not asdict: that deep-copies the value, a point's outputs included
+        return {"reply": {f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Reply":
+        return cls(**d["reply"])
+
+    def result(self, prefix: str = "") -> Any:
+        """The value, or the failure raised as WorkerError (its message after prefix)."""
+        if not self.ok:
+            raise WorkerError(prefix + self.error, self.status)
+        return self.value
+
+
+def note(text: str) -> dict[str, Any]:
+    """A progress note on the wire: what the worker is doing now, before its reply."""
+    return {"progress": text}
+
+
+def failure(fw: str, e: BaseException) -> tuple[str, str]:
+    """(status, one-line summary) of an exception raised while serving fw."""
+    summary = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return ("oom" if backends.get(fw).is_out_of_memory(e) else "error"), summary
+
+
+def died(fw: str, code: int | None) -> str:
+    """Why a worker process of fw ended, from its exit code."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (killed: by the kernel's out-of-memory killer?)" if name == "SIGKILL" else ""
+        return f"{fw} worker died of {name}{hint}"
+    return f"{fw} worker died (exit code {code})"
+
+
+Handler = Callable[[Request, Progress], Any]
+
+
+def serve(conn: Any, framework: str, handle: Handler) -> None:
+    """A worker child's main loop: a Reply per Request, progress notes before it, until None or EOF.
+    Planted faults ($TRIPTYCH_FAULT, harness/workers/faults.py) wrap the handler here, at the child's start."""
+    # Ctrl-C (and a SIGTERM sent to the process group) reaches every worker too: the parent decides what
+    # stops (it closes or kills us), so a worker neither dies under a request nor prints a traceback.
+    # A process worker has them blocked from its start (ProcessWorker._start) until now: one that came
+    # meanwhile is dropped.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    if os.environ.get(faults.ENV):
+        handle = faults.planted_into(framework, handle)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if msg is None:
+            return
+        try:
+            reply = Reply(True, handle(Request.from_dict(msg), lambda text: conn.send(note(text))))
+        except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
+            reply = Reply.failed(framework, e)
+        conn.send(reply.to_dict())
+
+
+def receive(conn: Any) -> Reply | str:
+    """The parent's side of one message: a Reply, or a progress note's text."""
+    msg = conn.recv()
+    return msg["progress"] if "progress" in msg else Reply.from_dict(msg)

@@ -1,0 +1,208 @@
+"""One point of a scenario, timed in several worker processes per framework, interleaved.
+
+Round 1 runs the frameworks in their order in the first process of each, round 2 in reverse order
+in the second process of each, and so on: slow drift (clocks, the host's load, the GPU's temperature)
+hits every framework and variant alike. Each process's repeats stay in the row: timing.samples holds
+them all, in process order, and timing.processes says how many came from which process and why it
+stopped, and the host's speed in it just before the point was timed (host_loop_s, harness/measure/calibrate.py's
+Python loop). The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
+the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/measure/noise.py)
+per clock, which counts the variance between processes as well as within one. A rank scenario's
+pools are groups of rank processes, one group per framework and round (harness/workers/ranks.py Groups):
+there a "process" of timing.processes is a group of WORLD_SIZE processes of its own, and a row timed
+as the mean over ranks pools its slowest rank's repeats beside (timing.slowest_rank).
+
+The first PLAN_AFTER processes of a row run the preset's budget; each later one at most the repeats
+that Kalibera and Jones' rule gives from the processes so far (plan, repeats_where_the_variance_is):
+more processes where the processes differ, more repeats where the repeats do. Each row also records
+where its wall time went (timed_s against phase_s, per process and summed) and how its process medians
+moved with the host loop measured beside them (timing.host_sensitivity, harness/measure/noise.py).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import is_dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from harness.results.model import Process, Row, Timing
+from harness.measure.noise import host_sensitivity, rel_halfwidth, split
+from harness.measure.timing import Stats
+from harness.workers.worker import WorkerError, WorkerLost
+from scenarios.spec import Params, Scenario
+
+CLOCKS = ("host_return", "device_done", "device_events")
+# Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
+# the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
+# the request that timed it (shared by the rows of one request): in the worker (served_s) and round trip.
+PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", "request_s")
+SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s")
+PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
+MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
+Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
+
+
+def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
+               timeout: float, step: Callable[[str, str], None], detail: Callable[[str, str], None], *,
+               seed: int | None = None) -> dict[str, list[Timed]]:
+    """{framework: one answer per process} at the point params with the run's seed; step(fw, text) per
+    request, detail(fw, text) per variant as it goes. A failed request answers
+    {"status": ..., "reason": ...}, and that framework is not asked again for this point."""
+    got: dict[str, list[Timed]] = {fw: [] for fw in frameworks}
+    for i, pool in enumerate(pools):
+        for fw in (frameworks if i % 2 == 0 else frameworks[::-1]):
+            if got[fw] and "status" in got[fw][-1]:
+                continue
+            step(fw, f"timing (round {i + 1} of {len(pools)})")
+            todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
+            t0 = time.perf_counter()
+            try:
+                got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, seed=seed, timeout=timeout,
+                                                progress=lambda text, fw=fw: detail(fw, text)))
+            except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
+                got[fw].append({"status": e.status, "reason": str(e)})
+                continue
+            took = time.perf_counter() - t0  # the request's round trip, messages included
+            for row in got[fw][-1].get("rows") or []:
+                if isinstance(row.get("timing"), dict):
+                    row["timing"]["request_s"] = took
+    return got
+
+
+def repeats_where_the_variance_is(procs: list[tuple[list[float], float, float]], lo: int, hi: int) -> int | None:
+    """Kalibera and Jones' optimal repeats per process ("Rigorous benchmarking in reasonable time", 2013):
+    r = ceil(sqrt(c2 T1^2 / (c1 T2^2))), T1^2 the variance between repeats within a process, T2^2 the
+    variance between processes' means beyond what T1^2 explains, c1 the cost of one more repeat and c2
+    the cost of one more process (set-up, first call, warm-up, checks). Why: a repeat is cheap but
+    only averages out noise within its process; where the processes differ more, a new process buys
+    more certainty per second than more repeats in the same ones. procs: (the process's device_done
+    samples, its repeat loop's wall time, its whole wall time for the row); clipped to [lo, hi]; hi where
+    no variance between processes shows; None below two processes of two samples."""
+    procs = [(np.asarray(x, dtype=np.float64), r, w) for x, r, w in procs if len(x) >= 2]
+    if len(procs) < 2:
+        return None
+    t1 = float(np.mean([x.var(ddof=1) for x, _, _ in procs]))
+    n = float(np.mean([x.size for x, _, _ in procs]))
+    t2 = float(np.var([x.mean() for x, _, _ in procs], ddof=1)) - t1 / n
+    c1 = float(np.mean([r / x.size for x, r, _ in procs]))
+    c2 = float(np.mean([max(w - r, 0.0) for _, r, w in procs]))
+    if t2 <= 0 or c1 <= 0:
+        return hi  # no variance between processes beyond the repeats' own: spend on repeats
+    r = math.ceil(math.sqrt(c2 * t1 / (c1 * t2)))
+    return max(lo, min(hi, r))
+
+
+def plan(answers: list[Timed], cfg: Any) -> Any:
+    """cfg with, per variant, the repeats a further process runs (repeats_where_the_variance_is) from this
+    framework's processes so far; cfg itself where none can be decided (failed, skipped, no timings)."""
+    if not answers or any("status" in a for a in answers):
+        return cfg
+    decided = []
+    for i, row in enumerate(answers[0]["rows"]):
+        timings = [a["rows"][i].get("timing") for a in answers]
+        if not all(isinstance(t, dict) and "repeats_s" in t and "phase_s" in t for t in timings):
+            continue
+        r = repeats_where_the_variance_is([(t["samples"]["device_done"], t["repeats_s"], t["phase_s"])
+                                           for t in timings], min(MIN_PLANNED, cfg.max_repeats), cfg.max_repeats)
+        if r is not None:
+            decided.append((row["variant"], r))
+    return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
+
+
+def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Timed:
+    """One framework's rows (model.Row) with every process's repeats pooled, and its baseline output
+    sample; or the first failure, whose status and reason become every variant's. The one place a
+    row's processes become one row."""
+    failed = next((a for a in answers if "status" in a), None)
+    if failed is not None:
+        return failed
+    first = answers[0]["rows"]
+    rows = []
+    for i in range(len(first)):
+        rows.append(_merge_row([Row.from_dict(a["rows"][i]) for a in answers]))
+    return rows, answers[0]["sample"]
+
+
+def _merge_row(per: list[Row]) -> Row:
+    row = per[0]
+    if row.timing is None:
+        return row
+    bad = next((r for r in per if r.status == "wrong"), None)
+    if bad is not None:
+        status, check = "wrong", bad.check
+    else:
+        status = row.status
+        check = replace(row.check, checked=sum(r.check.checked for r in per),
+                        wrong=sum(r.check.wrong for r in per),  # a hazard's wrong runs: every process's
+                        max_rel_err=max((r.check.max_rel_err for r in per
+                                         if r.check.max_rel_err is not None), default=None))
+    return replace(row, status=status, check=check, wall_s=sum(r.wall_s for r in per),
+                   timing=pool_timing([r.timing for r in per]))
+
+
+def pool_timing(timings: list[Timing]) -> Timing:
+    """Per-process timings (each one process's, as handlers.time_point sends them) as one: pooled samples
+    and statistics, the processes' counts and stop reasons, and the between-process noise per clock."""
+    first = timings[0]
+    samples = {c: [x for m in timings for x in m.samples.get(c, [])] for c in CLOCKS
+               if all(m.samples.get(c) for m in timings)}
+    counts = [len(m.samples["device_done"]) for m in timings]
+    stats = {c: Stats.of(samples[c]).to_dict() if c in samples else None for c in CLOCKS}
+    slow, slowest = first.slowest_rank_samples, first.slowest_rank
+    if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
+        slow = {c: [x for m in timings for x in m.slowest_rank_samples[c]] for c in CLOCKS  # type: ignore[index]
+                if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
+        slowest = {c: Stats.of(v).to_dict() for c, v in slow.items()}
+    processes = [Process(n=n, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
+                         first_call_s=m.first_call_s,
+                         **{k: getattr(m, k) for k in PER_PROCESS if getattr(m, k) is not None})
+                 for n, m in zip(counts, timings)]
+    summed = {k: sum(getattr(m, k) for m in timings) for k in SUMMED  # where the row's wall time went
+              if all(getattr(m, k) is not None for m in timings)}
+    return replace(
+        first, _keys=None, extra=dict(first.extra), **stats, samples=samples,
+        slowest_rank_samples=slow, slowest_rank=slowest,
+        checked_repeats=sum(m.checked_repeats for m in timings),
+        wrong_repeats=sum(m.wrong_repeats for m in timings),
+        worst=next((m.worst for m in timings if m.worst), ""),
+        metrics={k: float(np.median([m.metrics[k] for m in timings if k in m.metrics])) for k in first.metrics},
+        processes=processes,
+        **({k: None for k in PER_PROCESS} | summed),  # a process's own fields kept per process above
+        host_sensitivity=host_sensitivity([p.median for p in processes], [p.host_loop_s for p in processes]),
+        noise={c: rel_halfwidth(split(samples[c], counts)) for c in samples},
+        stopped=None)
+
+
+def phase(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
+    trace included) and the seconds inside timed repeats, all processes together: the share of the
+    phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
+    went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
+    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included)."""
+    timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
+    timed = sum(t.get("timed_s", 0.0) for t in timings)
+    out = {"wall_s": wall_s, "timed_s": timed, "share": timed / wall_s if wall_s > 0 else None,
+           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
+    requests: dict[tuple[Any, ...], tuple[float, float]] = {}  # one per framework, point and process
+    for r in rows:
+        t = r["timing"] if isinstance(r.get("timing"), dict) else {}
+        for i, p in enumerate(t.get("processes") or []):
+            if "request_s" in p and "served_s" in p:
+                requests[(r.get("framework"), r.get("point", 0), i)] = (p["request_s"], p["served_s"])
+    if requests:
+        out["requests_s"] = sum(q for q, _ in requests.values())
+        out["served_s"] = sum(s for _, s in requests.values())
+    return out
+
+
+def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
+    """The run's timing phase: its scenarios' phases summed (phase())."""
+    parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
+    wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
+    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
+    for k in ("rows_s", "requests_s", "served_s"):
+        if any(k in p for p in parts):
+            out[k] = sum(p.get(k, 0.0) for p in parts)
+    return out

@@ -1,0 +1,142 @@
+"""One framework's side of a run: in this process (tests) or in a child process of its own (compare).
+
+A child process per framework keeps a crash, a hang or an out-of-memory in one framework from taking
+the others with it; the parent talks to it through a pipe (harness/workers/protocol.py: typed requests and
+replies, the one serve loop) and kills it at the request's timeout. The handlers are in
+harness/workers/handlers.py.
+
+A failure is a row status (protocol.py): "error", "oom" (the worker is then replaced, the only sure
+way to hand its memory back), "timeout" and "crashed". Tests plant each of these with
+$TRIPTYCH_FAULT (harness/workers/faults.py), which only the child reads.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from typing import Any
+
+from harness.workers import protocol
+from harness.workers.handlers import answer
+from harness.workers.protocol import STOPS, Progress, Request, WorkerError, WorkerLost, died, failure
+
+__all__ = ["Handle", "LocalWorker", "ProcessWorker", "Progress", "WorkerError", "WorkerLost", "failure", "make_worker"]
+
+
+def _serve(conn: Any, fw: str) -> None:
+    """A process worker child's main (also an interleaved side's: harness/run/interleave.py)."""
+    protocol.serve(conn, fw, answer)
+
+
+class Handle:
+    """What the parent's handles share: request() builds the typed Request that ask() sends."""
+
+    fw: str
+
+    def request(self, op: str, scenario: str | None = None, params: dict[str, Any] | None = None,
+                timing: Any = None, first: bool = True, *, seed: int | None = None, points: Any = (),
+                timeout: float | None = None, progress: Progress | None = None) -> Any:
+        """Ask this framework's worker; params are a point as the scenario reads it, its seed (if not
+        given as seed) among them (protocol.Request.make)."""
+        req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points)
+        return self.ask(req, timeout=timeout, progress=progress)
+
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+        raise NotImplementedError
+
+
+# -- the parent's handles ------------------------------------------------------------------------
+
+
+class LocalWorker(Handle):
+    """Runs requests in this process (tests, --isolation none); no planted fault reaches it."""
+
+    def __init__(self, fw: str) -> None:
+        self.fw = fw
+
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+        try:
+            return answer(req, progress or (lambda _t: None))
+        except Exception as e:  # noqa: BLE001
+            status, summary = failure(self.fw, e)
+            raise WorkerError(summary, status) from e
+
+    def close(self, grace: float = 0.0) -> None:
+        pass
+
+    kill = close
+
+
+class ProcessWorker(Handle):
+    """A spawned child process per framework (a fresh interpreter: nothing inherited from CUDA)."""
+
+    def __init__(self, fw: str) -> None:
+        self.fw = fw
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
+        # The child inherits this thread's signal mask: blocked, a Ctrl-C to the group while it imports
+        # is not a KeyboardInterrupt traceback in it; _serve ignores both and unblocks them.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+        try:
+            self._proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        child.close()
+        self._conn = parent
+
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self._conn.send(req.to_dict())
+        while True:
+            try:
+                ready = self._conn.poll(timeout)
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                self.kill()
+                raise WorkerLost(f"{self.fw} worker did not answer within {timeout:g} s (killed)", "timeout")
+            try:
+                msg = protocol.receive(self._conn)
+            except (EOFError, OSError):
+                if self._proc is not None:
+                    self._proc.join(5)  # the exit code is known only once it has been reaped
+                code = self._proc.exitcode if self._proc is not None else None
+                self.kill()
+                raise WorkerLost(died(self.fw, code), "crashed") from None
+            if isinstance(msg, str):
+                if progress is not None:
+                    progress(msg)
+                continue
+            if msg.status == "oom":
+                self.close()  # a fresh process for the next request: all of this one's memory goes back
+            return msg.result()
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(5)
+        self._proc = self._conn = None
+
+    def close(self, grace: float = 10.0) -> None:
+        """Ask the child to leave, wait up to `grace` seconds (a run being stopped gives little), kill it."""
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(grace)
+            except (OSError, BrokenPipeError):
+                pass
+        self.kill()
+
+
+def make_worker(fw: str, isolation: str) -> LocalWorker | ProcessWorker:
+    if isolation == "none":
+        return LocalWorker(fw)
+    if isolation == "process":
+        return ProcessWorker(fw)
+    raise ValueError(f"unknown isolation {isolation!r}")
+

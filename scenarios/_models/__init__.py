@@ -1,0 +1,1 @@
+"""Model code (numpy only) that both the scenarios' references and the impls run."""
