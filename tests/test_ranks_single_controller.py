@@ -37,11 +37,16 @@ print("ok", n)
 """
 
 
-def test_one_process_drives_four_devices_with_the_same_shard_map_bodies():
+def _on_four_cpu_devices(code: str) -> None:
+    """Runs code in a fresh JAX process that sees four CPU devices; it must print "ok 4"."""
     backend_or_skip("jax")
     env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    p = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0 and p.stdout.strip() == "ok 4", p.stdout[-1000:] + p.stderr[-2000:]
+
+
+def test_one_process_drives_four_devices_with_the_same_shard_map_bodies():
+    _on_four_cpu_devices(CHECK)
 
 
 BODIES = """
@@ -78,7 +83,4 @@ print("ok", n)
 
 
 def test_the_rank_impls_shard_map_bodies_at_world_size_4():
-    backend_or_skip("jax")
-    env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    p = subprocess.run([sys.executable, "-c", BODIES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0 and p.stdout.strip() == "ok 4", p.stdout[-1000:] + p.stderr[-2000:]
+    _on_four_cpu_devices(BODIES)
