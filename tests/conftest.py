@@ -40,7 +40,18 @@ SLOW = (
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[point_to_point]",
     "tests/test_check.py::test_check_on_ranks_reproduces_a_planted_wrong_output[tensor_parallel]",
     "tests/test_check.py::test_check_on_ranks_passes_without_a_plant[ranks_default_world_size]",  # [ranks] stays
-    "tests/test_report.py::test_reports_do_not_scroll_sideways[1400]",  # Chromium at 1280 px stays in make test
+    # Chromium opening report.html at both widths (make test keeps the HTML's own checks in test_report.py)
+    "tests/test_report.py::test_reports_do_not_scroll_sideways[1400]",
+    "tests/test_report.py::test_reports_do_not_scroll_sideways[1280]",
+    # The toy scenario through make docs, its tests and compare in a copy of the repository (make test keeps
+    # test_the_doc_names_each_step_this_test_takes, which holds the checklist to the steps the slow one takes)
+    "tests/test_contributing.py::test_a_toy_scenario_added_by_the_checklist_runs_through_compare",
+    # JAX's data-parallel variants against the float64 large batch (make test keeps torch's, and JAX's
+    # buckets and hazard tests)
+    "tests/test_data_parallel.py::test_every_variant_matches_the_float64_large_batch[jax]",
+    # A whole compare with planted faults read back from the file (make test keeps the faults' unit tests and
+    # test_a_fault_costs_only_its_own_rows[raise])
+    "tests/test_faults.py::test_the_cli_writes_the_result_with_rows_that_say_what_happened",
     # Faults that wait for a timeout or restart workers (a raised fault stays in make test)
     "tests/test_faults.py::test_a_fault_costs_only_its_own_rows[hang]",
     "tests/test_faults.py::test_a_fault_costs_only_its_own_rows[oom]",
