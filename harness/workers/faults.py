@@ -193,24 +193,31 @@ def _spoil(mine: list[Fault], scenario: str | None, outputs: dict[str, Any]) -> 
 
 
 class _Slowdown:
-    """A planted slowdown of some variants' calls, for the length of one timing request. The impl's
-    run_<variant> is wrapped to note when a timed region's first call starts, and the backend's
-    synchronize(outputs), which ends the region, then busy-waits the planted share of the time since
-    that start: the spin is inside device_done, while host_return (taken before the synchronize) and
-    device events (stopped before it) are not touched. A synchronize without outputs (before a region)
-    forgets the start; so an untimed run of the variant (sync count, timeline) is slowed alike."""
+    """A planted slowdown of some variants' calls, for the length of one timing request. Every
+    run_<variant> of the impl is wrapped: a planted variant called by the harness (the outermost impl
+    call, not one variant calling another, as async_poll calls run_async) notes when a timed region's
+    first call starts, and the backend's synchronize(outputs), which ends the region, then busy-waits
+    the planted share of the time since that start: the spin is inside device_done, while host_return
+    (taken before the synchronize) and device events (stopped before it) are not touched. A synchronize
+    without outputs (before a region) forgets the start; so an untimed run of the variant (sync count,
+    timeline) is slowed alike."""
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.share = 0.0
+        self.depth = 0  # impl calls in progress: 1 inside the call the harness made
 
-    def call(self, fn: Callable[[Any], Any], share: float) -> Callable[[Any], Any]:
-        def slowed(state: Any) -> Any:
-            if self.started is None:
+    def call(self, fn: Callable[..., Any], share: float | None) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if self.depth == 0 and share is not None and self.started is None:
                 self.started, self.share = time.perf_counter(), share
-            return fn(state)
+            self.depth += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.depth -= 1
 
-        return slowed
+        return wrapped
 
     def synchronize(self, real: Callable[..., None]) -> Callable[..., None]:
         def synchronize(outputs: Any = None) -> None:
@@ -236,9 +243,9 @@ def _slowed(mine: list[Fault], framework: str, scenario: str | None) -> Iterator
     from harness.workers.execute import load_impl
 
     b, impl, plant = backends.get(framework).load(), load_impl(str(scenario), framework), _Slowdown()
-    own = {f"run_{v}": getattr(impl, f"run_{v}") for v in slow if hasattr(impl, f"run_{v}")}
+    own = {name: fn for name, fn in vars(impl).items() if name.startswith("run_") and callable(fn)}
     for name, fn in own.items():
-        setattr(impl, name, plant.call(fn, slow[name[4:]]))
+        setattr(impl, name, plant.call(fn, slow.get(name[4:])))
     b.synchronize = plant.synchronize(b.synchronize)  # type: ignore[method-assign]  # this instance only
     try:
         yield
