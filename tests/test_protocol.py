@@ -3,6 +3,7 @@ process workers and rank processes share."""
 from __future__ import annotations
 
 import json
+import pickle
 import signal
 
 import pytest
@@ -73,6 +74,24 @@ def test_the_serve_loop_answers_notes_and_failures_and_stops_on_none(monkeypatch
     with pytest.raises(protocol.WorkerError, match="^rank 1: ValueError: no ranks$"):
         bad.result("rank 1: ")
     protocol.serve(_Conn(), "torch", _handle)  # EOF: the parent is gone, the loop ends
+
+
+class _PicklingConn(_Conn):
+    """A pipe that refuses what pickle refuses (here: a function in the message)."""
+
+    def send(self, msg) -> None:
+        pickle.dumps(msg)
+        super().send(msg)
+
+
+def test_a_reply_that_cannot_be_sent_comes_back_as_the_handlers_error(monkeypatch):
+    """The worker lives on and says why, as when the handler raises, instead of dying as 'crashed'."""
+    monkeypatch.delenv(faults.ENV, raising=False)
+    conn = _PicklingConn(Request("hello", "torch").to_dict(), None)
+    protocol.serve(conn, "torch", lambda req, progress: {"f": lambda: 1})
+    (failed,) = conn.sent
+    bad = protocol.receive(_Conn(failed))
+    assert (bad.ok, bad.status) == (False, "error") and "pickle" in bad.error.lower()
 
 
 def test_a_planted_fault_wraps_the_handler_only_in_the_serve_loop(monkeypatch):

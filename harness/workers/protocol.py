@@ -178,7 +178,10 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
             reply = Reply(True, handle(Request.from_dict(msg), lambda text: conn.send(note(text))))
         except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
             reply = Reply.failed(framework, e)
-        conn.send(reply.to_dict())
+        try:
+            conn.send(reply.to_dict())
+        except Exception as e:  # noqa: BLE001 - a value that cannot be pickled is the handler's error, not a crash
+            conn.send(Reply.failed(framework, e).to_dict())
 
 
 def receive(conn: Any) -> Reply | str:
