@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+from abc import ABC, abstractmethod
 from typing import Any
 
 from harness.workers import protocol
@@ -27,8 +28,9 @@ def _serve(conn: Any, fw: str) -> None:
     protocol.serve(conn, fw, answer)
 
 
-class Handle:
-    """What the parent's handles share: request() builds the typed Request that ask() sends."""
+class Handle(ABC):
+    """What the parent's handles share: request() builds the typed Request that ask() sends; each kind
+    of handle (in this process, a child process, a rank group) says how it is sent."""
 
     fw: str
 
@@ -40,8 +42,9 @@ class Handle:
         req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points)
         return self.ask(req, timeout=timeout, progress=progress)
 
+    @abstractmethod
     def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
-        raise NotImplementedError
+        """The worker's answer to req; WorkerError or WorkerLost where it failed."""
 
 
 # -- the parent's handles ------------------------------------------------------------------------
