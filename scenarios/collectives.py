@@ -201,7 +201,8 @@ SCENARIO = Scenario(
         "cupy": ("NCCLBackend.broadcast (in place) / NcclCommunicator.broadcast (out of place)", ".reduce",
                  ".all_reduce", ".all_gather", ".reduce_scatter", ".all_to_all (grouped send/recv)", ".barrier"),
         "jax": ("shard_map + lax.psum (broadcast, reduce, all_reduce)", "lax.all_gather(tiled=True)",
-                "lax.psum_scatter(tiled=True)", "lax.all_to_all", "jax.jit(donate_argnums=0) (in place)",
+                "lax.psum_scatter(tiled=True)", "lax.all_to_all",
+                "jax.jit(donate_argnums=1) (out of place: the receive buffer)", "jax.jit(donate_argnums=0) (in place)",
                 "lax.psum of one element (barrier)"),
     },
     framework_notes={
@@ -216,8 +217,11 @@ SCENARIO = Scenario(
                 "TCP store (rank 0's), no device work.",
         "jax": "No broadcast or reduce primitive: both are a psum of a masked block (JAX's own idiom), so they move "
                "an all-reduce's data: their busbw uses the all-reduce's factor 2(N-1)/N and the metric "
-               "all_reduce_traffic is 1, not to be set beside NCCL's broadcast or reduce. In place is donation "
-               "(jax.jit donate_argnums): XLA may then write the output into the input's buffer; in-place "
+               "all_reduce_traffic is 1, not to be set beside NCCL's broadcast or reduce. Both columns use donation "
+               "(jax.jit donate_argnums). Out of place, a receive buffer made in prepare is donated as a second "
+               "argument and the output takes it (nccl-tests' separate send and receive buffers; a plain jitted "
+               "call would allocate its output and free the last one on every call). In place, the input is "
+               "donated, and XLA may then write the output into the input's buffer; in-place "
                "reduce_scatter is psum_scatter, then its result written into the rank's chunk of the donated "
                "buffer (the check reads the psum_scatter's result); in-place all_to_all, which NCCL lacks, "
                "runs in JAX alone (XLA buffers what it must). barrier: a psum of one element per "

@@ -80,3 +80,28 @@ def test_each_placement_has_its_own_floor_and_barrier_none():
     assert C.in_place_why("in_place", {"op": "barrier"}) and C.in_place_why("out_of_place", {"op": "barrier"}) is None
     assert C.in_place_why("in_place", {"op": "all_to_all"}, C.NCCL_NO_IN_PLACE)
     assert C.in_place_why("in_place", {"op": "all_to_all"}) is None  # JAX: donation, XLA buffers what it must
+
+
+@pytest.mark.parametrize("op", [o for o in C.OPS if o != "barrier"])
+def test_jax_out_of_place_writes_into_its_receive_buffer_and_keeps_its_send_buffer(op):
+    """nccl-tests' out-of-place layout in JAX: the receive buffer, made untimed, is donated and taken by
+    the output, so a call neither allocates its output nor frees the last; the send buffer stays."""
+    from harness import backends
+    from harness.workers.execute import load_impl
+
+    b = backends.get("jax")
+    ok, why = b.available()
+    if not ok:
+        pytest.skip(why)
+    jb = b.load()
+    impl, scn = load_impl("collectives", "jax"), get("collectives")
+    params = dict(op=op, bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
+    state = impl.prepare(scn.make_inputs(params), params, jb.device)
+    impl.poison(state)
+    for _ in range(3):
+        recv, x = state["out"], state["x"]
+        at = recv.addressable_data(0).unsafe_buffer_pointer()
+        jb.synchronize(impl.run_out_of_place(state))
+        assert recv.is_deleted(), f"{op}: the receive buffer was not donated (the call allocated its output)"
+        assert state["out"].addressable_data(0).unsafe_buffer_pointer() == at, f"{op}: the output moved"
+        assert not x.is_deleted(), f"{op}: the send buffer was consumed"

@@ -1,9 +1,11 @@
 """collectives in JAX: one process per device (jax.distributed), each call one jitted shard_map over
 the global mesh, axis "r" = the rank, on a 1-D global array whose block r is rank r's buffer.
 
-Functional: out of place, every call writes a fresh output. In place is donation (jit's
-donate_argnums): XLA may then write the output into the input's buffer, which it does where the two
-have one shape; JAX's closest idiom, not a promise. prepare builds the global arrays from each
+Functional, so both columns are donation (jit's donate_argnums), JAX's closest idiom to a buffer
+written in place, not a promise. Out of place: a receive buffer made in prepare, donated, which XLA
+writes the output into (nccl-tests' send and receive buffers, both made before the timing; without it
+every call would allocate its output and free the last). In place: the input donated, which XLA
+writes the output into where the two have one shape. prepare builds the global arrays from each
 process's block (make_array_from_process_local_data), untimed; a call dispatches asynchronously and
 returns this process's shard as it is (addressable_data: no program). A donated buffer is gone after
 its call: poison makes the sample's in-place buffers afresh with a jitted copy, untimed.
@@ -38,10 +40,14 @@ def prepare(inputs, params, device):
     fill = np.zeros(size, inputs["x"].dtype)
     fill[take] = inputs["x"]  # nccl-tests' layout; the rest zeros, which no output element equals
     spmd = lambda f: jax.shard_map(f, mesh=mesh, in_specs=P("r"), out_specs=P("r"))  # noqa: E731
+    into = lambda f: jax.shard_map(lambda a, _recv: f(a), mesh=mesh, in_specs=(P("r"), P("r")),  # noqa: E731
+                                   out_specs=P("r"))  # _recv: only its buffer, which the output takes
+    recv = np.zeros(C.out_count(op, inputs["x"].size, n), inputs["x"].dtype)
     x = jax.make_array_from_process_local_data(blocks, inputs["x"])
     return {"x": x, "x_local": x.addressable_data(0), "op": op, "bytes": C.nbytes(params),
             "factor": C.bus_factor(TRAFFIC.get(op, op), n), "all_reduce_traffic": float(op in TRAFFIC),
-            "fn": jax.jit(spmd(OPS[op])) if op in OPS else None,
+            "fn": jax.jit(into(OPS[op]), donate_argnums=1, keep_unused=True) if op in OPS else None,
+            "recv": jax.make_array_from_process_local_data(blocks, recv), "out": None,
             "fn_in_place": jax.jit(spmd(IN_PLACE.get(op, OPS.get(op))), donate_argnums=0) if op in OPS else None,
             "one": jax.make_array_from_process_local_data(blocks, np.ones(1, inputs["x"].dtype)),
             "arrive": jax.jit(spmd(_all_reduce)),  # barrier: an all-reduce of one element, as torch's on NCCL
@@ -56,6 +62,7 @@ def barrier(state):
 
 def poison(state):
     state["ring"] = [state["copy"](state["fill"]) for _ in range(state["slots"])]  # the donated ones are gone
+    state["out"] = state["copy"](state["recv"])  # zeros, as torch's out.zero_()
     state["i"] = 0
     barrier(state)  # untimed, before every repeat: the ranks start together
 
@@ -116,7 +123,8 @@ def run_out_of_place(state):
     _emit(state)
     if state["op"] == "barrier":
         return {"out": state["x_local"], "arrived": state["arrive"](state["one"]).addressable_data(0)}
-    return _reported(state, state["fn"](state["x"]).addressable_data(0))  # this process's shard
+    state["out"] = state["fn"](state["x"], state["out"])  # donated: the output takes the receive buffer
+    return _reported(state, state["out"].addressable_data(0))  # this process's shard
 
 
 def run_in_place(state):
