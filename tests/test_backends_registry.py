@@ -16,7 +16,7 @@ from harness.run import runner
 from harness.backends.base import Backend
 from harness.backends.dist import RankEnv
 from harness.report.docs import DEFAULT_TOPICS
-from harness.workers.ranks import rank_env
+from harness.workers.ranks import Workers, rank_env
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORK_MODULES = ("torch", "cupy", "cupyx", "jax", "jaxlib")
@@ -133,11 +133,12 @@ def test_the_ceilings_are_measured_by_the_backend_that_says_it_measures_them(mon
     scn = get("collectives")
     torch_pool, cupy_pool = _Pool({"ceilings": {"x": 1.0}, "not_measured": {}}), _Pool({})
     machine, ui = {}, _UI()
-    opts = type("O", (), {"timeout_s": 5.0})()
-    assert runner._rank_ceilings(scn, [], [{"torch": torch_pool, "cupy": cupy_pool}], ["torch", "cupy"], {},
-                                 machine, opts, ui) is None
+    run = runner.Run(runner.CompareOptions(scenarios=[], frameworks=["torch", "cupy"], size="full", examples=1,
+                                           seed=0, timeout_s=5.0), ui)
+    run.machine = machine
+    both = Workers([{"torch": torch_pool, "cupy": cupy_pool}], ["torch", "cupy"], {})
+    assert run.rank_ceilings(scn, [], both) is None
     assert torch_pool.asked == ["ceilings"] and cupy_pool.asked == [] and machine == {"x": 1.0}
     assert ui.steps == ["collectives · raw floor (the PyTorch ranks, NCCL without a framework)"]
-    why = runner._rank_ceilings(scn, [], [{"cupy": cupy_pool}], ["cupy"], {"torch": {"why": "no GPU"}}, machine,
-                                opts, ui)
+    why = run.rank_ceilings(scn, [], Workers([{"cupy": cupy_pool}], ["cupy"], {"torch": {"why": "no GPU"}}))
     assert why == "no raw floor: it is measured by the PyTorch ranks (NCCL), unavailable here (no GPU)"

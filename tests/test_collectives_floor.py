@@ -15,7 +15,7 @@ from harness.run import runner
 from harness.backends import nccl_floor
 from harness.results.model import Row
 from harness.run.options import CompareOptions
-from harness.workers.ranks import RankGroup, merge_ceilings
+from harness.workers.ranks import RankGroup, Workers, merge_ceilings
 from harness.workers.worker import WorkerError
 from scenarios import collectives as C
 from scenarios import get
@@ -168,13 +168,13 @@ def test_rows_get_pct_of_floor_from_the_measured_floor_and_none_without_it():
     machine = {C.floor_key(p): 5e-4, C.floor_key(p, in_place=True): 4e-4}
     for variant, floor in (("out_of_place", 5e-4), ("in_place", 4e-4)):  # each column on its own placement's
         typed = Row.from_dict(ok_row("collectives", "torch", variant, 2e-3, 1e-5) | {"status": "ok"})
-        runner._add_floor(scn, p, machine, typed)
+        runner.add_floor(scn, p, machine, typed)
         row = typed.to_dict()
         assert row["floor_s"] == floor and row["pct_of_floor"] == pytest.approx(100 * floor / 2e-3)
     for machine, q in (({"hbm_Bps": 1e12}, p), ({C.floor_key(p): 5e-4}, point("all_reduce", MiB, 4)),
                        ({C.floor_key(p): 5e-4}, point("barrier", MiB, 2))):
         typed = Row.from_dict(ok_row("collectives", "torch", "out_of_place", 2e-3, 1e-5))
-        runner._add_floor(scn, q, machine, typed)
+        runner.add_floor(scn, q, machine, typed)
         bare = typed.to_dict()
         assert "floor_s" not in bare and "pct_of_floor" not in bare
 
@@ -204,11 +204,18 @@ class _Group:
 OPTS = CompareOptions(scenarios=["collectives"], frameworks=["torch", "cupy", "jax"], size="full", examples=1, seed=0)
 
 
+def _rank_ceilings(scn, points, processes, available, env, machine, ui):
+    """Run.rank_ceilings of a run whose machine ceilings are machine (updated in place)."""
+    run = runner.Run(OPTS, ui)
+    run.machine = machine
+    return run.rank_ceilings(scn, points, Workers(processes, available, env))
+
+
 def test_the_ranks_floor_joins_the_machine_ceilings_and_says_what_it_lacks():
     scn, points, machine = get("collectives"), [point("all_reduce"), point("barrier")], {"hbm_Bps": 1e12}
     g = _Group({"ceilings": {C.floor_key(points[0]): 1e-4, "nccl_ranks": 4.0},
                 "not_measured": {"barrier 64 KiB": "barrier moves no bytes: no floor"}})
-    why = runner._rank_ceilings(scn, points, [{"cupy": g}], ["torch", "cupy"], {}, machine, OPTS, _UI())
+    why = _rank_ceilings(scn, points, [{"cupy": g}], ["torch", "cupy"], {}, machine, _UI())
     assert g.asked == [("ceilings", (points,))]
     assert machine == {"hbm_Bps": 1e12, C.floor_key(points[0]): 1e-4, "nccl_ranks": 4.0}
     assert why == "barrier 64 KiB: barrier moves no bytes: no floor"
@@ -218,13 +225,13 @@ def test_without_cupy_ranks_the_floor_is_absent_with_its_reason_and_nothing_is_a
     scn, machine, ui = get("collectives"), {}, _UI()
     g = _Group(AssertionError("asked"))
     env = {"cupy": {"available": False, "why": "NCCL needs a CUDA GPU per rank"}}
-    why = runner._rank_ceilings(scn, [point("all_reduce")], [{"cupy": g}], ["torch"], env, machine, OPTS, ui)
+    why = _rank_ceilings(scn, [point("all_reduce")], [{"cupy": g}], ["torch"], env, machine, ui)
     assert "NCCL needs a CUDA GPU per rank" in why and machine == {} and g.asked == []
-    assert "not in this run" in runner._rank_ceilings(scn, [], [{}], ["torch"], {}, machine, OPTS, ui)
+    assert "not in this run" in _rank_ceilings(scn, [], [{}], ["torch"], {}, machine, ui)
     broken = _Group(WorkerError("rank 0: NcclError: unhandled cuda error"))
-    why = runner._rank_ceilings(scn, [point("all_reduce")], [{"cupy": broken}], ["cupy"], {}, machine, OPTS, ui)
+    why = _rank_ceilings(scn, [point("all_reduce")], [{"cupy": broken}], ["cupy"], {}, machine, ui)
     assert why.startswith("raw floor not measured: rank 0: NcclError") and machine == {} and ui.notes
-    assert runner._rank_ceilings(get("ranks"), [], [{"cupy": g}], ["cupy"], {}, machine, OPTS, ui) is None
+    assert _rank_ceilings(get("ranks"), [], [{"cupy": g}], ["cupy"], {}, machine, ui) is None
 
 
 def test_the_report_names_the_nccl_ceilings_and_the_missing_floors_reason():

@@ -157,7 +157,7 @@ def test_a_hazard_row_gets_no_floor_and_no_view_shows_one_from_an_older_result()
     assert hazard["hazard"] and not plain["hazard"]
     typed = [Row.from_dict(r) for r in (hazard, plain)]
     for r in typed:
-        runner._add_floor(scn, {}, {"hbm_Bps": 1.0}, r)
+        runner.add_floor(scn, {}, {"hbm_Bps": 1.0}, r)
     hazard, plain = (r.to_dict() for r in typed)
     assert "pct_of_floor" not in hazard and "floor_s" not in hazard and plain["pct_of_floor"] > 0
     old = dict(hazard, pct_of_floor=406.0, floor_s=1e-3)  # as results written before say

@@ -104,8 +104,8 @@ def test_the_runner_writes_this_version_and_the_writer_takes_the_model(tmp_path)
     from harness.workers import cpus
 
     opts = runner.CompareOptions(scenarios=[], frameworks=[], size="smoke", examples=1, seed=5)
-    d = results.as_written(runner._document(opts, dt.datetime.now(dt.timezone.utc), {}, {}, {}, [],
-                                            cpus.not_placed("all")))
+    d = results.as_written(runner.document(opts, dt.datetime.now(dt.timezone.utc), {}, {}, {}, [],
+                                           cpus.not_placed("all")))
     assert d["schema"] == SCHEMA == "triptych.result/2" and d["seed"] == 5
     p = results.write_atomic(Result.from_dict(d), tmp_path)
     assert read(p).to_dict() == d

@@ -71,8 +71,8 @@ def before(owner, name, phase):
     setattr(owner, name, wrapped)
 
 
-before(runner, "_start_all", "startup")
-before(runner, "_calibrate", "calibration")
+before(runner.Run, "_hello_all", "startup")
+before(runner.Run, "_calibrate", "calibration")
 before(worker.LocalWorker, "close", "shutdown")
 before(worker.ProcessWorker, "close", "shutdown")
 before(results, "result_name", "result")

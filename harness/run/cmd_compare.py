@@ -7,8 +7,6 @@ the report. A stop (Ctrl-C, SIGTERM) after the result is written keeps it and ex
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import random
 import signal
 import sys
@@ -21,36 +19,14 @@ from harness.run.options import EXAMPLES
 
 def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int,
                  scenarios: Sequence[str] | None = None) -> None:
-    """What every run checks before any work: memory caps that fit, planted faults, a writable --out.
+    """What every run checks before any work: memory caps that fit (Run.check_memory_fits), planted faults,
+    a writable --out.
     scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
     from harness.workers import faults
-    from harness.backends import backend_class
-    from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
-    from harness.report.labels import NAMES
     from harness.results.files import OutputError, check_writable
-    from scenarios import get
+    from harness.run.runner import Run
 
-    if fraction is None:
-        try:
-            fraction = memory_fraction()
-        except Unavailable as e:
-            raise UsageError(str(e)) from None
-        where = f"{MEMORY_FRACTION_ENV}={fraction:g}"
-    else:
-        where = f"--gpu-memory-fraction {fraction:g}"
-    n_frameworks = len(frameworks)
-    if fraction * n_frameworks > 1.0 + 1e-9:
-        raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
-                         "they would not fit in it together")
-    ranks = scenarios is None or any(getattr(get(s), "ranks", False) for s in scenarios)
-    keepers = [NAMES[f] for f in frameworks if backend_class(f).keeps_pool]
-    pool_processes = processes * (2 if ranks else 1)  # each worker, and each round's rank group, keeps a pool
-    if keepers and fraction * pool_processes > 1.0 + 1e-9 and gpu_present():
-        held = (f"{processes} workers and as many rank groups" if ranks
-                else f"{processes} workers; no rank scenario is selected")
-        raise UsageError(f"{where} x {pool_processes} {'/'.join(keepers)} processes ({held}, each keeping its pool) "
-                         f"is {fraction * pool_processes:.2f} of the GPU: use --gpu-memory-fraction "
-                         f"{math.floor(100 / pool_processes) / 100:g} or fewer --processes")
+    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present)
     try:
         faults.planted()
         check_writable(out)
@@ -59,16 +35,13 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.backends.base import MEMORY_FRACTION_ENV
-    from harness.run.options import default_memory_fraction
-    from harness.run.runner import CompareOptions
+    from harness.run.runner import CompareOptions, Run
 
     from scenarios import default_run
 
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
-    if a.gpu_memory_fraction is None and not os.environ.get(MEMORY_FRACTION_ENV, "").strip():
-        a.gpu_memory_fraction = default_memory_fraction(a.processes, a.frameworks)  # JAX's pools must fit
+    a.gpu_memory_fraction = Run.memory_fraction(a.gpu_memory_fraction, a.processes, a.frameworks)
     gpu = gpu_present()
     scenarios = a.scenarios if a.scenarios is not None else list(default_run(gpu))
     start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios)

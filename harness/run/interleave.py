@@ -487,7 +487,7 @@ def _variant(merged: Any, variant: str) -> dict[str, Any]:
 def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
               fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int) -> dict[str, Any]:
     """The side's processes as a result document (harness/run/runner.py's shape, without equivalence)."""
-    from harness.run.runner import CompareOptions, _document as document
+    from harness.run.runner import CompareOptions, document
     from harness.workers.cpus import not_placed
 
     out: dict[str, Any] = {}

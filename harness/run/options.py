@@ -1,7 +1,6 @@
 """What a compare run is asked to do, and every default of it in one place (the CLI reads these)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,18 +30,6 @@ class UI(Protocol):
     def advance(self) -> None: ...
     def note(self, text: str) -> None: ...
     def end(self) -> None: ...
-
-
-def default_memory_fraction(processes: int, frameworks: list[str]) -> float | None:
-    """The cap a run without --gpu-memory-fraction (and without $TRIPTYCH_GPU_MEMORY_FRACTION) gets:
-    the backends' default, lowered where JAX's pools (a worker and a rank group per process, each keeping
-    its pool) would not fit in the GPU together; None: the backends' default as it is."""
-    from harness.backends import backend_class
-    from harness.backends.base import DEFAULT_MEMORY_FRACTION
-
-    if not any(backend_class(f).keeps_pool for f in frameworks) or DEFAULT_MEMORY_FRACTION * 2 * processes <= 1.0:
-        return None
-    return math.floor(100 / (2 * processes)) / 100
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The scenario x framework x variant loop behind `python -m harness compare`.
+"""The scenario x framework x variant loop behind `python -m harness compare`: one Run.
 
 Per scenario: equivalence first (hypothesis draws small params; every framework's checked variants
 against the float64 reference and each other; harness/run/equiv_phase.py), then timing of every variant
@@ -15,22 +15,24 @@ measures the host's speed at its start (harness/measure/calibrate.py), recorded 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import time
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from harness.measure import calibrate
 from harness.run import stops
 from harness.workers import cpus, point_cache, rounds
-from harness.backends import ceilings_framework
-from harness.backends.base import MEMORY_FRACTION_ENV, Unavailable, memory_fraction
+from harness.backends import backend_class, ceilings_framework
+from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.run.equiv_phase import equivalence
 from harness.check.judging import cross_check, judge_claims
 from harness.report.labels import NAMES
 from harness.measure.machine import host_env
 from harness.results.model import Row
 from harness.run.options import CompareOptions, UI
-from harness.workers.ranks import Groups
+from harness.run.parser import UsageError
+from harness.workers.ranks import Groups, Workers
 from harness.results.results import SCHEMA
 from harness.run.stops import Stopped
 from harness.measure.timing import preset
@@ -38,119 +40,337 @@ from harness.workers.worker import WorkerError, WorkerLost, make_worker
 from scenarios import get as get_scenario
 from scenarios.spec import Scenario
 
-__all__ = ["CompareOptions", "UI", "Stopped", "run_compare"]
-Pools = list[dict[str, Any]]  # per process round: {framework: worker}; pools[0] also runs equivalence
+__all__ = ["CompareOptions", "UI", "Stopped", "Run", "run_compare", "document"]
+Processes = list[dict[str, Any]]  # per timing process: {framework: worker}; processes[0] also runs equivalence
 
 
 def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
-    """The run's result document, also when it was stopped (Ctrl-C, SIGTERM) at any moment after it
-    started measuring. It returns with stops deferred (harness/run/stops.py) where a caller's
-    stops.handling() holds them, so that the caller writes the document before any signal is honoured."""
-    with stops.handling():
-        return _run_compare(opts, ui)
+    """The run's result document (Run.execute)."""
+    return Run(opts, ui).execute()
 
 
-def _run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
-    started = _dt.datetime.now(_dt.timezone.utc)
-    if opts.gpu_memory_fraction is not None:
-        os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
-    pools: Pools = [{fw: make_worker(fw, opts.isolation) for fw in opts.frameworks}
-                    for _ in range(opts.timing_processes if opts.timing else 1)]
-    fw_env: dict[str, Any] = {}
-    available: list[str] = []
-    scenarios = [get_scenario(s) for s in opts.scenarios]
-    steps = sum(int(opts.equivalence) + (len(opts.frameworks) * len(s.points(opts.size)) if opts.timing else 0)
-                for s in scenarios)
-    ui.begin(len(opts.frameworks) + steps)
-    t_start = time.perf_counter()
-    stopped: str | None = None
-    not_run: list[dict[str, str]] = []
-    out_scenarios: dict[str, Any] = {}
-    machine: dict[str, Any] = {}
-    rank_groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
-    affinity, ticks = cpus.allowed(), cpus.cpu_times()
-    placed = cpus.not_placed(opts.cpus)
-    cache: str | None = None
-    started_up = False
-    try:
-        placed = cpus.place(opts.cpus, ui.step)  # before any process starts: each inherits the CPUs kept
-        cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
-        _start_phase(pools, opts, ui, fw_env, available, machine)
-        started_up = True
-        for scn in scenarios:
-            if stopped is None and opts.budget_s is not None and time.perf_counter() - t_start >= opts.budget_s:
-                stopped = f"the --budget of {opts.budget_s:g} s was spent before it started"
-                ui.note(f"budget spent: {', '.join(x.name for x in scenarios[len(out_scenarios):])} not run")
-            if stopped is not None:
-                not_run.append({"scenario": scn.name, "why": stopped})
-                continue
+class Run:
+    """One compare run and all its state: the options, the progress UI, the timing processes
+    (per timing process {framework: worker}; processes[0] also runs equivalence)
+    and the rank groups, the frameworks that started and their environment, the machine ceilings, the
+    stop state (stopped, not_run, the budget), and the GPU-memory cap its processes share. Nothing
+    starts before execute()."""
+
+    def __init__(self, opts: CompareOptions, ui: UI) -> None:
+        self.opts, self.ui = opts, ui
+        self.processes: Processes = []  # made in execute(); started by start()
+        self.groups: Groups | None = None  # the rank groups, started by the first rank scenario
+        self.available: list[str] = []  # the frameworks whose every timing process started
+        self.fw_env: dict[str, Any] = {}  # per framework: what its hello said (available, why, env, on_gpu)
+        self.machine: dict[str, Any] = {}  # the host's calibration and the GPU's ceilings
+        self.scenarios: list[Scenario] = [get_scenario(s) for s in opts.scenarios]
+        self.done: dict[str, Any] = {}  # the result's scenarios, as each finishes
+        self.stopped: str | None = None  # why the run stopped early (budget spent, a signal), or None
+        self.not_run: list[dict[str, str]] = []  # scenarios asked for but not run, with why
+        self.placed: dict[str, Any] = cpus.not_placed(opts.cpus)
+        self.started = _dt.datetime.now(_dt.timezone.utc)
+        self.t_start = time.perf_counter()
+
+    # -- the GPU memory the run's processes share ---------------------------------------------------
+
+    @staticmethod
+    def default_memory_fraction(n_processes: int, frameworks: list[str]) -> float | None:
+        """The cap a run without --gpu-memory-fraction (and without $TRIPTYCH_GPU_MEMORY_FRACTION) gets:
+        the backends' default, lowered where JAX's pools (a worker and a rank group per process, each keeping
+        its pool) would not fit in the GPU together; None: the backends' default as it is."""
+        if (not any(backend_class(f).keeps_pool for f in frameworks)
+                or DEFAULT_MEMORY_FRACTION * 2 * n_processes <= 1.0):
+            return None
+        return math.floor(100 / (2 * n_processes)) / 100
+
+    @staticmethod
+    def memory_fraction(asked: float | None, n_processes: int, frameworks: list[str]) -> float | None:
+        """The cap to set: the one asked for; else None where $TRIPTYCH_GPU_MEMORY_FRACTION says it; else
+        the default (default_memory_fraction: JAX's pools must fit)."""
+        if asked is not None or os.environ.get(MEMORY_FRACTION_ENV, "").strip():
+            return asked
+        return Run.default_memory_fraction(n_processes, frameworks)
+
+    @staticmethod
+    def check_memory_fits(fraction: float | None, frameworks: list[str], n_processes: int,
+                          scenarios: Sequence[str] | None, gpu_present: Callable[[], bool]) -> None:
+        """UsageError where the frameworks' caps would not fit in the GPU together (fraction None: the one
+        $TRIPTYCH_GPU_MEMORY_FRACTION or the default gives). scenarios: those selected (None: any may
+        run); rank groups are counted only where one needs them. JAX's pools are counted only where
+        gpu_present() (asked last: it runs nvidia-smi)."""
+        if fraction is None:
             try:
-                t_scn = time.perf_counter()
-                done = _run_scenario(scn, *rank_groups.for_scenario(scn, pools, available, fw_env),
-                                     machine, opts, ui)
-                stops.raise_if_stopped()  # swallowed on the way: this scenario's rows are not whole
-                out_scenarios[scn.name] = done
-                out_scenarios[scn.name]["wall_s"] = time.perf_counter() - t_scn
-            except (Stopped, KeyboardInterrupt) as e:
-                stops.defer()
-                stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
-                not_run.append({"scenario": scn.name, "why": stopped})
-                ui.note(f"{stopped}: the scenarios finished before it are kept")
-        stops.defer()  # measured: from here on a signal waits until the result is written
-    except (Stopped, KeyboardInterrupt) as e:  # while the frameworks started, or between two scenarios
-        stops.defer()
-        stopped = (f"the run was stopped ({str(e) or 'SIGINT'}) "
-                   + ("between two scenarios" if started_up else "while the frameworks started"))
-        done_or_said = set(out_scenarios) | {n["scenario"] for n in not_run}
-        not_run += [{"scenario": x.name, "why": stopped} for x in scenarios if x.name not in done_or_said]
-    finally:
-        stops.defer()
-        grace = 10.0 if stopped is None else 1.0  # a stopped run ends now: busy workers are killed
-        for pool in pools:
-            for w in pool.values():
-                w.close(grace)
-        rank_groups.close(grace)
-        if cache is not None:
-            point_cache.stop(cache)
-        cpus.restore(affinity)  # a caller in this process (the tests) gets its CPUs back
-        ui.end()
-    placed["steal_share"] = cpus.steal_share(ticks, cpus.cpu_times())
-    return _document(opts, started, fw_env, machine, out_scenarios, not_run, placed)
-
-
-def _start_phase(pools: Pools, opts: CompareOptions, ui: UI, fw_env: dict[str, Any],
-                 available: list[str], machine: dict[str, Any]) -> None:
-    """Start every worker side by side; each measures the host's speed; on a full-size GPU run, the
-    first worker of the backend that measures ceilings (backends.ceilings_framework) measures the GPU's."""
-    ui.step(f"starting {', '.join(pools[0])}" + (f" ({len(pools)} processes each)" if len(pools) > 1 else ""))
-    for fw, info in _start_all(pools, opts).items():
-        fw_env[fw] = info
-        if info["available"]:
-            available.append(fw)
+                fraction = memory_fraction()
+            except Unavailable as e:
+                raise UsageError(str(e)) from None
+            where = f"{MEMORY_FRACTION_ENV}={fraction:g}"
         else:
-            ui.note(f"{fw}: {info.get('status', 'skipped')} — {info['why']}")
-        ui.advance()
-    if opts.timing:
-        ui.step("measuring the host's speed in every process (tiny op, Python loop)")
-        machine["calibration"] = {fw: [_calibrate(pool[fw], opts) for pool in pools] for fw in available}
-    meter = ceilings_framework()
-    if meter in available and opts.timing and opts.size == "full":
-        ui.step(f"measuring the machine's ceilings (raw CUDA via {NAMES[meter]})")
+            where = f"--gpu-memory-fraction {fraction:g}"
+        n_frameworks = len(frameworks)
+        if fraction * n_frameworks > 1.0 + 1e-9:
+            raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
+                             "they would not fit in it together")
+        ranks = scenarios is None or any(getattr(get_scenario(s), "ranks", False) for s in scenarios)
+        keepers = [NAMES[f] for f in frameworks if backend_class(f).keeps_pool]
+        pool_processes = n_processes * (2 if ranks else 1)  # each worker, and each process's rank group, keeps a pool
+        if keepers and fraction * pool_processes > 1.0 + 1e-9 and gpu_present():
+            held = (f"{n_processes} workers and as many rank groups" if ranks
+                    else f"{n_processes} workers; no rank scenario is selected")
+            raise UsageError(f"{where} x {pool_processes} {'/'.join(keepers)} processes ({held}, each keeping its "
+                             f"pool) is {fraction * pool_processes:.2f} of the GPU: use --gpu-memory-fraction "
+                             f"{math.floor(100 / pool_processes) / 100:g} or fewer --processes")
+
+    # -- the run ------------------------------------------------------------------------------------
+
+    def execute(self) -> dict[str, Any]:
+        """The run's result document, also when it was stopped (Ctrl-C, SIGTERM) at any moment after it
+        started measuring. It returns with stops deferred (harness/run/stops.py) where a caller's
+        stops.handling() holds them, so that the caller writes the document before any signal is honoured."""
+        with stops.handling():
+            return self._execute()
+
+    def _execute(self) -> dict[str, Any]:
+        opts, ui = self.opts, self.ui
+        self.started = _dt.datetime.now(_dt.timezone.utc)
+        if opts.gpu_memory_fraction is not None:
+            os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
+        self.processes = [{fw: make_worker(fw, opts.isolation) for fw in opts.frameworks}
+                          for _ in range(opts.timing_processes if opts.timing else 1)]
+        steps = sum(int(opts.equivalence) + (len(opts.frameworks) * len(s.points(opts.size)) if opts.timing else 0)
+                    for s in self.scenarios)
+        ui.begin(len(opts.frameworks) + steps)
+        self.t_start = time.perf_counter()
+        self.groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
+        affinity, ticks = cpus.allowed(), cpus.cpu_times()
+        cache: str | None = None
+        started_up = False
         try:
-            machine.update(pools[0][meter].request("ceilings", timeout=opts.timeout_s))
+            self.placed = cpus.place(opts.cpus, ui.step)  # before any process starts: each inherits the CPUs kept
+            cache = point_cache.start()  # before any worker starts (workers start lazily, below): they inherit its name
+            self.start()
+            started_up = True
+            for scn in self.scenarios:
+                self._run_or_skip(scn)
+            stops.defer()  # measured: from here on a signal waits until the result is written
+        except (Stopped, KeyboardInterrupt) as e:  # while the frameworks started, or between two scenarios
+            stops.defer()
+            self.stop(f"the run was stopped ({str(e) or 'SIGINT'}) "
+                      + ("between two scenarios" if started_up else "while the frameworks started"))
+        finally:
+            stops.defer()
+            self.close(10.0 if self.stopped is None else 1.0)  # a stopped run ends now: busy workers are killed
+            if cache is not None:
+                point_cache.stop(cache)
+            cpus.restore(affinity)  # a caller in this process (the tests) gets its CPUs back
+            ui.end()
+        self.placed["steal_share"] = cpus.steal_share(ticks, cpus.cpu_times())
+        return self.document()
+
+    def _run_or_skip(self, scn: Scenario) -> None:
+        """Run scn into self.done, or say in not_run why not (budget spent, run stopped)."""
+        opts = self.opts
+        if self.stopped is None and opts.budget_s is not None and time.perf_counter() - self.t_start >= opts.budget_s:
+            self.stopped = f"the --budget of {opts.budget_s:g} s was spent before it started"
+            self.ui.note(f"budget spent: {', '.join(x.name for x in self.scenarios[len(self.done):])} not run")
+        if self.stopped is not None:
+            self.not_run.append({"scenario": scn.name, "why": self.stopped})
+            return
+        try:
+            t_scn = time.perf_counter()
+            done = self.scenario(scn)
+            stops.raise_if_stopped()  # swallowed on the way: this scenario's rows are not whole
+            self.done[scn.name] = done
+            self.done[scn.name]["wall_s"] = time.perf_counter() - t_scn
+        except (Stopped, KeyboardInterrupt) as e:
+            stops.defer()
+            self.stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
+            self.not_run.append({"scenario": scn.name, "why": self.stopped})
+            self.ui.note(f"{self.stopped}: the scenarios finished before it are kept")
+
+    def stop(self, why: str) -> None:
+        """The run stopped: every scenario neither done nor already in not_run is not run, for why."""
+        self.stopped = why
+        said = set(self.done) | {n["scenario"] for n in self.not_run}
+        self.not_run += [{"scenario": x.name, "why": why} for x in self.scenarios if x.name not in said]
+
+    def close(self, grace: float) -> None:
+        """Every worker and rank group closed, each given grace seconds to finish."""
+        for proc in self.processes:
+            for w in proc.values():
+                w.close(grace)
+        if self.groups is not None:
+            self.groups.close(grace)
+
+    def start(self) -> None:
+        """Start every worker side by side; each measures the host's speed; on a full-size GPU run, the
+        first worker of the backend that measures ceilings (backends.ceilings_framework) measures the GPU's."""
+        opts, ui, procs = self.opts, self.ui, self.processes
+        ui.step(f"starting {', '.join(procs[0])}" + (f" ({len(procs)} processes each)" if len(procs) > 1 else ""))
+        for fw, info in self._hello_all().items():
+            self.fw_env[fw] = info
+            if info["available"]:
+                self.available.append(fw)
+            else:
+                ui.note(f"{fw}: {info.get('status', 'skipped')} — {info['why']}")
+            ui.advance()
+        if opts.timing:
+            ui.step("measuring the host's speed in every process (tiny op, Python loop)")
+            self.machine["calibration"] = {fw: [self._calibrate(proc[fw]) for proc in procs] for fw in self.available}
+        meter = ceilings_framework()
+        if meter in self.available and opts.timing and opts.size == "full":
+            ui.step(f"measuring the machine's ceilings (raw CUDA via {NAMES[meter]})")
+            try:
+                self.machine.update(procs[0][meter].request("ceilings", timeout=opts.timeout_s))
+            except (WorkerError, WorkerLost) as e:
+                ui.note(f"ceilings not measured: {e}")
+
+    def _calibrate(self, w: Any) -> dict[str, Any]:
+        try:
+            return w.request("calibrate", timeout=self.opts.timeout_s)
         except (WorkerError, WorkerLost) as e:
-            ui.note(f"ceilings not measured: {e}")
+            return {"error": str(e)}
+
+    def _hello_all(self) -> dict[str, dict[str, Any]]:
+        """Import each framework and pick its device in every worker, child processes side by side; a
+        framework is available where every one of its workers started."""
+        opts = self.opts
+
+        def hello(w: Any) -> dict[str, Any]:
+            try:
+                return w.request("hello", timeout=opts.startup_timeout_s)
+            except (WorkerError, WorkerLost) as e:  # broken (crashed, hung, raised): failed, not skipped
+                return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False,
+                        "status": e.status}
+
+        workers = [(fw, w) for proc in self.processes for fw, w in proc.items()]
+        if opts.isolation != "process":
+            infos = [hello(w) for _, w in workers]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            ex = ThreadPoolExecutor(len(workers))
+            try:
+                infos = list(ex.map(lambda fw_w: hello(fw_w[1]), workers))
+            except BaseException:  # a stop while a framework hangs at start-up: kill, do not wait out its timeout
+                for _, w in workers:
+                    w.kill()
+                raise
+            finally:
+                ex.shutdown(wait=False)
+        out: dict[str, dict[str, Any]] = {}
+        for (fw, _), info in zip(workers, infos):
+            if fw not in out or (out[fw]["available"] and not info["available"]):
+                out[fw] = info
+        return out
+
+    def workers_for(self, scn: Scenario) -> Workers:
+        """The timing processes, available frameworks and environments that run scn: the single workers,
+        or for a rank scenario the rank groups (started by the first that needs them)."""
+        single = Workers(self.processes, self.available, self.fw_env)
+        return self.groups.for_scenario(scn, *single) if self.groups is not None else single
+
+    def scenario(self, scn: Scenario) -> dict[str, Any]:
+        """Equivalence, then timing of every point x framework x variant, claims and cross-checks."""
+        opts, ui = self.opts, self.ui
+        w = self.workers_for(scn)
+        entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
+                                 "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
+                                               "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
+                                               else list(v.gpu_only)} for v in scn.variants]}
+        if opts.equivalence:
+            ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(w.available) or 'none'})")
+            entry["equivalence"] = eq = equivalence(scn, w.processes[0], w.available, opts, stops.raise_if_stopped)
+            if eq["status"] == "failed":
+                ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
+            ui.advance()
+        rows: list[dict[str, Any]] = []
+        on_cpu = frozenset(fw for fw, e in w.env.items() if e.get("available") and not e.get("on_gpu"))
+        points = scn.points(opts.size)  # the seed is the requests' own (harness/workers/protocol.py)
+        entry["points"] = [p | {"seed": opts.seed} for p in points]
+        if opts.timing:
+            why = self.rank_ceilings(scn, points, w)
+            if why:
+                entry["floor_why"] = why
+            entry["claims"], entry["cross_framework"] = [], []
+            t_timing = time.perf_counter()
+            for i, params in enumerate(points):
+                label = params.get("label", "")
+                typed, samples = self.time_point(scn, params, w)
+                point_cache.clear()
+                for r in typed:
+                    r.point, r.label = i, label
+                    add_floor(scn, params, self.machine, r)
+                point_rows = [r.to_dict() for r in typed]  # claims, cross-checks and the document read dicts
+                xc = cross_check(scn, params, samples)
+                if xc is not None:
+                    entry["cross_framework"].append(xc | {"point": i, "label": label})
+                entry["claims"].extend(c | {"point": i, "label": label}
+                                       for c in judge_claims(scn, params, point_rows, on_cpu))
+                rows.extend(point_rows)
+            entry["timing_phase"] = rounds.phase(rows, time.perf_counter() - t_timing)
+        entry["rows"] = rows
+        return entry
+
+    def rank_ceilings(self, scn: Scenario, points: list[dict[str, Any]], w: Workers) -> str | None:
+        """A rank scenario's raw floors, measured by the ranks of the backend that measures ceilings before its
+        timing, into the machine ceilings (as the raw cudaMemcpy rates are at the start); why some or all are
+        absent, or None."""
+        if not scn.rank_ceilings:
+            return None
+        meter = ceilings_framework()
+        if meter is None:
+            return "no raw floor: no backend measures it"
+        if meter not in w.available:
+            return f"no raw floor: it is measured by the {NAMES[meter]} ranks (NCCL), " + (
+                f"unavailable here ({w.env[meter]['why']})" if meter in w.env else "not in this run")
+        self.ui.step(f"{scn.name} · raw floor (the {NAMES[meter]} ranks, NCCL without a framework)")
+        try:
+            got = w.processes[0][meter].request("ceilings", points=points, timeout=self.opts.timeout_s)
+        except (WorkerError, WorkerLost) as e:
+            self.ui.note(f"{scn.name}: raw floor not measured: {e}")
+            return f"raw floor not measured: {e}"
+        self.machine.update(got["ceilings"])
+        return "; ".join(f"{k}: {why}" for k, why in got["not_measured"].items()) or None
+
+    def time_point(self, scn: Scenario, params: dict[str, Any],
+                   w: Workers) -> tuple[list[Row], list[tuple[str, dict[str, Any]]]]:
+        """(every framework's rows at this point, [(framework, baseline output sample)])."""
+        opts, ui, fw_env = self.opts, self.ui, w.env
+        label = params.get("label", "")
+        where = f"{scn.name}{' · ' + label if label else ''}"
+        running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
+        got = rounds.time_point(w.processes, running, scn, params, opts.timing_config or preset(opts.size),
+                                   opts.timeout_s, lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
+                                   lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
+        rows: list[Row] = []
+        samples: list[tuple[str, dict[str, Any]]] = []
+        for fw in opts.frameworks:
+            merged = rounds.merge(got[fw]) if fw in got else {"status": fw_env[fw].get("status", "skipped"),
+                                                                 "reason": fw_env[fw]["why"]}
+            if isinstance(merged, dict):
+                if merged["status"] != "skipped":
+                    ui.note(f"{scn.name}/{fw}: {merged['status']} — {merged['reason']}")
+                rows.extend(Row(scenario=scn.name, framework=fw, variant=v.name, hazard=v.hazard,
+                                status=merged["status"], reason=merged["reason"]) for v in scn.variants)
+            else:
+                fw_rows, sample = merged
+                for r in fw_rows:  # said at once, not only in the table at the end (a run may not get there)
+                    if r.status == "wrong":
+                        ui.note(f"{scn.name}/{fw}/{r.variant}: WRONG — {r.check.worst if r.check else ''}")
+                rows.extend(fw_rows)
+                if sample is not None:
+                    samples.append((fw, sample))
+            ui.advance()
+        return rows, samples
+
+    def document(self) -> dict[str, Any]:
+        """The run's result document from what it holds now."""
+        return document(self.opts, self.started, self.fw_env, self.machine, self.done, self.not_run, self.placed)
 
 
-def _calibrate(w: Any, opts: CompareOptions) -> dict[str, Any]:
-    try:
-        return w.request("calibrate", timeout=opts.timeout_s)
-    except (WorkerError, WorkerLost) as e:
-        return {"error": str(e)}
-
-
-def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
-              out_scenarios: dict[str, Any], not_run: list[dict[str, str]], placed: dict[str, Any]) -> dict[str, Any]:
+def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
+             out_scenarios: dict[str, Any], not_run: list[dict[str, str]], placed: dict[str, Any]) -> dict[str, Any]:
+    """A result document of the schema's shape (a Run's, and each side's of an interleaved regress)."""
     gpu = next((e["env"].get("gpu") for e in fw_env.values() if e.get("env", {}).get("gpu")), None)
     return {
         "schema": SCHEMA,
@@ -171,102 +391,6 @@ def _document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any
     }
 
 
-def _run_scenario(scn: Scenario, pools: Pools, available: list[str], fw_env: dict[str, Any],
-                  machine: dict[str, Any], opts: CompareOptions, ui: UI) -> dict[str, Any]:
-    """Equivalence, then timing of every point x framework x variant, claims and cross-checks."""
-    entry: dict[str, Any] = {"title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
-                             "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
-                                           "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
-                                           else list(v.gpu_only)} for v in scn.variants]}
-    if opts.equivalence:
-        ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(available) or 'none'})")
-        entry["equivalence"] = eq = equivalence(scn, pools[0], available, opts, stops.raise_if_stopped)
-        if eq["status"] == "failed":
-            ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
-        ui.advance()
-    rows: list[dict[str, Any]] = []
-    on_cpu = frozenset(fw for fw, e in fw_env.items() if e.get("available") and not e.get("on_gpu"))
-    points = scn.points(opts.size)  # the seed is the requests' own (harness/workers/protocol.py)
-    entry["points"] = [p | {"seed": opts.seed} for p in points]
-    if opts.timing:
-        why = _rank_ceilings(scn, points, pools, available, fw_env, machine, opts, ui)
-        if why:
-            entry["floor_why"] = why
-        entry["claims"], entry["cross_framework"] = [], []
-        t_timing = time.perf_counter()
-        for i, params in enumerate(points):
-            label = params.get("label", "")
-            typed, samples = _time_point(scn, params, pools, fw_env, opts, ui)
-            point_cache.clear()
-            for r in typed:
-                r.point, r.label = i, label
-                _add_floor(scn, params, machine, r)
-            point_rows = [r.to_dict() for r in typed]  # claims, cross-checks and the document read dicts
-            xc = cross_check(scn, params, samples)
-            if xc is not None:
-                entry["cross_framework"].append(xc | {"point": i, "label": label})
-            entry["claims"].extend(c | {"point": i, "label": label}
-                                   for c in judge_claims(scn, params, point_rows, on_cpu))
-            rows.extend(point_rows)
-        entry["timing_phase"] = rounds.phase(rows, time.perf_counter() - t_timing)
-    entry["rows"] = rows
-    return entry
-
-
-def _rank_ceilings(scn: Scenario, points: list[dict[str, Any]], pools: Pools, available: list[str],
-                   fw_env: dict[str, Any], machine: dict[str, Any], opts: CompareOptions, ui: UI) -> str | None:
-    """A rank scenario's raw floors, measured by the ranks of the backend that measures ceilings before its
-    timing, into the machine ceilings (as the raw cudaMemcpy rates are at the start); why some or all are
-    absent, or None."""
-    if not scn.rank_ceilings:
-        return None
-    meter = ceilings_framework()
-    if meter is None:
-        return "no raw floor: no backend measures it"
-    if meter not in available:
-        return f"no raw floor: it is measured by the {NAMES[meter]} ranks (NCCL), " + (
-            f"unavailable here ({fw_env[meter]['why']})" if meter in fw_env else "not in this run")
-    ui.step(f"{scn.name} · raw floor (the {NAMES[meter]} ranks, NCCL without a framework)")
-    try:
-        got = pools[0][meter].request("ceilings", points=points, timeout=opts.timeout_s)
-    except (WorkerError, WorkerLost) as e:
-        ui.note(f"{scn.name}: raw floor not measured: {e}")
-        return f"raw floor not measured: {e}"
-    machine.update(got["ceilings"])
-    return "; ".join(f"{k}: {why}" for k, why in got["not_measured"].items()) or None
-
-
-def _time_point(scn: Scenario, params: dict[str, Any], pools: Pools, fw_env: dict[str, Any], opts: CompareOptions,
-                ui: UI) -> tuple[list[Row], list[tuple[str, dict[str, Any]]]]:
-    """(every framework's rows at this point, [(framework, baseline output sample)])."""
-    label = params.get("label", "")
-    where = f"{scn.name}{' · ' + label if label else ''}"
-    running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
-    got = rounds.time_point(pools, running, scn, params, opts.timing_config or preset(opts.size), opts.timeout_s,
-                            lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
-                            lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
-    rows: list[Row] = []
-    samples: list[tuple[str, dict[str, Any]]] = []
-    for fw in opts.frameworks:
-        merged = rounds.merge(got[fw]) if fw in got else {"status": fw_env[fw].get("status", "skipped"),
-                                                          "reason": fw_env[fw]["why"]}
-        if isinstance(merged, dict):
-            if merged["status"] != "skipped":
-                ui.note(f"{scn.name}/{fw}: {merged['status']} — {merged['reason']}")
-            rows.extend(Row(scenario=scn.name, framework=fw, variant=v.name, hazard=v.hazard, status=merged["status"],
-                            reason=merged["reason"]) for v in scn.variants)
-        else:
-            fw_rows, sample = merged
-            for r in fw_rows:  # said at once, not only in the table at the end (a run may not get there)
-                if r.status == "wrong":
-                    ui.note(f"{scn.name}/{fw}/{r.variant}: WRONG — {r.check.worst if r.check else ''}")
-            rows.extend(fw_rows)
-            if sample is not None:
-                samples.append((fw, sample))
-        ui.advance()
-    return rows, samples
-
-
 def _fraction_in_effect() -> float | str:
     try:
         return memory_fraction()
@@ -274,40 +398,7 @@ def _fraction_in_effect() -> float | str:
         return str(e)
 
 
-def _start_all(pools: Pools, opts: CompareOptions) -> dict[str, dict[str, Any]]:
-    """Import each framework and pick its device in every worker, child processes side by side; a
-    framework is available where every one of its workers started."""
-
-    def hello(w: Any) -> dict[str, Any]:
-        try:
-            return w.request("hello", timeout=opts.startup_timeout_s)
-        except (WorkerError, WorkerLost) as e:  # broken (crashed, hung, raised): failed, not skipped
-            return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False,
-                    "status": e.status}
-
-    workers = [(fw, w) for pool in pools for fw, w in pool.items()]
-    if opts.isolation != "process":
-        infos = [hello(w) for _, w in workers]
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        ex = ThreadPoolExecutor(len(workers))
-        try:
-            infos = list(ex.map(lambda fw_w: hello(fw_w[1]), workers))
-        except BaseException:  # a stop while a framework hangs at start-up: kill, do not wait out its timeout
-            for _, w in workers:
-                w.kill()
-            raise
-        finally:
-            ex.shutdown(wait=False)
-    out: dict[str, dict[str, Any]] = {}
-    for (fw, _), info in zip(workers, infos):
-        if fw not in out or (out[fw]["available"] and not info["available"]):
-            out[fw] = info
-    return out
-
-
-def _add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: Row) -> None:
+def add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: Row) -> None:
     """The row's physical floor and its % of it; none for a hazard row, whose time is not the computation's."""
     if not row.timed or scn.floor is None or not machine or row.hazard:
         return

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import replace
 from multiprocessing.connection import Listener, wait
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -302,6 +302,14 @@ def default_world_size() -> int:
     return gpus or 2
 
 
+class Workers(NamedTuple):
+    """What runs a scenario: per timing process {framework: worker or rank group} (processes[0] also runs
+    the equivalence), the frameworks available, and each framework's environment (what its hello said)."""
+    processes: list[dict[str, Any]]
+    available: list[str]
+    env: dict[str, Any]
+
+
 class Groups:
     """The runner's rank groups: for each process round of the runner's, one group per framework (a
     group is WORLD_SIZE processes), started side by side at the first scenario with ranks and closed
@@ -318,12 +326,12 @@ class Groups:
         self.available: list[str] = []
 
     def for_scenario(self, scn: Any, pools: list[dict[str, Any]], available: list[str],
-                     fw_env: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+                     fw_env: dict[str, Any]) -> Workers:
         """The runner's own worker pools, frameworks and environments for a scenario without ranks; for
         a rank scenario as many pools of rank groups as the runner has rounds (pools[0] also runs the
         equivalence). A framework runs only if every round of its groups started."""
         if not getattr(scn, "ranks", False):
-            return pools, available, fw_env
+            return Workers(pools, available, fw_env)
         if not self.groups:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -338,7 +346,7 @@ class Groups:
             for fw in set(self.frameworks) - set(self.available):  # the rounds that did start give back their GPU
                 for rnd in self.groups:
                     rnd[fw].close(1.0)
-        return self.groups, self.available, self.fw_env
+        return Workers(self.groups, self.available, self.fw_env)
 
     def make_group(self, fw: str, round_: int) -> RankGroup:
         """The group of fw for process round round_ (a subclass picks another interpreter or tree)."""
