@@ -10,7 +10,7 @@ from harness.check.equivalence import compare_outputs
 from harness.workers.execute import load_impl, skip_reason
 from harness.measure.metrics import collecting
 from harness.results.model import Row
-from harness.workers.rounds import _merge_row
+from harness.workers.processes import _merge_row
 from scenarios import get
 from scenarios.donation import HEAD
 from tests.conftest import backend_or_skip

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from harness.workers import rounds
+from harness.workers import processes
 from harness.measure.calibrate import host_series
 from harness.workers.handlers import same_bytes
 from harness.results.model import Timing
@@ -58,7 +58,7 @@ def _process(median: float, host_loop: float, at: float, timed: float = 0.5, pha
 
 
 def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
-    t = rounds.pool_timing([Timing.from_dict(_process(1e-3, 0.010, 1000.0, 0.5, 1.0)),
+    t = processes.pool_timing([Timing.from_dict(_process(1e-3, 0.010, 1000.0, 0.5, 1.0)),
                             Timing.from_dict(_process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1))]).to_dict()
     assert t["timed_s"] == 0.75 and t["phase_s"] == 3.0 and t["check_s"] == pytest.approx(0.2)
     assert [(p["timed_s"], p["phase_s"], p["host_loop_s"], p["host_loop_at"]) for p in t["processes"]] == [
@@ -72,9 +72,9 @@ def test_the_timing_phase_share_of_a_scenario_and_of_the_run():
     rows = [{"framework": "torch", "timing": {"timed_s": 3.0, "phase_s": 1.0, "processes": procs}},
             {"framework": "torch", "timing": {"timed_s": 1.0, "phase_s": 2.0, "processes": procs}},
             {"status": "skipped"}]
-    p = rounds.phase(rows, 10.0)
+    p = processes.phase(rows, 10.0)
     assert p == {"wall_s": 10.0, "timed_s": 4.0, "share": 0.4, "rows_s": 3.0, "requests_s": 5.0, "served_s": 4.0}
-    run = rounds.run_phase({"a": {"timing_phase": p}, "b": {"timing_phase": rounds.phase(rows[:1], 5.0)},
+    run = processes.run_phase({"a": {"timing_phase": p}, "b": {"timing_phase": processes.phase(rows[:1], 5.0)},
                             "c": {"rows": []}})
     assert run["wall_s"] == 15.0 and run["timed_s"] == 7.0 and run["share"] == pytest.approx(7 / 15)
     assert run["requests_s"] == 10.0 and run["rows_s"] == 4.0
@@ -100,7 +100,7 @@ def test_host_sensitivity_finds_a_planted_dependence_on_the_host(elasticity):
     assert h["n"] == 8 and h["slope"] == pytest.approx(elasticity, abs=0.1)
     assert (h["r"] > 0.9) if elasticity else (abs(h["r"]) < 0.9)
     # The same through a pooled row: its processes' medians against their host loops.
-    t = rounds.pool_timing([Timing.from_dict(_process(m, lp, 100.0 + i, seed=i))
+    t = processes.pool_timing([Timing.from_dict(_process(m, lp, 100.0 + i, seed=i))
                             for i, (m, lp) in enumerate(zip(medians, loops))]).to_dict()
     assert t["host_sensitivity"]["slope"] == pytest.approx(elasticity, abs=0.1)
 
@@ -118,21 +118,21 @@ def _procs(means, within, n=20, repeat_s=1e-3, process_s=1.0, seed=0):
 
 def test_kalibera_jones_repeats_follow_the_variance_and_the_costs():
     # Between-process variance dominates: few repeats a process, more processes.
-    few = rounds.repeats_where_the_variance_is(_procs([1.0, 1.2, 0.9, 1.1], 0.001), 5, 200)
+    few = processes.repeats_where_the_variance_is(_procs([1.0, 1.2, 0.9, 1.1], 0.001), 5, 200)
     assert few == 5
     # Within-process variance alone: as many repeats as the preset allows.
-    assert rounds.repeats_where_the_variance_is(_procs([1.0, 1.0, 1.0, 1.0], 0.05), 5, 200) == 200
+    assert processes.repeats_where_the_variance_is(_procs([1.0, 1.0, 1.0, 1.0], 0.05), 5, 200) == 200
     # In between, r = ceil(sqrt(c2 T1^2 / (c1 T2^2))) from the estimates, to the repeat.
     procs = _procs([1.0, 1.01, 0.99, 1.005], 0.02, seed=4)
     xs = [np.asarray(p[0]) for p in procs]
     t1 = np.mean([x.var(ddof=1) for x in xs])
     t2 = np.var([x.mean() for x in xs], ddof=1) - t1 / 20
     want = math.ceil(math.sqrt(1.0 * t1 / (1e-3 * t2)))
-    assert 5 < want < 200 and rounds.repeats_where_the_variance_is(procs, 5, 200) == want
+    assert 5 < want < 200 and processes.repeats_where_the_variance_is(procs, 5, 200) == want
     # A process that costs more to start buys repeats instead.
     dear = [(x, r, w + 99.0) for x, r, w in procs]
-    assert 9 * want <= rounds.repeats_where_the_variance_is(dear, 5, 10_000) <= 10 * want + 1  # sqrt(100 x c2)
-    assert rounds.repeats_where_the_variance_is(procs[:1], 5, 200) is None
+    assert 9 * want <= processes.repeats_where_the_variance_is(dear, 5, 10_000) <= 10 * want + 1  # sqrt(100 x c2)
+    assert processes.repeats_where_the_variance_is(procs[:1], 5, 200) is None
 
 
 class _Pool:
@@ -153,9 +153,9 @@ def test_processes_after_the_first_two_run_the_planned_repeats():
 
     log: list = []
     means = [1e-3, 1.3e-3, 0.9e-3, 1.1e-3, 1.2e-3, 1e-3]
-    pools = [{"torch": _Pool(log, means)} for _ in means]
+    procs = [{"torch": _Pool(log, means)} for _ in means]
     cfg = TimingConfig(min_repeats=3, max_repeats=200)
-    rounds.time_point(pools, ["torch"], get("async_dispatch"), {}, cfg, 10, lambda *a: None, lambda *a: None)
+    processes.time_point(procs, ["torch"], get("async_dispatch"), {}, cfg, 10, lambda *a: None, lambda *a: None)
     assert log[0] is cfg and log[1] is cfg  # the first two on the preset's budget
     assert all(dict(c.plan) == {"sync_each": 5} for c in log[2:])  # between-process noise: few repeats
     planned = log[2].for_variant("sync_each")

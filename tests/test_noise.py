@@ -9,7 +9,7 @@ from harness.check.judging import judge_with_noise
 from harness.measure.noise import hierarchical_medians, median_rel_halfwidth, process_ratio_interval, ratio_interval, rel_halfwidth, split
 from harness.regress.regress import regress
 from harness.results.model import Timing
-from harness.workers.rounds import pool_timing
+from harness.workers.processes import pool_timing
 from harness.measure.timing import Stats
 from scenarios.spec import Claim, Verdict
 from tests.synthetic import doc, row, samples

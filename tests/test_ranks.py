@@ -104,7 +104,7 @@ def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
 
 def test_merge_by_the_mean_over_ranks_keeps_the_slowest_beside_and_pools_it():
     from harness.results.model import Timing
-    from harness.workers.rounds import pool_timing
+    from harness.workers.processes import pool_timing
 
     m = merge_rows([_rank_row([1.0, 4.0, 2.0], 0), _rank_row([3.0, 2.0, 2.0], 0)], 2, "mean")
     assert m["timing"]["samples"]["device_done"] == [2.0, 3.0, 2.0]
@@ -205,10 +205,10 @@ def test_reading_the_receive_buffer_before_the_wait_is_caught():
     assert hazard["checked"] == 2 * repeats and hazard["wrong"] > 0, hazard  # every repeat of both ranks
 
 
-def test_each_round_of_a_rank_scenario_runs_in_groups_of_its_own():
-    """The between-process noise of a rank row comes from processes, not from rounds in the same ones:
-    as many pools of groups as the runner has rounds, none sharing a process; a scenario without ranks
-    gets the runner's pools back; close() leaves no rank behind."""
+def test_each_timing_process_of_a_rank_scenario_is_a_group_of_its_own():
+    """The between-process noise of a rank row comes from processes, not from repeats in the same ones:
+    as many timing processes of groups as the runner has, none sharing a process; a scenario without ranks
+    gets the runner's own timing processes back; close() leaves no rank behind."""
     from harness.workers.ranks import Groups
 
     backend_or_skip("torch")
@@ -216,19 +216,19 @@ def test_each_round_of_a_rank_scenario_runs_in_groups_of_its_own():
     workers = [{"torch": object()}, {"torch": object()}]
     try:
         assert groups.for_scenario(get("sync_points"), workers, ["torch"], {})[0] is workers
-        pools, available, env = groups.for_scenario(get("ranks"), workers, ["torch"], {})
-        assert available == ["torch"] and env["torch"]["available"] and len(pools) == 2
-        pids = [set(pool["torch"].pids) for pool in pools]
+        procs, available, env = groups.for_scenario(get("ranks"), workers, ["torch"], {})
+        assert available == ["torch"] and env["torch"]["available"] and len(procs) == 2
+        pids = [set(proc["torch"].pids) for proc in procs]
         assert all(len(p) == 2 for p in pids) and not pids[0] & pids[1]
-        assert groups.for_scenario(get("collectives"), workers, ["torch"], {})[0] is pools  # started once
+        assert groups.for_scenario(get("collectives"), workers, ["torch"], {})[0] is procs  # started once
     finally:
         groups.close()
     assert not set().union(*pids) & set(rank_children())
 
 
-def test_a_framework_is_lost_if_any_round_fails_and_its_other_rounds_are_closed(monkeypatch):
-    """Two frameworks x two rounds, the second round of JAX failing to start: JAX is unavailable with
-    that round's reason, torch runs, and JAX's first round is closed at once (it would hold its GPU)."""
+def test_a_framework_is_lost_if_any_group_fails_and_its_other_groups_are_closed(monkeypatch):
+    """Two frameworks x two timing processes, JAX's second group failing to start: JAX is unavailable with
+    that group's reason, torch runs, and JAX's first group is closed at once (it would hold its GPU)."""
     from harness.workers.ranks import Groups
 
     groups = Groups(["torch", "jax"], 2, timeout_s=1)
@@ -241,9 +241,9 @@ def test_a_framework_is_lost_if_any_round_fails_and_its_other_rounds_are_closed(
         return dict(ok, available=not second, why="rank 1: NCCL failed" if second else "")
 
     monkeypatch.setattr(groups, "_hello", hello)
-    pools, available, env = groups.for_scenario(get("ranks"), [{}, {}], ["torch", "jax"], {})
+    procs, available, env = groups.for_scenario(get("ranks"), [{}, {}], ["torch", "jax"], {})
     assert available == ["torch"] and env["jax"]["why"] == "rank 1: NCCL failed" and env["torch"]["available"]
-    assert [set(p) for p in pools] == [{"torch", "jax"}] * 2 and sorted(closed) == ["jax", "jax"]
+    assert [set(p) for p in procs] == [{"torch", "jax"}] * 2 and sorted(closed) == ["jax", "jax"]
 
 
 def test_free_ports_never_hands_out_a_port_twice():

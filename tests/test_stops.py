@@ -39,7 +39,7 @@ from harness.measure import timeline
 from harness.report import html as report_html
 from harness.results import results
 from harness.run import runner
-from harness.workers import rounds, worker
+from harness.workers import processes, worker
 
 PHASE, paused = os.environ["STOP_TEST_PHASE"], []
 wake_r, wake_w = os.pipe()  # every signal Python's handler sees writes a byte here, whatever the handler does
@@ -79,7 +79,7 @@ before(results, "result_name", "result")
 before(timeline, "write_timelines", "timelines")
 before(report_html, "make_report", "report")
 
-real_equivalence, real_time_point, rounds_seen = equiv_phase.run_equivalence, rounds.time_point, [0]
+real_equivalence, real_time_point, processes_seen = equiv_phase.run_equivalence, processes.time_point, [0]
 
 
 def run_equivalence(scn, execute, *a, **kw):
@@ -89,15 +89,15 @@ def run_equivalence(scn, execute, *a, **kw):
     return real_equivalence(scn, example, *a, **kw)
 
 
-def time_point(pools, frameworks, scn, params, cfg, timeout, step, detail, **kw):
-    def round_step(fw, text):  # called as each process round's request starts
+def time_point(procs, frameworks, scn, params, cfg, timeout, step, detail, **kw):
+    def process_step(fw, text):  # called as each timing process's request starts
         step(fw, text)
-        rounds_seen[0] += 1
-        pause(f"timing{rounds_seen[0]}")
-    return real_time_point(pools, frameworks, scn, params, cfg, timeout, round_step, detail, **kw)
+        processes_seen[0] += 1
+        pause(f"timing{processes_seen[0]}")
+    return real_time_point(procs, frameworks, scn, params, cfg, timeout, process_step, detail, **kw)
 
 
-equiv_phase.run_equivalence, rounds.time_point = run_equivalence, time_point
+equiv_phase.run_equivalence, processes.time_point = run_equivalence, time_point
 runpy.run_module("harness", run_name="__main__")  # as `python -m harness` (sys.argv[1:] are its arguments)
 """
 
@@ -108,7 +108,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _stop_at(phase: str, sig: signal.Signals, to_group: bool, out: Path) -> tuple[int, str]:
     """Run compare paused at phase, send sig twice (50 ms apart) to it or to its group; (exit status, stderr)."""
-    # a group: the framework's workers get the signal too; a second timing round needs a second worker process
+    # a group: the framework's workers get the signal too; a second timing process needs --isolation process
     isolation = "process" if to_group or phase == "timing2" else "none"
     p = subprocess.Popen([sys.executable, "-c", DRIVER, *ARGS, "--processes", "2", "--isolation", isolation, "--out",
                           str(out)] + ([] if phase == "report" else ["--no-report"]),

@@ -19,12 +19,13 @@ class Unavailable(RuntimeError):
     """The framework cannot run here; str(self) is the one-line reason."""
 
 
-# The three frameworks run in six processes (two each, harness/workers/rounds.py) that live side by side on one
+# The three frameworks run in six processes (two each, harness/workers/processes.py) that live side by side on one
 # GPU (one is timed at a time, but each keeps its allocator's pool). Each caps its own allocator at
 # this fraction of the device's memory so that together they cannot run it out: 6 x 0.15 leaves a
-# tenth for CUDA contexts. The rank scenarios add a group per framework and round (harness/workers/ranks.py);
-# torch and CuPy hand their memory back after each variant, so what stays held is JAX's pools, two a
-# round (a worker and a rank group): `compare` refuses a --processes whose JAX pools would not fit.
+# tenth for CUDA contexts. The rank scenarios add a group per framework and timing process
+# (harness/workers/ranks.py); torch and CuPy hand their memory back after each variant, so what stays
+# held is JAX's pools, two a timing process (a worker and a rank group): `compare` refuses a --processes
+# whose JAX pools would not fit.
 MEMORY_FRACTION_ENV = "TRIPTYCH_GPU_MEMORY_FRACTION"
 DEFAULT_MEMORY_FRACTION = 0.15
 

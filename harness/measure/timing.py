@@ -74,8 +74,8 @@ class TimingConfig:
                      max_wall_s;
       "max_repeats"  max_repeats done.
     Warm-up: `warmup` calls after the first, and more until warmup_s has passed (clocks ramp up and
-    caches fill over time, not over a count). A row is timed in several processes (harness/workers/rounds.py; a rank
-    row in as many groups of rank processes, one a round),
+    caches fill over time, not over a count). A row is timed in several processes (harness/workers/processes.py;
+    a rank row in as many groups of rank processes, one a timing process),
     each with this whole budget: the presets are per process."""
 
     warmup: int = 2  # calls after the first, untimed
@@ -88,8 +88,9 @@ class TimingConfig:
     # One more repeat after the timed ones (and their checks), never a sample, under the framework's own
     # profiler: its trace goes beside the result (harness/measure/profiling.py; compare --profile).
     profile: bool = False
-    # Per variant, the most repeats a process runs, decided from the row's earlier processes (harness/workers/rounds.py
-    # plan: Kalibera and Jones' repeats where the variance is); a variant not named keeps max_repeats.
+    # Per variant, the most repeats a process runs, decided from the row's earlier processes
+    # (harness/workers/processes.py plan: Kalibera and Jones' repeats where the variance is); a variant
+    # not named keeps max_repeats.
     plan: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
@@ -126,7 +127,7 @@ class TimingConfig:
 
 PRESETS: dict[str, TimingConfig] = {
     "smoke": TimingConfig(warmup=1, min_repeats=5, max_repeats=20, min_time_s=0.02, max_wall_s=0.5, max_noise=0.05),
-    # Sized for a shared GPU lease: a full run of every scenario, two processes (or rounds) a row, in
+    # Sized for a shared GPU lease: a full run of every scenario, two processes (or rank groups) a row, in
     # under ten minutes (docs/gpu_runs.md). 200 repeats, not 60: a row of tens of microseconds stops there
     # long before 0.1 s of device time, and its median's interval narrows as 1/sqrt(n). max_wall_s bounds
     # variants whose untimed per-run work (poisoning 256 MiB, bit-exact checks) dwarfs the timed part:

@@ -1,7 +1,7 @@
 """How a run spent its time and how fast its host was: the timed share and the host's speed over time.
 
 A run's timing phase is worth what it measured: timing_phase holds its wall time against the seconds
-inside timed repeats (harness/workers/rounds.py phase), and host_speed every Python-loop measurement with its
+inside timed repeats (harness/workers/processes.py phase), and host_speed every Python-loop measurement with its
 wall-clock time (harness/measure/calibrate.py host_series), since a shared cloud host changes speed within a
 run. Rows' host_sensitivity (harness/measure/noise.py) says which rows moved with it.
 """

@@ -128,7 +128,7 @@ class Process(_Record):
 class Timing(_Record):
     """A row's timing. From one worker process (handlers.time_point): that process's stop reason and
     noise (a number) and its per-process fields (host_loop_s, ...) at this level; once merged
-    (rounds.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
+    (processes.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
 
     first_call_s: float | None = None
     host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from harness.workers import rounds
+from harness.workers import processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
 from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
@@ -210,15 +210,15 @@ class SideWorker(ProcessWorker):
 
 
 class SideGroups(Groups):
-    """Rank groups whose process round i belongs to sides[i]."""
+    """Rank groups whose timing process i belongs to sides[i]."""
 
     def __init__(self, sides: list[Side], frameworks: list[str], world_size: int | None, timeout_s: float) -> None:
         super().__init__(frameworks, world_size, timeout_s)
         self.sides = sides
 
-    def make_group(self, fw: str, round_: int) -> RankGroup:
+    def make_group(self, fw: str, process: int) -> RankGroup:
         g = RankGroup(fw, self.world_size)
-        side = self.sides[round_]
+        side = self.sides[process]
         g.python, g.cwd, g.env = side.python, side.tree, side.environ()
         g.rank_main = f"{_workers(side.tree)}.rank_main"
         return g
@@ -234,11 +234,11 @@ def pair_order(k: int) -> tuple[int, int]:
 
 @dataclass
 class Pair:
-    """Pair k's two worker pools, in the order they time each point."""
+    """Pair k's two timing processes (one a side), in the order they time each point."""
 
     k: int
     sides: list[Side]  # in running order
-    pools: list[dict[str, Any]]  # {framework: worker}, one per side, in running order
+    processes: list[dict[str, Any]]  # {framework: worker}, one per side, in running order
     groups: SideGroups
 
 
@@ -263,9 +263,9 @@ class Schedule:
         pairs = []
         for k in ks:
             sides = [self.sides[i] for i in self.order(k)]
-            pools = [{fw: self.make_worker(fw, s) for fw in self.frameworks} for s in sides]
-            pairs.append(Pair(k, sides, pools, SideGroups(sides, self.frameworks, self.world_size, self.timeout_s)))
-        work = [(p.sides[j].name, fw, w) for p in pairs for j, pool in enumerate(p.pools) for fw, w in pool.items()]
+            procs = [{fw: self.make_worker(fw, s) for fw in self.frameworks} for s in sides]
+            pairs.append(Pair(k, sides, procs, SideGroups(sides, self.frameworks, self.world_size, self.timeout_s)))
+        work = [(p.sides[j].name, fw, w) for p in pairs for j, proc in enumerate(p.processes) for fw, w in proc.items()]
 
         def hello(w: Any) -> dict[str, Any]:
             try:
@@ -291,17 +291,17 @@ class Schedule:
             idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
             if not idx:
                 continue
-            rank_pools, fws_run = None, running
+            rank_procs, fws_run = None, running
             if getattr(scn, "ranks", False):  # each pair's rank groups, started at the first rank scenario
                 with ThreadPoolExecutor(len(pairs)) as ex:  # every pair's groups start side by side
-                    got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.pools, running, {}), pairs))
-                rank_pools = [g[0] for g in got]
-                fws_run = [fw for fw in running if all(fw in g[1] for g in got)]
+                    got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.processes, running, {}), pairs))
+                rank_procs = [g.processes for g in got]
+                fws_run = [fw for fw in running if all(fw in g.available for g in got)]
             for i in idx:
                 params = points[scn.name][i]
                 for pi, pair in enumerate(pairs):
-                    pools = rank_pools[pi] if rank_pools is not None else pair.pools
-                    for j, (side, pool) in enumerate(zip(pair.sides, pools)):
+                    procs = rank_procs[pi] if rank_procs is not None else pair.processes
+                    for j, (side, proc) in enumerate(zip(pair.sides, procs)):
                         fws = fws_run if j == 0 else fws_run[::-1]  # mirrored: each framework's gap cancels over pairs
                         for fw in fws:
                             self.log(f"{scn.name} · {params.get('label', '') or i} · pair {pair.k + 1} · "
@@ -310,7 +310,7 @@ class Schedule:
                             if slot and "status" in slot[-1]:
                                 continue  # failed on this side: not asked again at this point
                             try:
-                                slot.append(pool[fw].request("time", scn.name, params, cfg, not slot, seed=seed,
+                                slot.append(proc[fw].request("time", scn.name, params, cfg, not slot, seed=seed,
                                                              timeout=self.timeout_s))
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
@@ -318,14 +318,14 @@ class Schedule:
     @staticmethod
     def close(pairs: list[Pair], grace: float = 10.0) -> None:
         """Every worker and rank group of the pairs, side by side (each may take a while to exit)."""
-        every = [w for p in pairs for pool in p.pools for w in pool.values()] + [p.groups for p in pairs]
+        every = [w for p in pairs for proc in p.processes for w in proc.values()] + [p.groups for p in pairs]
         with ThreadPoolExecutor(max(1, len(every))) as ex:
             list(ex.map(lambda w: w.close(grace), every))
 
 
 def merge_side(answers: list[dict[str, Any]]) -> Any:
-    """One side's answers of a (scenario, point, framework) as rounds.merge pools them, its rows as dicts."""
-    merged = rounds.merge(answers)
+    """One side's answers of a (scenario, point, framework) as processes.merge pools them, its rows as dicts."""
+    merged = processes.merge(answers)
     return merged if isinstance(merged, dict) else ([r.to_dict() for r in merged[0]], merged[1])
 
 

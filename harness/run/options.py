@@ -9,9 +9,9 @@ TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one 
 # request timeout: six workers start side by side, and on a loaded host an import alone can take 20 s.
 STARTUP_TIMEOUT_S = 120.0
 ISOLATION = "process"
-# Worker processes per framework that time every row (harness/workers/rounds.py). Most of a row's variance on
+# Worker processes per framework that time every row (harness/workers/processes.py). Most of a row's variance on
 # a shared host is between processes (harness/measure/noise.py); from the third process on, each process's
-# repeats follow Kalibera and Jones (harness/workers/rounds.py plan). Two until an H200 run shows that six fit a
+# repeats follow Kalibera and Jones (harness/workers/processes.py plan). Two until an H200 run shows that six fit a
 # full default run in ten minutes (docs/measuring.md); --processes 6 asks for six now. --isolation none
 # runs one, in this process.
 PROCESSES = 2

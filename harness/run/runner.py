@@ -3,7 +3,7 @@
 Per scenario: equivalence first (hypothesis draws small params; every framework's checked variants
 against the float64 reference and each other; harness/run/equiv_phase.py), then timing of every variant
 at the size preset, one framework at a time so that they never share the GPU's time, each point in
-two (CompareOptions.processes) worker processes per framework, interleaved (harness/workers/rounds.py).
+two (CompareOptions.processes) worker processes per framework, interleaved (harness/workers/processes.py).
 Each framework runs in child processes of its own (--isolation process, the default): a crash or
 hang costs that framework's rows, marked with what happened, and the rest of the run goes on.
 
@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from harness.measure import calibrate
 from harness.run import stops
-from harness.workers import cpus, point_cache, rounds
+from harness.workers import cpus, point_cache, processes
 from harness.backends import backend_class, ceilings_framework
 from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Unavailable, memory_fraction
 from harness.run.equiv_phase import equivalence
@@ -41,7 +41,6 @@ from scenarios import get as get_scenario
 from scenarios.spec import Scenario
 
 __all__ = ["CompareOptions", "UI", "Stopped", "Run", "run_compare", "document"]
-Processes = list[dict[str, Any]]  # per timing process: {framework: worker}; processes[0] also runs equivalence
 
 
 def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
@@ -58,7 +57,7 @@ class Run:
 
     def __init__(self, opts: CompareOptions, ui: UI) -> None:
         self.opts, self.ui = opts, ui
-        self.processes: Processes = []  # made in execute(); started by start()
+        self.processes: processes.Processes = []  # made in execute(); started by start()
         self.groups: Groups | None = None  # the rank groups, started by the first rank scenario
         self.available: list[str] = []  # the frameworks whose every timing process started
         self.fw_env: dict[str, Any] = {}  # per framework: what its hello said (available, why, env, on_gpu)
@@ -307,7 +306,7 @@ class Run:
                 entry["claims"].extend(c | {"point": i, "label": label}
                                        for c in judge_claims(scn, params, point_rows, on_cpu))
                 rows.extend(point_rows)
-            entry["timing_phase"] = rounds.phase(rows, time.perf_counter() - t_timing)
+            entry["timing_phase"] = processes.phase(rows, time.perf_counter() - t_timing)
         entry["rows"] = rows
         return entry
 
@@ -339,13 +338,13 @@ class Run:
         label = params.get("label", "")
         where = f"{scn.name}{' · ' + label if label else ''}"
         running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
-        got = rounds.time_point(w.processes, running, scn, params, opts.timing_config or preset(opts.size),
+        got = processes.time_point(w.processes, running, scn, params, opts.timing_config or preset(opts.size),
                                    opts.timeout_s, lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
                                    lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
         rows: list[Row] = []
         samples: list[tuple[str, dict[str, Any]]] = []
         for fw in opts.frameworks:
-            merged = rounds.merge(got[fw]) if fw in got else {"status": fw_env[fw].get("status", "skipped"),
+            merged = processes.merge(got[fw]) if fw in got else {"status": fw_env[fw].get("status", "skipped"),
                                                                  "reason": fw_env[fw]["why"]}
             if isinstance(merged, dict):
                 if merged["status"] != "skipped":
@@ -386,7 +385,7 @@ def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any]
         "scenarios": out_scenarios,
         "complete": not not_run,
         "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why
-        "timing_phase": rounds.run_phase(out_scenarios),  # its wall time against the time inside timed calls
+        "timing_phase": processes.run_phase(out_scenarios),  # its wall time against the time inside timed calls
         "host_speed": calibrate.host_series(machine, out_scenarios),  # the Python loop over the run
     }
 

@@ -1,6 +1,6 @@
 """A point's host inputs and reference, made once in a compare run and read back by its other processes.
 
-Every framework times a point in two processes (harness/workers/rounds.py), and all six need the same host
+Every framework times a point in two processes (harness/workers/processes.py), and all six need the same host
 inputs and float64 reference, deterministic from the params. Made in each, they were the largest
 untimed cost of several scenarios on the H200 host (sync_points' 1 GiB of inputs, ~5 s a
 process, 30 s of its 51 s; collectives ~3 s a process at 256 MiB). The first process to reach a point

@@ -311,10 +311,10 @@ class Workers(NamedTuple):
 
 
 class Groups:
-    """The runner's rank groups: for each process round of the runner's, one group per framework (a
+    """The runner's rank groups: for each of the runner's timing processes, one group per framework (a
     group is WORLD_SIZE processes), started side by side at the first scenario with ranks and closed
-    with the run. Rank rows are timed once per round, as the single workers' rows are, each round in
-    its own fresh processes: what differs between processes, such as where memory landed or how fast
+    with the run. Rank rows are timed once per timing process, as the single workers' rows are, each
+    in a group of its own fresh processes: what differs between processes, such as where memory landed or how fast
     the host ran when they started, is resampled. Scenarios without ranks keep the single workers."""
 
     def __init__(self, frameworks: list[str], world_size: int | None, timeout_s: float) -> None:
@@ -325,31 +325,31 @@ class Groups:
         self.fw_env: dict[str, Any] = {}
         self.available: list[str] = []
 
-    def for_scenario(self, scn: Any, pools: list[dict[str, Any]], available: list[str],
+    def for_scenario(self, scn: Any, processes: list[dict[str, Any]], available: list[str],
                      fw_env: dict[str, Any]) -> Workers:
-        """The runner's own worker pools, frameworks and environments for a scenario without ranks; for
-        a rank scenario as many pools of rank groups as the runner has rounds (pools[0] also runs the
-        equivalence). A framework runs only if every round of its groups started."""
+        """The runner's own timing processes, frameworks and environments for a scenario without ranks;
+        for a rank scenario as many timing processes of rank groups as the runner has (processes[0] also
+        runs the equivalence). A framework runs only if each of its groups started."""
         if not getattr(scn, "ranks", False):
-            return Workers(pools, available, fw_env)
+            return Workers(processes, available, fw_env)
         if not self.groups:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.groups = [{fw: self.make_group(fw, i) for fw in self.frameworks} for i in range(len(pools))]
-            every = [g for rnd in self.groups for g in rnd.values()]
+            self.groups = [{fw: self.make_group(fw, i) for fw in self.frameworks} for i in range(len(processes))]
+            every = [g for proc in self.groups for g in proc.values()]
             with ThreadPoolExecutor(len(every)) as pool:
                 infos = iter(list(pool.map(self._hello, every)))
-            per_round = [{fw: next(infos) for fw in rnd} for rnd in self.groups]
-            self.fw_env = {fw: next((r[fw] for r in per_round if not r[fw]["available"]), per_round[0][fw])
+            per_process = [{fw: next(infos) for fw in proc} for proc in self.groups]
+            self.fw_env = {fw: next((p[fw] for p in per_process if not p[fw]["available"]), per_process[0][fw])
                            for fw in self.frameworks}
             self.available = [fw for fw in self.frameworks if self.fw_env[fw]["available"]]
-            for fw in set(self.frameworks) - set(self.available):  # the rounds that did start give back their GPU
-                for rnd in self.groups:
-                    rnd[fw].close(1.0)
+            for fw in set(self.frameworks) - set(self.available):  # the groups that did start give back their GPU
+                for proc in self.groups:
+                    proc[fw].close(1.0)
         return Workers(self.groups, self.available, self.fw_env)
 
-    def make_group(self, fw: str, round_: int) -> RankGroup:
-        """The group of fw for process round round_ (a subclass picks another interpreter or tree)."""
+    def make_group(self, fw: str, process: int) -> RankGroup:
+        """The group of fw for timing process number process (a subclass picks another interpreter or tree)."""
         return RankGroup(fw, self.world_size)
 
     def _hello(self, g: RankGroup) -> dict[str, Any]:
@@ -360,6 +360,6 @@ class Groups:
                     "on_gpu": False}
 
     def close(self, grace: float = 10.0) -> None:
-        for rnd in self.groups:
-            for g in rnd.values():
+        for proc in self.groups:
+            for g in proc.values():
                 g.close(grace)

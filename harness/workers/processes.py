@@ -1,16 +1,17 @@
-"""One point of a scenario, timed in several worker processes per framework, interleaved.
+"""One point of a scenario, timed in several worker processes per framework (--processes), interleaved.
 
-Round 1 runs the frameworks in their order in the first process of each, round 2 in reverse order
-in the second process of each, and so on: slow drift (clocks, the host's load, the GPU's temperature)
-hits every framework and variant alike. Each process's repeats stay in the row: timing.samples holds
+The frameworks take turns: in their order in each one's first process, in reverse order in each one's
+second, and so on: slow drift (clocks, the host's load, the GPU's temperature) hits every framework and
+variant alike. Each process's repeats stay in the row: timing.samples holds
 them all, in process order, and timing.processes says how many came from which process and why it
 stopped, and the host's speed in it just before the point was timed (host_loop_s, harness/measure/calibrate.py's
 Python loop). The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
 the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/measure/noise.py)
 per clock, which counts the variance between processes as well as within one. A rank scenario's
-pools are groups of rank processes, one group per framework and round (harness/workers/ranks.py Groups):
-there a "process" of timing.processes is a group of WORLD_SIZE processes of its own, and a row timed
-as the mean over ranks pools its slowest rank's repeats beside (timing.slowest_rank).
+timing processes are groups of rank processes, one group per framework and timing process
+(harness/workers/ranks.py Groups): there a "process" of timing.processes is a group of WORLD_SIZE
+processes of its own, and a row timed as the mean over ranks pools its slowest rank's repeats beside
+(timing.slowest_rank).
 
 The first PLAN_AFTER processes of a row run the preset's budget; each later one at most the repeats
 that Kalibera and Jones' rule gives from the processes so far (plan, repeats_where_the_variance_is):
@@ -42,24 +43,27 @@ SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
+# The timing processes: per process {framework: worker (or rank group)}, in the order they time a point;
+# processes[0] also runs the equivalence. --processes says how many (CompareOptions.timing_processes).
+Processes = list[dict[str, Any]]
 
 
-def time_point(pools: list[dict[str, Any]], frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
+def time_point(processes: Processes, frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
                timeout: float, step: Callable[[str, str], None], detail: Callable[[str, str], None], *,
                seed: int | None = None) -> dict[str, list[Timed]]:
     """{framework: one answer per process} at the point params with the run's seed; step(fw, text) per
     request, detail(fw, text) per variant as it goes. A failed request answers
     {"status": ..., "reason": ...}, and that framework is not asked again for this point."""
     got: dict[str, list[Timed]] = {fw: [] for fw in frameworks}
-    for i, pool in enumerate(pools):
+    for i, proc in enumerate(processes):
         for fw in (frameworks if i % 2 == 0 else frameworks[::-1]):
             if got[fw] and "status" in got[fw][-1]:
                 continue
-            step(fw, f"timing (round {i + 1} of {len(pools)})")
+            step(fw, f"timing (process {i + 1} of {len(processes)})")
             todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
             t0 = time.perf_counter()
             try:
-                got[fw].append(pool[fw].request("time", scn.name, params, todo, i == 0, seed=seed, timeout=timeout,
+                got[fw].append(proc[fw].request("time", scn.name, params, todo, i == 0, seed=seed, timeout=timeout,
                                                 progress=lambda text, fw=fw: detail(fw, text)))
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})
