@@ -70,7 +70,7 @@ class Backend(ABC):
     # Its workers measure the machine's ceilings (raw CUDA copy rates, kernel launch) and a rank scenario's
     # raw floor (NCCL without a framework): ceilings() and rank_ceilings(). One framework does it for all.
     measures_ceilings = False
-    keeps_pool = False  # its allocator keeps what it took after each variant (options.default_memory_fraction)
+    keeps_pool = False  # its allocator keeps what it took after each variant (runner.Run.default_memory_fraction)
     rank_ports = 0  # rendezvous ports of its own a rank group needs beyond torchrun's MASTER_PORT
     # The porting guide's "defaults that differ everywhere", one cell per topic of harness/report/docs.py DEFAULTS.
     porting: dict[str, str] = {}

@@ -1,4 +1,5 @@
-"""What a compare run is asked to do, and every default of it in one place (the CLI reads these)."""
+"""What a compare run is asked to do, and every default of it in one place (the CLI reads these); the
+GPU-memory cap's default, which depends on the frameworks and --processes, is runner.Run's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

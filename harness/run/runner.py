@@ -50,10 +50,10 @@ def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
 
 class Run:
     """One compare run and all its state: the options, the progress UI, the timing processes
-    (per timing process {framework: worker}; processes[0] also runs equivalence)
-    and the rank groups, the frameworks that started and their environment, the machine ceilings, the
-    stop state (stopped, not_run, the budget), and the GPU-memory cap its processes share. Nothing
-    starts before execute()."""
+    (processes.Processes) and the rank groups, the frameworks that started and their environment, the
+    machine ceilings, the stop state (stopped, not_run, the budget), and the GPU-memory cap its processes
+    share. One object, so that the phases are methods rather than functions handing that state around.
+    Nothing starts before execute()."""
 
     def __init__(self, opts: CompareOptions, ui: UI) -> None:
         self.opts, self.ui = opts, ui
@@ -66,7 +66,7 @@ class Run:
         self.done: dict[str, Any] = {}  # the result's scenarios, as each finishes
         self.stopped: str | None = None  # why the run stopped early (budget spent, a signal), or None
         self.not_run: list[dict[str, str]] = []  # scenarios asked for but not run, with why
-        self.placed: dict[str, Any] = cpus.not_placed(opts.cpus)
+        self.placed: dict[str, Any] = cpus.not_placed(opts.cpus)  # the CPUs kept (harness/workers/cpus.py)
         self.started = _dt.datetime.now(_dt.timezone.utc)
         self.t_start = time.perf_counter()
 
