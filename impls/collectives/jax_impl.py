@@ -7,8 +7,9 @@ writes the output into (nccl-tests' send and receive buffers, both made before t
 every call would allocate its output and free the last). In place: the input donated, which XLA
 writes the output into where the two have one shape. prepare builds the global arrays from each
 process's block (make_array_from_process_local_data), untimed; a call dispatches asynchronously and
-returns this process's shard as it is (addressable_data: no program). A donated buffer is gone after
-its call: poison makes the sample's in-place buffers afresh with a jitted copy, untimed.
+returns the global array as it is (the harness reads this process's shard from it, untimed). A
+donated buffer is gone after its call: poison makes the sample's buffers afresh with a jitted copy,
+untimed.
 """
 from __future__ import annotations
 
@@ -122,9 +123,9 @@ def _reported(state, out):
 def run_out_of_place(state):
     _emit(state)
     if state["op"] == "barrier":
-        return {"out": state["x_local"], "arrived": state["arrive"](state["one"]).addressable_data(0)}
+        return {"out": state["x_local"], "arrived": state["arrive"](state["one"])}
     state["out"] = state["fn"](state["x"], state["out"])  # donated: the output takes the receive buffer
-    return _reported(state, state["out"].addressable_data(0))  # this process's shard
+    return _reported(state, state["out"])
 
 
 def run_in_place(state):
@@ -133,4 +134,4 @@ def run_in_place(state):
     state["i"] += 1
     got = state["fn_in_place"](state["ring"][i])  # donated: the output may take its buffer
     state["ring"][i], out = got if isinstance(got, tuple) else (got, got)  # reduce_scatter: (buffer, its chunk)
-    return _reported(state, out.addressable_data(0))
+    return _reported(state, out)
