@@ -52,7 +52,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
                progress: Progress, agree: Callable[[str | None], str | None] | None = None) -> dict[str, Any]:
     """Time every variant at the given params; check the timed outputs; in a row's first process
     (first=True) also count host syncs, trace the timeline and, with cfg.profile, profile one more run of
-    each row, which a second process (or round) would repeat.
+    each row, which a second process would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}. Each row is
     built here as a model.Row, and sent as its to_dict()."""
