@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.run.progress import QuietUI
 from harness.report.report import summary_status
 from harness.results.results import load, validate, write_atomic
-from harness.run.runner import CompareOptions, run_compare
+from harness.run.runner import NOT_REACHED, CompareOptions, run_compare
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +106,41 @@ def test_the_cli_calls_budget_left_scenarios_incomplete_not_failed(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "INCOMPLETE sync_points: not run (the --budget of 1e-09 s was spent" in r.stderr
     assert "FAILED" not in r.stderr
+
+
+def test_a_run_killed_outright_leaves_its_checkpoint_with_the_finished_scenarios(tmp_path):
+    """SIGKILL (or a machine that dies) gives the harness no chance to write its result: the checkpoint
+    written after every scenario is then the run's record, a valid result that says it is incomplete."""
+    backend_or_skip("torch")
+    out = tmp_path / "res"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--frameworks", "torch",
+                          "--examples", "1", "--seed", "3", "--no-report", "--out", str(out),
+                          "--scenarios", "async_dispatch,sync_points,device_creation"],
+                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.time() + 300
+    for line in p.stderr:  # progress lines: the second scenario has begun, so the first is checkpointed
+        if "sync_points" in line or time.time() > deadline:
+            break
+    os.killpg(p.pid, signal.SIGKILL)  # the harness and its workers, with no handler run
+    p.wait(timeout=60)
+    p.stderr.close()
+    assert sorted(x.name.split(".", 1)[1] for x in out.glob("*.json")) == [f"pid{p.pid}.partial.json"]
+    (path,) = out.glob("*.partial.json")
+    doc = load(path)  # the one loader takes it: a result like any other
+    assert doc["complete"] is False and list(doc["scenarios"]) == ["async_dispatch"]
+    assert doc["scenarios"]["async_dispatch"]["rows"] and doc["scenarios"]["async_dispatch"]["equivalence"]
+    assert [(n["scenario"], n["why"]) for n in doc["not_run"]] == [(s, NOT_REACHED)
+                                                                   for s in ("sync_points", "device_creation")]
+
+
+def test_a_finished_run_leaves_no_checkpoint(tmp_path):
+    backend_or_skip("torch")
+    out = tmp_path / "res"
+    r = subprocess.run([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--frameworks", "torch",
+                        "--examples", "1", "--seed", "3", "--no-report", "--out", str(out), "--quiet",
+                        "--scenarios", "sync_points"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert [x.name for x in out.iterdir()] == [f"{Path(r.stdout.split('result: ')[1].split()[0]).name}"]

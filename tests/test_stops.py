@@ -75,7 +75,7 @@ before(runner.Run, "_hello_all", "startup")
 before(runner.Run, "_calibrate", "calibration")
 before(worker.LocalWorker, "close", "shutdown")
 before(worker.ProcessWorker, "close", "shutdown")
-before(results, "result_name", "result")
+before(results, "claim_name", "result")  # the final result's name (a checkpoint names none)
 before(timeline, "write_timelines", "timelines")
 before(report_html, "make_report", "report")
 

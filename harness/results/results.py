@@ -120,9 +120,7 @@ def as_written(doc: dict[str, Any]) -> dict[str, Any]:
 def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, claimed: bool = False) -> Path:
     """Write doc as JSON into folder under a new name; never replaces an existing file, except the
     placeholder of a name this run claimed (claim_name; claimed=True)."""
-    if isinstance(doc, Result):
-        doc = doc.to_dict()
-    data = (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    data = _encode(doc)
     if claimed and name is not None and _is_placeholder(Path(folder) / name):
         return files.write_files(folder, {name: data})[0]
     while True:
@@ -131,6 +129,24 @@ def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, cla
             return files.write_files(folder, {unused_name(folder, name or result_name(doc)): data}, exclusive=True)[0]
         except FileExistsError:  # the name was taken meanwhile: the next one
             continue
+
+
+def _encode(doc: dict[str, Any] | Result) -> bytes:
+    if isinstance(doc, Result):
+        doc = doc.to_dict()
+    return (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+
+
+def checkpoint_name(doc: dict[str, Any]) -> str:
+    """The name of a running compare's checkpoint (its result's stem, this process, .partial.json): one run's
+    alone, and not a result name, so that nothing reads it as a finished run (harness/report/docs.py)."""
+    return f"{Path(result_name(doc)).stem}.pid{os.getpid()}.partial.json"
+
+
+def write_checkpoint(doc: dict[str, Any], folder: Path) -> Path:
+    """doc, the run so far, into folder under checkpoint_name, replacing the last checkpoint atomically."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return files.write_files(folder, {checkpoint_name(doc): _encode(doc)})[0]
 
 
 def _is_placeholder(path: Path) -> bool:

@@ -1,12 +1,17 @@
 """`compare`: equivalence, then timing; the result JSON first, then what is drawn from it.
 
-Order of writing, so that no measurement is lost: the result file (or, when its folder cannot take
-it, a rescue copy whose place the error names), then the terminal table, then the timelines, then
-the report. A stop (Ctrl-C, SIGTERM) after the result is written keeps it and exits 130 / 143.
+Order of writing, so that no measurement is lost: while the run goes, a checkpoint after every
+scenario (<result stem>.pid<N>.partial.json, a result with complete false: what a run killed outright
+or a machine that died leaves); then the result file (or, when its folder cannot take it, a rescue copy
+whose place the error names), which replaces the checkpoint, then the terminal table, then the
+timelines, then the report. A stop (Ctrl-C, SIGTERM) after the result is written keeps it and exits
+130 / 143.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import random
 import signal
 import sys
@@ -86,14 +91,15 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
     from harness.measure.profiling import plan_profiles, write_profiles
     from harness.run.progress import make_ui
     from harness.report.report import make_console, render_terminal, summary_status
-    from harness.results.results import claim_name, release_folder, write_or_rescue
+    from harness.results.results import (checkpoint_name, claim_name, release_folder, write_checkpoint,
+                                         write_or_rescue)
     from harness.run.runner import run_compare
     from harness.run.stops import Stopped
     from harness.measure.timeline import plan_timelines
 
     if notice:  # after the imports: an interpreter without the dependencies gets its one line alone
         print(notice, file=sys.stderr, flush=True)
-    doc = run_compare(opts, make_ui(quiet))  # returns with stops deferred
+    doc = run_compare(opts, make_ui(quiet), lambda so_far: write_checkpoint(so_far, out))  # returns, stops deferred
     name = claim_name(out, doc)  # the result's name and its pictures' folder, both ours alone
     stem = Path(name).stem
     drawn = plan_timelines(doc, stem)  # referenced from the result, relative to it; drawn after it is written
@@ -101,6 +107,9 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
     # that were written (where one could not be, its row says why); this never raises
     traces = write_profiles(doc, out, stem, plan_profiles(doc, stem))
     path, rescued = write_or_rescue(doc, out, name, claimed=True)
+    if not rescued:  # the result holds all the checkpoint held; a rescued one leaves it where the run was
+        with contextlib.suppress(OSError):
+            os.unlink(out / checkpoint_name(doc))
     late = stops.resume()
     if late is not None:  # the run had measured everything when it was stopped
         release_folder(out, name)

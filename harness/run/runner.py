@@ -43,9 +43,14 @@ from scenarios.spec import Scenario
 __all__ = ["CompareOptions", "UI", "Stopped", "Run", "run_compare", "document"]
 
 
-def run_compare(opts: CompareOptions, ui: UI) -> dict[str, Any]:
-    """The run's result document (Run.execute)."""
-    return Run(opts, ui).execute()
+NOT_REACHED = "not reached: the run was still going when this checkpoint was written"
+
+
+def run_compare(opts: CompareOptions, ui: UI,
+                checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The run's result document (Run.execute). checkpoint(document so far), where given, after every
+    scenario: a run killed outright (SIGKILL, a machine that dies) leaves what it had finished."""
+    return Run(opts, ui, checkpoint).execute()
 
 
 class Run:
@@ -55,8 +60,10 @@ class Run:
     share. One object, so that the phases are methods rather than functions handing that state around.
     Nothing starts before execute()."""
 
-    def __init__(self, opts: CompareOptions, ui: UI) -> None:
+    def __init__(self, opts: CompareOptions, ui: UI,
+                 checkpoint: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.opts, self.ui = opts, ui
+        self.checkpoint = checkpoint  # called with the document so far after every scenario (run_compare)
         self.processes: processes.Processes = []  # made in execute(); started by start()
         self.groups: Groups | None = None  # the rank groups, started by the first rank scenario
         self.available: list[str] = []  # the frameworks whose every timing process started
@@ -180,6 +187,7 @@ class Run:
             stops.raise_if_stopped()  # swallowed on the way: this scenario's rows are not whole
             self.done[scn.name] = done
             self.done[scn.name]["wall_s"] = time.perf_counter() - t_scn
+            self._checkpoint()
         except (Stopped, KeyboardInterrupt) as e:
             stops.defer()
             self.stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
@@ -365,6 +373,21 @@ class Run:
     def document(self) -> dict[str, Any]:
         """The run's result document from what it holds now."""
         return document(self.opts, self.started, self.fw_env, self.machine, self.done, self.not_run, self.placed)
+
+    def _checkpoint(self) -> None:
+        """The document so far to self.checkpoint, the scenarios still to come in not_run as not reached;
+        a checkpoint that cannot be written is said once and the run goes on (the final write rescues)."""
+        if self.checkpoint is None:
+            return
+        said = set(self.done) | {n["scenario"] for n in self.not_run}
+        ahead = [{"scenario": x.name, "why": NOT_REACHED} for x in self.scenarios if x.name not in said]
+        try:
+            self.checkpoint(document(self.opts, self.started, self.fw_env, self.machine, self.done,
+                                     self.not_run + ahead, self.placed))
+        except OSError as e:
+            self.ui.note(f"checkpoint not written ({e.strerror or e}); the run goes on and writes its result "
+                         "at the end")
+            self.checkpoint = None
 
 
 def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
