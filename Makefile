@@ -36,8 +36,9 @@ PYTEST_ARGS ?=
 # their own, so more workers than cores only makes them wait on each other); 0 (one process) where there is
 # a GPU, whose timing tests would otherwise measure each other.
 TEST_WORKERS ?= $(if $(CUDA_MAJOR),0,auto)
-# The newest result file (names start with their UTC time): a user's run in runs/, else a committed one.
-RESULT ?= $(or $(lastword $(sort $(wildcard runs/*.json))),$(lastword $(sort $(wildcard results/*.json))))
+# The newest result file (names start with their UTC time): a user's run in runs/, else a committed one;
+# never a running or killed run's checkpoint (*.partial.json).
+RESULT ?= $(or $(lastword $(sort $(filter-out %.partial.json,$(wildcard runs/*.json)))),$(lastword $(sort $(wildcard results/*.json))))
 
 # The CUDA major version the driver supports ("CUDA Version: 13.0" in nvidia-smi's header); empty without a GPU.
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)

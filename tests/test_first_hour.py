@@ -66,7 +66,7 @@ def _resolved(monkeypatch, capsys, tmp_path, gpu: bool, *args: str) -> tuple[lis
     """(the scenarios a compare runs, its stderr), the run itself faked."""
     got = {}
 
-    def run_compare(opts, ui):
+    def run_compare(opts, ui, checkpoint=None):
         got["opts"] = opts
         return doc([row("torch", "async")])
 
@@ -107,7 +107,7 @@ def test_the_last_line_says_whether_every_check_passed_and_counts_the_claims_hon
     claims = [_claim("confirmed"), _claim("refuted"), _claim("inconclusive", not_decidable="cpu"),
               _claim("inconclusive"), _claim("inconclusive", not_decidable="cpu")]
     d = _doc_with(claims)
-    monkeypatch.setattr(runner, "run_compare", lambda opts, ui: json.loads(json.dumps(d)))
+    monkeypatch.setattr(runner, "run_compare", lambda opts, ui, checkpoint=None: json.loads(json.dumps(d)))
     code = cli.main(["compare", "--frameworks", "torch", "--scenarios", "async_dispatch", "--out",
                      str(tmp_path / "out"), "--quiet", "--seed", "1", "--no-report"])
     out = capsys.readouterr().out.strip().splitlines()

@@ -144,3 +144,21 @@ def test_a_finished_run_leaves_no_checkpoint(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode in (0, 1), r.stderr[-2000:]
     assert [x.name for x in out.iterdir()] == [f"{Path(r.stdout.split('result: ')[1].split()[0]).name}"]
+
+
+def test_a_stop_while_the_checkpoint_is_written_keeps_the_scenario_that_finished():
+    """A signal that lands while a finished scenario is checkpointed stops the run between two scenarios:
+    the scenario stays done, not also 'not run'."""
+    backend_or_skip("torch")
+    from harness.run.stops import Stopped
+
+    def checkpoint(doc):
+        raise Stopped("SIGTERM")  # what the handler raises when the signal lands inside the write
+
+    opts = CompareOptions(scenarios=["sync_points", "async_dispatch"], frameworks=["torch"], size="smoke",
+                          examples=1, seed=1, isolation="none", equivalence=False)
+    doc = run_compare(opts, QuietUI(), checkpoint)
+    assert list(doc["scenarios"]) == ["sync_points"]
+    assert [(n["scenario"], n["why"]) for n in doc["not_run"]] == [
+        ("async_dispatch", "the run was stopped (SIGTERM) between two scenarios")]
+    validate(doc)

@@ -69,7 +69,7 @@ argv, now = sys.argv[4:], [0]
 real_run, measured = runner.run_compare, []
 
 
-def run_compare(opts, ui):
+def run_compare(opts, ui, checkpoint=None):
     if not measured:
         measured.append(real_run(opts, ui))
     return copy.deepcopy(measured[0])

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fake_run(d):
-    def run_compare(opts, ui):
+    def run_compare(opts, ui, checkpoint=None):
         return json.loads(json.dumps(d))
 
     return run_compare

@@ -131,10 +131,16 @@ def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, cla
             continue
 
 
-def _encode(doc: dict[str, Any] | Result) -> bytes:
+def _encode(doc: dict[str, Any] | Result, default: Callable[[Any], Any] | None = None) -> bytes:
     if isinstance(doc, Result):
         doc = doc.to_dict()
-    return (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    return (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False, default=default) + "\n").encode()
+
+
+def _unwritten(x: Any) -> Any:
+    if isinstance(x, bytes):  # a --profile trace, which only the final result's folder holds
+        return f"{len(x)} bytes, written beside the final result"
+    raise TypeError(f"{type(x).__name__} in a result document")
 
 
 def checkpoint_name(doc: dict[str, Any]) -> str:
@@ -146,7 +152,7 @@ def checkpoint_name(doc: dict[str, Any]) -> str:
 def write_checkpoint(doc: dict[str, Any], folder: Path) -> Path:
     """doc, the run so far, into folder under checkpoint_name, replacing the last checkpoint atomically."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    return files.write_files(folder, {checkpoint_name(doc): _encode(doc)})[0]
+    return files.write_files(folder, {checkpoint_name(doc): _encode(doc, default=_unwritten)})[0]
 
 
 def _is_placeholder(path: Path) -> bool:

@@ -64,6 +64,7 @@ class Run:
                  checkpoint: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.opts, self.ui = opts, ui
         self.checkpoint = checkpoint  # called with the document so far after every scenario (run_compare)
+        self._host: dict[str, Any] | None = None  # host_env() for the checkpoints, asked at the first
         self.processes: processes.Processes = []  # made in execute(); started by start()
         self.groups: Groups | None = None  # the rank groups, started by the first rank scenario
         self.available: list[str] = []  # the frameworks whose every timing process started
@@ -187,12 +188,13 @@ class Run:
             stops.raise_if_stopped()  # swallowed on the way: this scenario's rows are not whole
             self.done[scn.name] = done
             self.done[scn.name]["wall_s"] = time.perf_counter() - t_scn
-            self._checkpoint()
         except (Stopped, KeyboardInterrupt) as e:
             stops.defer()
             self.stopped = f"the run was stopped ({str(e) or 'SIGINT'}) during {scn.name}"
             self.not_run.append({"scenario": scn.name, "why": self.stopped})
             self.ui.note(f"{self.stopped}: the scenarios finished before it are kept")
+            return
+        self._checkpoint()  # scn is done: a stop from here on is one between two scenarios
 
     def stop(self, why: str) -> None:
         """The run stopped: every scenario neither done nor already in not_run is not run, for why."""
@@ -382,8 +384,10 @@ class Run:
         said = set(self.done) | {n["scenario"] for n in self.not_run}
         ahead = [{"scenario": x.name, "why": NOT_REACHED} for x in self.scenarios if x.name not in said]
         try:
+            if self._host is None:  # once: nvidia-smi and git are not asked again after every scenario
+                self._host = host_env()
             self.checkpoint(document(self.opts, self.started, self.fw_env, self.machine, self.done,
-                                     self.not_run + ahead, self.placed))
+                                     self.not_run + ahead, self.placed, host=self._host))
         except OSError as e:
             self.ui.note(f"checkpoint not written ({e.strerror or e}); the run goes on and writes its result "
                          "at the end")
@@ -391,8 +395,10 @@ class Run:
 
 
 def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
-             out_scenarios: dict[str, Any], not_run: list[dict[str, str]], placed: dict[str, Any]) -> dict[str, Any]:
-    """A result document of the schema's shape (a Run's, and each side's of an interleaved regress)."""
+             out_scenarios: dict[str, Any], not_run: list[dict[str, str]], placed: dict[str, Any],
+             host: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A result document of the schema's shape (a Run's, and each side's of an interleaved regress); host:
+    host_env() where the caller already has it."""
     gpu = next((e["env"].get("gpu") for e in fw_env.values() if e.get("env", {}).get("gpu")), None)
     return {
         "schema": SCHEMA,
@@ -403,8 +409,8 @@ def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any]
         "seed": opts.seed,
         "examples": opts.examples,
         "isolation": opts.isolation,
-        "environment": {"gpu": gpu, "host": host_env(), "frameworks": fw_env, "machine": machine,
-                        "gpu_memory_fraction": _fraction_in_effect(), "cpus": placed},
+        "environment": {"gpu": gpu, "host": host if host is not None else host_env(), "frameworks": fw_env,
+                        "machine": machine, "gpu_memory_fraction": _fraction_in_effect(), "cpus": placed},
         "scenarios": out_scenarios,
         "complete": not not_run,
         "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why
