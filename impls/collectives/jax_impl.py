@@ -64,6 +64,7 @@ def barrier(state):
 def poison(state):
     state["ring"] = [state["copy"](state["fill"]) for _ in range(state["slots"])]  # the donated ones are gone
     state["out"] = state["copy"](state["recv"])  # zeros, as torch's out.zero_()
+    jax.block_until_ready((state["ring"], state["out"]))  # the harness's synchronize() waits on nothing in JAX
     state["i"] = 0
     barrier(state)  # untimed, before every repeat: the ranks start together
 
