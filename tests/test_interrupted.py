@@ -42,18 +42,26 @@ def test_an_ample_budget_changes_nothing():
     assert doc["complete"] is True and doc["not_run"] == [] and "sync_points" in doc["scenarios"]
 
 
-def test_sigterm_keeps_the_finished_scenarios(tmp_path):
-    backend_or_skip("torch")
-    out = tmp_path / "res"
+def _compare_into_its_second_scenario(out, scenarios, **popen):
+    """A smoke compare of torch in a process of its own, returned once its progress says that the second
+    scenario (sync_points) has begun: the first is finished."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--frameworks", "torch",
                           "--examples", "1", "--seed", "3", "--no-report", "--out", str(out),
-                          "--scenarios", "async_dispatch,sync_points,device_creation,pinned_transfer"],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--scenarios", ",".join(scenarios)],
+                         cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, **popen)
     deadline = time.time() + 300
-    for line in p.stderr:  # progress lines: wait until the second scenario has begun
+    for line in p.stderr:
         if "sync_points" in line or time.time() > deadline:
             break
+    return p
+
+
+def test_sigterm_keeps_the_finished_scenarios(tmp_path):
+    backend_or_skip("torch")
+    out = tmp_path / "res"
+    p = _compare_into_its_second_scenario(out, ["async_dispatch", "sync_points", "device_creation", "pinned_transfer"],
+                                          stdout=subprocess.PIPE)
     p.send_signal(signal.SIGTERM)
     stdout, stderr = p.communicate(timeout=300)
     assert p.returncode == 1, stderr[-2000:]
@@ -113,16 +121,8 @@ def test_a_run_killed_outright_leaves_its_checkpoint_with_the_finished_scenarios
     written after every scenario is then the run's record, a valid result that says it is incomplete."""
     backend_or_skip("torch")
     out = tmp_path / "res"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "harness", "compare", "--size", "smoke", "--frameworks", "torch",
-                          "--examples", "1", "--seed", "3", "--no-report", "--out", str(out),
-                          "--scenarios", "async_dispatch,sync_points,device_creation"],
-                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    deadline = time.time() + 300
-    for line in p.stderr:  # progress lines: the second scenario has begun, so the first is checkpointed
-        if "sync_points" in line or time.time() > deadline:
-            break
+    p = _compare_into_its_second_scenario(out, ["async_dispatch", "sync_points", "device_creation"],
+                                          stdout=subprocess.DEVNULL, start_new_session=True)
     os.killpg(p.pid, signal.SIGKILL)  # the harness and its workers, with no handler run
     p.wait(timeout=60)
     p.stderr.close()
