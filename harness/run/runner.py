@@ -199,8 +199,12 @@ class Run:
     def stop(self, why: str) -> None:
         """The run stopped: every scenario neither done nor already in not_run is not run, for why."""
         self.stopped = why
+        self.not_run += self._unsaid(why)
+
+    def _unsaid(self, why: str) -> list[dict[str, str]]:
+        """not_run entries, for why, of the scenarios neither done nor already in not_run."""
         said = set(self.done) | {n["scenario"] for n in self.not_run}
-        self.not_run += [{"scenario": x.name, "why": why} for x in self.scenarios if x.name not in said]
+        return [{"scenario": x.name, "why": why} for x in self.scenarios if x.name not in said]
 
     def close(self, grace: float) -> None:
         """Every worker and rank group closed, each given grace seconds to finish."""
@@ -381,8 +385,7 @@ class Run:
         a checkpoint that cannot be written is said once and the run goes on (the final write rescues)."""
         if self.checkpoint is None:
             return
-        said = set(self.done) | {n["scenario"] for n in self.not_run}
-        ahead = [{"scenario": x.name, "why": NOT_REACHED} for x in self.scenarios if x.name not in said]
+        ahead = self._unsaid(NOT_REACHED)
         try:
             if self._host is None:  # once: nvidia-smi and git are not asked again after every scenario
                 self._host = host_env()
