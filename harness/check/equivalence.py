@@ -62,47 +62,58 @@ def tolerance_for(scenario: Scenario, params: Params, want: np.ndarray, variant:
     return (own or scenario.tolerance).for_dtype(str(params.get("dtype", "float32")))
 
 
+CHUNK = 1 << 16  # elements a pass takes at a time: its float64 temporaries (512 KiB each) stay in the CPU's cache
+
+
 def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: float, widen: float = 1.0,
-                   scale: np.ndarray | None = None) -> Mismatch | None:
-    """None when got matches want; else the worst element. ``scale`` sets |ref| in the band."""
+                   scale: np.ndarray | None = None, chunk: int = CHUNK) -> Mismatch | None:
+    """None when got matches want; else the worst element. ``scale`` sets |ref| in the band.
+    Works through the outputs in cache-sized chunks: whole-array float64 temporaries, most of their cost in
+    fresh pages, were most of a large output's check and of its row's loop (docs/measuring.md)."""
     g = np.asarray(got)
     w = np.asarray(want)
     if g.shape != w.shape:
         return Mismatch(key, "shape", detail=f"shape {g.shape} where {w.shape} was expected")
     exact = rtol == atol == 0
-    if exact:
-        # Bit-exact: equal values (and matching NaN positions) only. One pass, no float64 copies:
-        # transfers of hundreds of MiB are checked on every repeat of a hazard variant.
-        bad = g != w
-        if g.dtype.kind in "fc" and w.dtype.kind in "fc" and bad.any():
-            bad &= ~(np.isnan(g) & np.isnan(w))
-    elif g.dtype == w.dtype and np.array_equal(g, w):
+    if not exact and g.dtype == w.dtype and np.array_equal(g, w):
         # Against the framework's own baseline (no reference at the size) a variant's outputs are often the
-        # same bits: one comparison, not five float64 arrays (async_dispatch's two checked variants took ~4 s
-        # a row more than its unchecked baseline on the H200 for 128 MiB of output; a hazard
-        # variant is checked on every repeat). NaN never equals: it takes the path below.
+        # same bits: one comparison. NaN never equals: it takes the path below.
         return None
-    else:
-        g64 = g.astype(np.float64)
-        w64 = w.astype(np.float64)
-        ref = np.abs(w64 if scale is None else np.asarray(scale, np.float64))
-        allowed = widen * (atol + rtol * ref)
-        err = np.abs(g64 - w64)
-        bad = ~((err <= allowed) | (g64 == w64))  # equal values pass (inf too, as on the path above); NaN never
-    n_bad = int(np.count_nonzero(bad))
+    gf, wf = g.reshape(-1), w.reshape(-1)
+    sf = None if scale is None else np.broadcast_to(np.asarray(scale), w.shape).reshape(-1)
+    floats = g.dtype.kind in "fc" and w.dtype.kind in "fc"
+    n_bad, worst, flat, allowed_at = 0, -np.inf, -1, 0.0
+    for i in range(0, wf.size, chunk):
+        gc, wc = gf[i:i + chunk], wf[i:i + chunk]
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, inf * 0: NaN, judged below
+            if exact:  # equal values (and matching NaN positions) only, no float64 copy of the chunk
+                bad = gc != wc
+                if not bad.any():
+                    continue
+                if floats:
+                    bad &= ~(np.isnan(gc) & np.isnan(wc))
+                # the worst bad element: the largest |difference| (NaN against a number counts as infinite)
+                score = np.abs(gc.astype(np.float64) - wc.astype(np.float64))
+            else:
+                g64, w64 = gc.astype(np.float64), wc.astype(np.float64)
+                allowed = np.abs(w64 if sf is None else sf[i:i + chunk].astype(np.float64))
+                allowed *= widen * rtol
+                allowed += widen * atol
+                score = np.abs(g64 - w64)
+                bad = ~((score <= allowed) | (g64 == w64))  # equal values pass (inf too); NaN never
+                score -= allowed  # how far beyond its band
+        k = int(np.count_nonzero(bad))
+        if k == 0:
+            continue
+        n_bad += k
+        excess = np.where(bad, np.nan_to_num(score, nan=np.inf, posinf=np.inf), -np.inf)
+        j = int(np.argmax(excess))
+        if excess[j] > worst or flat < 0:  # the first of equals, as one argmax over the whole output
+            worst, flat, allowed_at = excess[j], i + j, 0.0 if exact else float(allowed[j])
     if n_bad == 0:
         return None
-    if exact:
-        where = np.flatnonzero(bad)
-        diff = np.abs(g.reshape(-1)[where].astype(np.float64) - w.reshape(-1)[where].astype(np.float64))
-        flat = int(where[np.argmax(np.nan_to_num(diff, nan=np.inf, posinf=np.inf))])
-        allowed_at = 0.0
-    else:
-        excess = np.where(bad, np.nan_to_num(err - allowed, nan=np.inf, posinf=np.inf), -np.inf)
-        flat = int(np.argmax(excess))
-        allowed_at = float(np.asarray(allowed).reshape(-1)[flat])
     idx = tuple(int(i) for i in np.unravel_index(flat, w.shape)) if w.ndim else ()
-    gv, wv = g.reshape(-1)[flat], w.reshape(-1)[flat]
+    gv, wv = gf[flat], wf[flat]
     return Mismatch(
         key, "values", idx, got=float(gv), want=float(wv),
         abs_err=float(abs(np.float64(gv) - np.float64(wv))), allowed=allowed_at,
@@ -110,13 +121,13 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
     )
 
 
-def relative_error(got: Arrays, want: Arrays, chunk: int = 1 << 22) -> float:
+def relative_error(got: Arrays, want: Arrays, chunk: int = CHUNK) -> float:
     """The worst elementwise |got - want| / |want| over all outputs: the numbers a regression run
     compares. |want| is floored at 1e-6 of the output's largest |want|, so that elements near zero
     (where any rounding is a large relative error) do not dominate. inf where shapes differ or an
-    output is missing; NaN in got counts as inf. Works through full-size outputs in chunks; a chunk
-    equal to its reference costs one comparison (bit-exact outputs of hundreds of MiB are checked on
-    the first and last repeat of every row: the float64 pass took ~1.3 s a check at 256 MiB)."""
+    output is missing; NaN in got counts as inf. Works through full-size outputs in cache-sized chunks;
+    a chunk equal to its reference costs one comparison (bit-exact outputs of hundreds of MiB are
+    checked in every row)."""
     worst = 0.0
     for key, w in want.items():
         if key not in got or np.shape(got[key]) != np.shape(w):
@@ -127,15 +138,17 @@ def relative_error(got: Arrays, want: Arrays, chunk: int = 1 << 22) -> float:
             wc, gc = wf[i:i + chunk], gf[i:i + chunk]
             if np.array_equal(gc, wc):  # NaN never equals: a chunk holding one takes the full path
                 continue
-            if floor is None:
-                amax = max(float(np.max(np.abs(wf[j:j + chunk].astype(np.float64))))
-                           for j in range(0, wf.size, chunk))
-                floor = 1e-6 * amax if math.isfinite(amax) else 0.0
-            w64, g64 = wc.astype(np.float64), gc.astype(np.float64)
+            if floor is None:  # two reductions, no temporaries
+                amax = max(abs(float(wf.max())), abs(float(wf.min())))
+                floor = 1e-6 * amax if math.isfinite(amax) else 0.0  # NaN in want: no floor
+            w64, g64 = np.asarray(wc, np.float64), np.asarray(gc, np.float64)  # no copy of a float64 chunk
             with np.errstate(divide="ignore", invalid="ignore"):
                 rel = np.abs(g64 - w64) / np.maximum(np.abs(w64), floor)
-            rel[(g64 == w64) | (np.isnan(g64) & np.isnan(w64))] = 0.0  # equal, also inf and NaN in both
-            worst = max(worst, float(np.nan_to_num(rel, nan=np.inf).max()))
+                top = float(rel.max())
+                if not math.isfinite(top):  # NaN or inf somewhere: equal elements (inf, NaN in both) are 0
+                    rel[(g64 == w64) | (np.isnan(g64) & np.isnan(w64))] = 0.0
+                    top = float(np.nan_to_num(rel, nan=np.inf).max())
+            worst = max(worst, top)
     return worst
 
 
@@ -193,6 +206,13 @@ def compare_key(scenario: Scenario, params: Params, key: str, got: Any, want: An
         return compare_distribution(key, got, w, dist)
     rtol, atol = tolerance_for(scenario, params, w, variant)
     return compare_arrays(key, got, w, rtol, atol, widen, scale)
+
+
+def bit_exact(scenario: Scenario, params: Params, want: Arrays, variant: str | None = None) -> bool:
+    """Is every output compared bit for bit (no tolerance, no distribution)? Outputs that pass such a
+    comparison equal ``want`` element for element, so nothing more need be computed from them."""
+    return all(key not in scenario.distributions and tolerance_for(scenario, params, np.asarray(w), variant) == (0, 0)
+               for key, w in want.items())
 
 
 def compare_outputs(scenario: Scenario, params: Params, got: Arrays, want: Arrays, widen: float = 1.0,
