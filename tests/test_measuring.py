@@ -316,3 +316,39 @@ def test_the_vectorized_hierarchical_bootstrap_draws_what_the_loop_draws(monkeyp
     assert fast.shape == loop.shape == (40_000,) and np.isfinite(fast).all()
     for v in (2.0, 3.5, 4.0, 5.5, 6.5, 9.0, 15.0):  # discrete values: a median off by one slot moves these
         assert (fast <= v).mean() == pytest.approx((loop <= v).mean(), abs=0.012), v
+
+
+def test_a_bit_exact_check_that_passes_is_one_comparison_and_one_that_fails_is_still_caught(monkeypatch):
+    """pinned_transfer compares bit for bit: outputs that pass equal the reference, so their relative error
+    is 0 without a second pass over them, and no digest is taken (one comparison costs less); a planted
+    wrong element is still compared, caught, and given its real error."""
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)
+    passes: list[str] = []
+    real_err, real_digest = handlers.relative_error, point_cache.digest
+    monkeypatch.setattr(handlers, "relative_error", lambda got, want: passes.append("error") or real_err(got, want))
+    monkeypatch.setattr(point_cache, "digest", lambda got: passes.append("digest") or real_digest(got))
+    scn = get("pinned_transfer")
+    cfg = timing.TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)
+    root = point_cache.start()
+    try:
+        def rows():
+            out = handlers.time_point("torch", "pinned_transfer", scn.points("smoke")[0] | {"seed": 1}, cfg, True,
+                                      progress=lambda _t: None)
+            return {r["variant"]: r for r in out["rows"] if r["status"] != "skipped"}
+
+        right = rows()
+        assert passes == [] and right and all(r["status"] == "ok" and r["check"]["max_rel_err"] in (0.0, None)
+                                              for r in right.values()), right
+        victim = next(v for v, r in right.items() if not r["hazard"])
+        _break_one_element(monkeypatch, "pinned_transfer", "torch", victim, 1.0)
+        broken = rows()[victim]
+        assert broken["status"] == "wrong" and broken["check"]["max_rel_err"] > 0 and "error" in passes
+    finally:
+        point_cache.stop(root)
