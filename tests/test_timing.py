@@ -155,6 +155,24 @@ def test_untimed_work_cannot_stretch_the_loop_past_max_wall():
     assert m.device_done.n == 6
 
 
+def test_a_costly_first_check_does_not_use_up_the_time_cap():
+    """The first check is a one-off (the full comparison with the reference): a row whose check costs more
+    than the cap gets the repeats of a row whose outputs were already judged. Checks of later repeats
+    (hazards check every one) still count toward the cap."""
+    b = FakeAsyncBackend(latency=0.0)
+    cfg = TimingConfig(warmup=0, min_repeats=3, max_repeats=1000, min_time_s=10.0, max_wall_s=0.2)
+    before = lambda: time.sleep(0.01)  # noqa: E731
+    cheap = measure(b.enqueue, b, cfg, before=before, check=lambda out: None)
+    slow_once = []
+    costly = measure(b.enqueue, b, cfg, before=before,
+                     check=lambda out: time.sleep(0.3) if not slow_once and not slow_once.append(1) else None)
+    assert costly.stopped == cheap.stopped == "time_cap"
+    assert costly.device_done.n >= 10 and costly.device_done.n >= cheap.device_done.n - 4
+    assert costly.repeats_s < 0.3 <= costly.check_s  # the one-off is kept off the per-repeat clock too
+    every = measure(b.enqueue, b, cfg, before=before, check=lambda out: time.sleep(0.05), check_every=True)
+    assert every.device_done.n <= 5  # 0.06 s a repeat: the cap of 0.2 s after 4
+
+
 def test_warm_up_runs_for_at_least_warmup_s():
     b = FakeAsyncBackend(latency=0.0)
     calls = []
