@@ -1,7 +1,6 @@
 """`python -m harness`: the command line (harness/run). An interpreter without the harness's own
 dependencies (`make compare PYTHON=python3`) is told in one line which package is missing and how to
 get it, exit 2; a framework's missing import is the backends' business (a skip with its reason)."""
-import signal
 import sys
 
 # pyproject.toml's [project] dependencies that the harness imports (pytest only runs the tests);
@@ -21,11 +20,7 @@ if __name__ == "__main__":
         from harness.run.cli import main
 
         code = main()
-        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) or stops.stopped_by() is not None:
-            # The stop is honoured and the result written: a second Ctrl-C or SIGTERM now, while the
-            # interpreter exits, must not raise in an exit handler (torch's print a traceback) nor kill it.
-            for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_IGN)
+        stops.exiting(code)
         sys.exit(code)
     except ImportError as e:
         name = _missing(e)

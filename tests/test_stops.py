@@ -230,3 +230,30 @@ def test_a_stopped_fresh_regress_says_so_and_keeps_its_candidate(tmp_path):
     assert "stopped (SIGTERM) during the candidate run: nothing compared" in err and "Traceback" not in err, err
     (candidate,) = out.glob("*.json")
     assert json.loads(candidate.read_text())["complete"] is False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_outside_a_run_is_one_line_and_its_exit_status(tmp_path, sig):
+    """Every command's signals are handled where a run's are (harness/run/stops.py, installed by the command
+    line around the whole command): `report` stopped while it renders, twice 50 ms apart, exits 128 + the
+    signal with one line and no traceback, and leaves no report half-written."""
+    result = min(ROOT.glob("results/*_full.json"))
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, "report", str(result), "--out", str(tmp_path / "r")],
+                         cwd=ROOT, env=_env(STOP_TEST_PHASE="report"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        line = p.stderr.readline()
+        assert "paused at report" in line, line + p.stderr.read()
+        os.kill(p.pid, sig)
+        time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 128 + sig.value and "Traceback" not in err, (p.returncode, err[-2000:])
+    assert err.strip() == f"harness: stopped ({sig.name}) before a result was written", err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir()), sorted((tmp_path / "r").rglob("*"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
-import threading
 
 from harness.run.parser import UsageError, build_parser, gpu_present
 
@@ -21,28 +20,17 @@ COMMANDS = {"list": "cmd_list", "compare": "cmd_compare", "report": "cmd_report"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.run.stops import Stopped
+    from harness.run import stops
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    previous = signal.getsignal(signal.SIGTERM)
     try:
-        if threading.current_thread() is threading.main_thread():  # a SIGTERM at any moment says what it stopped
-            signal.signal(signal.SIGTERM, _stop)
-        a = build_parser().parse_args(argv)
-        return importlib.import_module(f"harness.run.{COMMANDS[a.cmd]}").run(a, argv)
+        with stops.handling():  # SIGINT and SIGTERM, from parsing to the last line written (harness/run/stops.py)
+            a = build_parser().parse_args(argv)
+            return importlib.import_module(f"harness.run.{COMMANDS[a.cmd]}").run(a, argv)
     except UsageError as e:
         print(f"harness: error: {e}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Stopped) as e:
-        name = str(e) if isinstance(e, Stopped) else "SIGINT"
+    except (KeyboardInterrupt, stops.Stopped) as e:
+        name = str(e) if isinstance(e, stops.Stopped) else "SIGINT"
         print(f"harness: stopped ({name}) before a result was written", file=sys.stderr)
         return 128 + signal.Signals[name].value
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _stop(signum: int, frame: object) -> None:
-    from harness.run.stops import Stopped
-
-    raise Stopped(signal.Signals(signum).name)

@@ -105,6 +105,15 @@ def resume() -> str | None:
     return late
 
 
+def exiting(code: int) -> None:
+    """The command returned ``code``; if a stop ended it, signals are ignored from here on: the stop is
+    honoured and the result written, and a second Ctrl-C or SIGTERM while the interpreter exits must
+    neither raise in an exit handler (torch's print a traceback) nor kill it."""
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) or S.first is not None:
+        for s in _SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
 def stopped_by() -> str | None:
     """The signal that stopped this run's measuring, or None."""
     return S.first
