@@ -178,31 +178,37 @@ def test_poison_makes_a_copy_that_never_happened_visible(monkeypatch, variant):
 @pytest.mark.parametrize("rtol,atol", [(0.0, 0.0), (1e-3, 1e-4)])
 def test_a_chunked_comparison_finds_what_one_pass_over_the_whole_output_finds(rtol, atol):
     """compare_arrays works in cache-sized chunks; the count, the worst element and its band must be those
-    of one elementwise pass over the whole output (an oracle written out here), whatever the chunk."""
+    of one elementwise pass over the whole output (an oracle written out here), whatever the chunk: on
+    its own (widen 1) and as the cross-framework check calls it (widen 2, the float64 reference as scale,
+    outputs of two dimensions)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
-    from hypothesis.extra.numpy import arrays
+    from hypothesis.extra.numpy import array_shapes, arrays
 
     values = st.sampled_from([0.0, 1.0, -2.5, 1e-7, 3.0000002, np.nan, np.inf, -np.inf])
 
-    @settings(max_examples=150, deadline=None, database=None)
-    @given(arrays(np.float32, st.integers(1, 40), elements=values), st.data(), st.integers(1, 9))
-    def prop(want, data, chunk):
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(arrays(np.float32, array_shapes(min_dims=1, max_dims=2, max_side=12), elements=values), st.data(),
+           st.integers(1, 9), st.sampled_from([1.0, 2.0]), st.booleans())
+    def prop(want, data, chunk, widen, scaled):
         got = want.copy()
         for i in data.draw(st.lists(st.integers(0, want.size - 1), max_size=6)):
-            got[i] = data.draw(values)
+            got.reshape(-1)[i] = data.draw(values)
+        scale = data.draw(arrays(np.float64, want.shape, elements=values)) if scaled else None
         g, w = got.astype(np.float64), want.astype(np.float64)
         with np.errstate(invalid="ignore"):
-            allowed = atol + rtol * np.abs(w)
+            allowed = widen * (atol + rtol * np.abs(w if scale is None else scale))
             err = np.abs(g - w)
             bad = (g != w) & ~(np.isnan(g) & np.isnan(w)) if rtol == atol == 0 else ~((err <= allowed) | (g == w))
             score = np.nan_to_num(err if rtol == atol == 0 else err - allowed, nan=np.inf, posinf=np.inf)
-        m = compare_arrays("y", got, want, rtol, atol, chunk=chunk)
+        m = compare_arrays("y", got, want, rtol, atol, widen, scale, chunk=chunk)
         if not bad.any():
             assert m is None
             return
         worst = int(np.argmax(np.where(bad, score, -np.inf)))
-        assert m is not None and m.n_bad == int(bad.sum()) and m.index == (worst,), (m, worst, chunk)
-        assert np.array_equal(m.allowed, 0.0 if rtol == atol == 0 else allowed[worst], equal_nan=True)
+        assert m is not None and m.n_bad == int(bad.sum()), (m, chunk)
+        assert m.index == tuple(int(i) for i in np.unravel_index(worst, want.shape)), (m, worst, chunk)
+        band = 0.0 if rtol == atol == 0 else allowed.reshape(-1)[worst]
+        assert np.array_equal(m.allowed, band, equal_nan=True)
 
     prop()

@@ -170,7 +170,7 @@ def test_a_costly_first_check_does_not_use_up_the_time_cap():
     assert costly.device_done.n >= 10 and costly.device_done.n >= cheap.device_done.n - 4
     assert costly.repeats_s < 0.3 <= costly.check_s  # the one-off is kept off the per-repeat clock too
     every = measure(b.enqueue, b, cfg, before=before, check=lambda out: time.sleep(0.05), check_every=True)
-    assert every.device_done.n <= 5  # 0.06 s a repeat: the cap of 0.2 s after 4
+    assert every.device_done.n <= 5  # 0.06 s a repeat after the first: the cap of 0.2 s after 5
 
 
 def test_warm_up_runs_for_at_least_warmup_s():

@@ -97,8 +97,9 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
             else:
                 g64, w64 = gc.astype(np.float64), wc.astype(np.float64)
                 allowed = np.abs(w64 if sf is None else sf[i:i + chunk].astype(np.float64))
-                allowed *= widen * rtol
-                allowed += widen * atol
+                allowed *= rtol  # widen * (atol + rtol * |ref|), rounded as the whole-array pass rounded it
+                allowed += atol
+                allowed *= widen
                 score = np.abs(g64 - w64)
                 bad = ~((score <= allowed) | (g64 == w64))  # equal values pass (inf too); NaN never
                 score -= allowed  # how far beyond its band

@@ -23,14 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     from harness.run import stops
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        with stops.handling():  # SIGINT and SIGTERM, from parsing to the last line written (harness/run/stops.py)
+    # SIGINT and SIGTERM, from parsing to the last line printed (harness/run/stops.py): a second signal while
+    # the first one's line is printed is recorded, not raised
+    with stops.handling():
+        try:
             a = build_parser().parse_args(argv)
             return importlib.import_module(f"harness.run.{COMMANDS[a.cmd]}").run(a, argv)
-    except UsageError as e:
-        print(f"harness: error: {e}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, stops.Stopped) as e:
-        name = str(e) if isinstance(e, stops.Stopped) else "SIGINT"
-        print(f"harness: stopped ({name}) before a result was written", file=sys.stderr)
-        return 128 + signal.Signals[name].value
+        except UsageError as e:
+            print(f"harness: error: {e}", file=sys.stderr)
+            return 2
+        except (KeyboardInterrupt, stops.Stopped) as e:
+            name = str(e) if isinstance(e, stops.Stopped) else "SIGINT"
+            print(f"harness: stopped ({name}) before a result was written", file=sys.stderr)
+            return 128 + signal.Signals[name].value
