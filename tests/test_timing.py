@@ -78,7 +78,10 @@ def test_host_return_is_before_device_done():
 def test_repeats_stop_at_min_time_or_max():
     b = FakeAsyncBackend(latency=0.002)
     m = measure(b.enqueue, b, TimingConfig(warmup=1, min_repeats=3, max_repeats=1000, min_time_s=0.03))
-    assert 3 <= m.device_done.n < 40 and sum([m.device_done.median] * m.device_done.n) >= 0.02
+    # the rule itself: the repeats' device-done seconds reached min_time_s (a median times n is not that sum:
+    # on a loaded host some repeats run long, and the median undercounts them)
+    assert m.stopped == "noise" and 3 <= m.device_done.n < 40 and m.timed_s >= 0.03
+    assert m.timed_s - m.samples["device_done"][-1] < 0.03 or m.device_done.n == 3  # not a repeat later
     m = measure(b.enqueue, b, TimingConfig(warmup=0, min_repeats=2, max_repeats=4, min_time_s=100))
     assert m.device_done.n == 4
 
