@@ -261,6 +261,28 @@ def test_a_slowdown_on_a_faster_host_stays_a_regression_and_an_unchanged_host_ex
     assert regress(doc([base]), doc([cand])).rows[0].verdict == "regression"
 
 
+def _calibrated(d, loops):
+    """A file written before rows recorded their host loop: only every process's start-up calibration."""
+    d["environment"]["machine"]["calibration"] = {"torch": [{"tiny_op_s": 2e-5, "python_loop_s": x} for x in loops]}
+    return d
+
+
+def test_in_files_without_the_rows_loops_the_start_up_calibration_shows_the_hosts_two_speeds():
+    """The committed runs of 2026-12-03 afternoon recorded the host's loop only at each process's start:
+    6.5 and 13.1 ms there. A row 1.5x faster in the candidate is then unknown (it may have met either
+    speed, and its sensitivity cannot be measured), named as the runs' loops; a 3x change is beyond it."""
+    base = [_row("async", [1e-3] * 2, []), _row("sync_each", [3e-3] * 2, [], seed=2)]
+    cand = [_row("async", [0.66e-3] * 2, [], seed=1), _row("sync_each", [1e-3] * 2, [], seed=3)]
+    r = regress(_calibrated(doc(base), [13.1e-3, 13.0e-3]), _calibrated(doc(cand), [6.5e-3, 13.1e-3]))
+    got = {x.variant: x for x in r.rows}
+    assert got["async"].verdict == "unknown" and "the runs' loops" in got["async"].host, got["async"]
+    assert "ran at 6.5 and 13.1 ms" in got["async"].host and got["sync_each"].verdict == "improvement"
+    assert any("every process at its start" in n for n in r.notes), r.notes
+    # a host that ran at one speed in both runs explains nothing
+    steady = regress(_calibrated(doc(base), [13.1e-3, 13.0e-3]), _calibrated(doc(cand), [13.0e-3, 13.1e-3]))
+    assert {x.variant: x.verdict for x in steady.rows} == {"async": "improvement", "sync_each": "improvement"}
+
+
 # -- end to end: real worker processes of two sides -------------------------------------------------
 
 

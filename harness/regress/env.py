@@ -69,6 +69,17 @@ def host_during(doc: dict[str, Any]) -> list[float]:
             for p in ((r.get("timing") or {}).get("processes") or []) if p.get("host_loop_s")]
 
 
+def host_loops(doc: dict[str, Any]) -> tuple[list[float], str]:
+    """The host's Python-loop seconds a run measured, and where: before every point in every process
+    (host_during), or, in files written before that was measured, once in every process at its start
+    (machine.calibration's python_loop_s): the only record of the host's speeds such a run has."""
+    during = host_during(doc)
+    if during:
+        return during, "every process, before every point"
+    return ([v for k, vs in _calibration(doc).items() if k.endswith(" python_loop_s") for v in vs],
+            "every process at its start")
+
+
 def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> str | None:
     """A header note where the two runs' hosts ran the loop differently: rows that the host paces
     (pageable copies, launch-bound loops) can then move without a change of code. Said, not acted on:
@@ -79,9 +90,10 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
     10th and 90th percentiles further apart than the threshold), the note gives the two speeds and the
     share of measurements at the slower one in each run, which is what moves a host-paced row's median;
     otherwise it compares the runs' medians."""
-    hb, hc = host_during(base), host_during(cand)
+    (hb, wb), (hc, wc) = host_loops(base), host_loops(cand)
     if not hb or not hc:
         return None
+    where = wb if wb == wc else f"the baseline: {wb}; the candidate: {wc}"
     fast, slow = (float(x) for x in np.quantile(hb + hc, [0.1, 0.9], method="nearest"))
     if slow / fast > 1 + threshold:
         split = math.sqrt(fast * slow)
@@ -90,7 +102,7 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
             return None
         return (f"the host's speed during the runs differs: it ran a fixed Python loop at two speeds, about "
                 f"{1e3 * fast:.1f} and {1e3 * slow:.1f} ms, at the slower in {100 * sb:.0f}% of the measurements in "
-                f"the baseline and {100 * sc:.0f}% in the candidate (every process, before every point): rows "
+                f"the baseline and {100 * sc:.0f}% in the candidate ({where}): rows "
                 f"that the host paces can move by up to {100 * (slow / fast - 1):.0f}% without a change of code")
     mb, mc = float(np.median(hb)), float(np.median(hc))
     if abs(math.log(mc / mb)) <= math.log1p(threshold):
@@ -100,7 +112,7 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
         return f"{1e3 * float(np.median(v)):.1f} ms [{1e3 * min(v):.1f}-{1e3 * max(v):.1f}]"
 
     return (f"the host's speed during the runs differs: a fixed Python loop took {ms(hb)} in the baseline and "
-            f"{ms(hc)} in the candidate (median [range] over every process and point): rows that the host "
+            f"{ms(hc)} in the candidate (median [range]; {where}): rows that the host "
             f"paces can move by {100 * abs(mc / mb - 1):.0f}% without a change of code")
 
 
@@ -201,6 +213,7 @@ class HostEffect:
     hi: float | None
     fast_ms: float | None = None
     slow_ms: float | None = None
+    runs: bool = False  # base_ms, cand_ms are the runs' loops, not the row's processes' (run_effect)
 
     def explainable(self, slower: bool) -> float:
         """The largest factor (candidate / baseline) in the change's direction that the host can put
@@ -215,14 +228,15 @@ class HostEffect:
                 else f"sensitivity {self.slope:.2f} (up to {self.hi:.2f})")
         two = (f"; the host ran at {self.fast_ms:.1f} and {self.slow_ms:.1f} ms during the runs"
                if self.fast_ms and self.slow_ms else "")
-        return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms{two}; {sens})"
+        whose = "; the runs' loops: the row recorded none of its own" if self.runs else ""
+        return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms{whose}{two}; {sens})"
 
 
 def two_speeds(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> tuple[float, float] | None:
     """(fast, slow) host loop seconds where a run's host itself ran at speeds further apart than the
     threshold (its loop times' 10th and 90th percentiles), the two runs' together; else None (a host
     steady within each run explains only the change of its speed between them)."""
-    hb, hc = host_during(base), host_during(cand)
+    (hb, _), (hc, _) = host_loops(base), host_loops(cand)
     if not hb or not hc:
         return None
     spread = [np.quantile(h, [0.1, 0.9], method="nearest") for h in (hb, hc)]
@@ -256,6 +270,18 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
         hi = slope + float(stats.t.ppf(0.975, df)) * se
     fast, slow = speeds if speeds else (None, None)
     return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow)
+
+
+def run_effect(base: dict[str, Any], cand: dict[str, Any], speeds: tuple[float, float] | None) -> HostEffect | None:
+    """What the host can do to a row that recorded no host loop of its own (files written before rows
+    did): the runs' loops (host_loops) in place of its processes', its sensitivity not measurable, so
+    the row is taken to follow the host fully; None where a run recorded no loop at all."""
+    (hb, _), (hc, _) = host_loops(base), host_loops(cand)
+    if not hb or not hc:
+        return None
+    fast, slow = speeds if speeds else (None, None)
+    return HostEffect(1e3 * float(np.median(hb)), 1e3 * float(np.median(hc)), None, None,
+                      fast and 1e3 * fast, slow and 1e3 * slow, runs=True)
 
 
 def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:

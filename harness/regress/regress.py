@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 
 from harness.measure.noise import ratio_interval, split
-from harness.regress.env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
-                                  host_procs, host_speed, two_speeds)
+from harness.regress.env import (RegressError, HostEffect, HostSpeed, _environments, describe_host_during, host_bound,
+                                  host_effect, host_procs, host_speed, run_effect, two_speeds)
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -189,8 +189,9 @@ def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list
 
 def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
                 clock: str, threshold: float, confidence: float, host: float | None = None,
-                speeds: tuple[float, float] | None = None) -> Row | str:
-    """The judged row, or why this pair is not comparable."""
+                speeds: tuple[float, float] | None = None, run_host: HostEffect | None = None) -> Row | str:
+    """The judged row, or why this pair is not comparable. run_host: what the host can do to a row that
+    recorded no host loop of its own (env.run_effect)."""
     sb, sc = rb["status"], rc["status"]
     label = _key(scn_b, rb)[0]
     row = Row(scenario, label, rb["framework"], rb["variant"], bool(rb.get("hazard")))
@@ -205,7 +206,7 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.why.append("status")
         return row
     # Both ran: timing, then numbers.
-    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds)
+    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds, run_host)
     if problem:
         return problem
     _judge_numbers(row, scenario, scn_b, rb, scn_c, rc)
@@ -221,11 +222,14 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
 
 
 def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
-                host: float | None, speeds: tuple[float, float] | None = None) -> str | None:
+                host: float | None, speeds: tuple[float, float] | None = None,
+                run_host: HostEffect | None = None) -> str | None:
     """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
     runs recorded the host loop beside each process, a change that the host can explain (regress/env.py
     HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
-    unknown; in older files, host-bound rows are judged against host, the calibration's factor."""
+    unknown; in older files the runs' own loops stand in for the row's (run_host: the row follows the
+    host fully), and host-bound rows are judged against host, the calibration's factor, where there is
+    no such account."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
@@ -242,6 +246,8 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     if xb is not None and xc is not None:
         eff = host_effect(host_procs(rb, [float(np.median(p)) for p in xb]),
                           host_procs(rc, [float(np.median(p)) for p in xc]), speeds)
+    if eff is None:
+        eff = run_host
     if eff is not None:
         host = None  # the row's own processes say what the host did to it: not the start-up calibration
     lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
@@ -288,6 +294,7 @@ class _Context:
     host: HostSpeed | None
     host_bound: set[tuple[str, str, str]]
     speeds: tuple[float, float] | None = None
+    run_host: HostEffect | None = None
 
 
 def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
@@ -308,8 +315,9 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
         if _one_process(d):
             notes.append(f"the {which} keeps one process's repeats per row (written before rows were timed in "
                          "several processes): its intervals count only the noise within one process")
+    speeds = two_speeds(base, cand, threshold)
     ctx = _Context(clock, threshold, confidence, frameworks, variants, excluded, host,
-                   host_bound(base) | host_bound(cand), two_speeds(base, cand, threshold))
+                   host_bound(base) | host_bound(cand), speeds, run_effect(base, cand, speeds))
     rows: list[Row] = []
     nc: list[tuple[str, str]] = []
     for name, scn_b in base["scenarios"].items():
@@ -357,7 +365,8 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
             continue
         bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
         factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
-        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds)
+        got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds,
+                          ctx.run_host)
         if isinstance(got, str):
             nc.append((what, got))
         else:
