@@ -108,6 +108,21 @@ def test_numbers_are_judged_only_on_the_same_inputs():
     assert r.numbers == "" and r.verdict == "unchanged"
 
 
+def test_numbers_are_judged_only_against_the_reference():
+    """A variant checked against its framework's baseline output (no reference at the size) measures its
+    distance from an output that moves too: JAX's data_parallel went from 0.0092 to 7.8e-5 between two runs
+    of one commit and seed on the H200 (2026-12-03). Its numbers are not judged; its status still is."""
+    t = samples(1e-3)
+    base, cand = row("torch", "async", t, err=9.2e-3), row("torch", "async", t, err=7.8e-5)
+    for r in (base, cand):
+        r["check"]["against"] = "baseline"
+    (r,) = regress(doc([base]), doc([cand])).rows
+    assert r.numbers == "" and r.verdict == "unchanged"
+    cand = row("torch", "async", t, status="wrong")
+    cand["check"]["against"] = "baseline"
+    assert regress(doc([base]), doc([cand])).rows[0].verdict == "regression"
+
+
 def test_outputs_that_became_wrong_are_a_regression():
     t = samples(1e-3)
     (r,) = regress(doc([row("torch", "async", t)]), doc([row("torch", "async", t, status="wrong")])).rows
