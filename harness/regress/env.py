@@ -274,14 +274,17 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
 
 def run_effect(base: dict[str, Any], cand: dict[str, Any], speeds: tuple[float, float] | None) -> HostEffect | None:
     """What the host can do to a row that recorded no host loop of its own (files written before rows
-    did): the runs' loops (host_loops) in place of its processes', its sensitivity not measurable, so
-    the row is taken to follow the host fully; None where a run recorded no loop at all."""
+    did), where the host ran at two speeds (speeds): the runs' loops (host_loops) in place of its
+    processes', its sensitivity not measurable, so the row is taken to follow the host fully, as a row
+    of a newer file whose sensitivity cannot be fitted is. None where a run recorded no loop, or the
+    host kept one speed within each run (then the calibration's factor, host_speed, speaks for the
+    host-bound rows)."""
     (hb, _), (hc, _) = host_loops(base), host_loops(cand)
-    if not hb or not hc:
+    if not hb or not hc or speeds is None:
         return None
-    fast, slow = speeds if speeds else (None, None)
-    return HostEffect(1e3 * float(np.median(hb)), 1e3 * float(np.median(hc)), None, None,
-                      fast and 1e3 * fast, slow and 1e3 * slow, runs=True)
+    fast, slow = speeds
+    return HostEffect(1e3 * float(np.median(hb)), 1e3 * float(np.median(hc)), None, None, 1e3 * fast, 1e3 * slow,
+                      runs=True)
 
 
 def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:
