@@ -270,17 +270,36 @@ def _calibrated(d, loops):
 def test_in_files_without_the_rows_loops_the_start_up_calibration_shows_the_hosts_two_speeds():
     """The committed runs of 2026-12-03 afternoon recorded the host's loop only at each process's start:
     6.5 and 13.1 ms there. A row 1.5x faster in the candidate is then unknown (it may have met either
-    speed, and its sensitivity cannot be measured), named as the runs' loops; a 3x change is beyond it."""
+    speed, and its sensitivity cannot be measured), the start-up loop named as standing in for the row's;
+    a 3x change is beyond it."""
     base = [_row("async", [1e-3] * 2, []), _row("sync_each", [3e-3] * 2, [], seed=2)]
     cand = [_row("async", [0.66e-3] * 2, [], seed=1), _row("sync_each", [1e-3] * 2, [], seed=3)]
     r = regress(_calibrated(doc(base), [13.1e-3, 13.0e-3]), _calibrated(doc(cand), [6.5e-3, 13.1e-3]))
     got = {x.variant: x for x in r.rows}
-    assert got["async"].verdict == "unknown" and "the runs' loops" in got["async"].host, got["async"]
+    assert got["async"].verdict == "unknown" and "start-up loop stands in" in got["async"].host, got["async"]
     assert "ran at 6.5 and 13.1 ms" in got["async"].host and got["sync_each"].verdict == "improvement"
     assert any("every process at its start" in n for n in r.notes), r.notes
     # a host that ran at one speed in both runs explains nothing
     steady = regress(_calibrated(doc(base), [13.1e-3, 13.0e-3]), _calibrated(doc(cand), [13.0e-3, 13.1e-3]))
     assert {x.variant: x.verdict for x in steady.rows} == {"async": "improvement", "sync_each": "improvement"}
+
+
+def test_an_older_files_loop_stands_in_only_where_nothing_better_speaks():
+    """The calibration's factor still speaks for a host-bound row where the two hosts differ beyond its
+    noise (tiny ops twice as slow), even with two loop speeds at start-up; and in a pair of an older and a
+    newer file, the newer row's own loops (8 processes, at both speeds, its time flat: measured not to
+    follow the host) decide: a 1.3x slowdown stays a regression."""
+    def cal(d, loops, tiny):
+        d["environment"]["machine"]["calibration"] = {"torch": [{"tiny_op_s": t, "python_loop_s": x}
+                                                                for x, t in zip(loops, tiny)]}
+        return d
+
+    base, cand = _row("async", [1e-3] * 2, []), _row("async", [1.45e-3] * 2, [], seed=1)
+    (r,) = regress(cal(doc([base]), [10e-3, 10e-3], [1e-5] * 2), cal(doc([cand]), [10e-3, 11.5e-3], [2e-5] * 2)).rows
+    assert r.verdict == "unchanged" and "host" in r.why and not r.host, r
+    flat = _row("async", [1.3e-3] * 8, [6.8e-3, 13.3e-3] * 4, seed=1)
+    (r,) = regress(cal(doc([_row("async", [1e-3] * 8, [])]), [6.8e-3, 13.3e-3], [1e-5] * 2), doc([flat])).rows
+    assert r.verdict == "regression", r
 
 
 # -- end to end: real worker processes of two sides -------------------------------------------------

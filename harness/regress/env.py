@@ -213,7 +213,7 @@ class HostEffect:
     hi: float | None
     fast_ms: float | None = None
     slow_ms: float | None = None
-    runs: bool = False  # base_ms, cand_ms are the runs' loops, not the row's processes' (run_effect)
+    stood: bool = False  # a run's start-up loop stood in for the row's own (stand_in): an older file
 
     def explainable(self, slower: bool) -> float:
         """The largest factor (candidate / baseline) in the change's direction that the host can put
@@ -228,7 +228,7 @@ class HostEffect:
                 else f"sensitivity {self.slope:.2f} (up to {self.hi:.2f})")
         two = (f"; the host ran at {self.fast_ms:.1f} and {self.slow_ms:.1f} ms during the runs"
                if self.fast_ms and self.slow_ms else "")
-        whose = "; the runs' loops: the row recorded none of its own" if self.runs else ""
+        whose = "; a run's start-up loop stands in for the row's own, which it did not record" if self.stood else ""
         return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms{whose}{two}; {sens})"
 
 
@@ -247,7 +247,7 @@ def two_speeds(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> 
 
 
 def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[float, float]],
-                speeds: tuple[float, float] | None = None) -> HostEffect | None:
+                speeds: tuple[float, float] | None = None, stood: bool = False) -> HostEffect | None:
     """From each run's (host loop seconds, process median) pairs; None where a run has no host loop."""
     if not base_procs or not cand_procs:
         return None
@@ -269,22 +269,17 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
         slope, se, _, _ = loglog_fit([g for g in (base_procs, cand_procs) if len(g) >= 2])
         hi = slope + float(stats.t.ppf(0.975, df)) * se
     fast, slow = speeds if speeds else (None, None)
-    return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow)
+    return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow, stood)
 
 
-def run_effect(base: dict[str, Any], cand: dict[str, Any], speeds: tuple[float, float] | None) -> HostEffect | None:
-    """What the host can do to a row that recorded no host loop of its own (files written before rows
-    did), where the host ran at two speeds (speeds): the runs' loops (host_loops) in place of its
-    processes', its sensitivity not measurable, so the row is taken to follow the host fully, as a row
-    of a newer file whose sensitivity cannot be fitted is. None where a run recorded no loop, or the
-    host kept one speed within each run (then the calibration's factor, host_speed, speaks for the
-    host-bound rows)."""
-    (hb, _), (hc, _) = host_loops(base), host_loops(cand)
-    if not hb or not hc or speeds is None:
+def stand_in(doc: dict[str, Any]) -> float | None:
+    """The host loop that stands in for a row's own in a file written before rows recorded theirs: the
+    median of every process's start-up calibration loop (host_loops); None for a file whose rows record
+    their own, or one without any loop."""
+    if host_during(doc):
         return None
-    fast, slow = speeds
-    return HostEffect(1e3 * float(np.median(hb)), 1e3 * float(np.median(hc)), None, None, 1e3 * fast, 1e3 * slow,
-                      runs=True)
+    loops, _ = host_loops(doc)
+    return float(np.median(loops)) if loops else None
 
 
 def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:

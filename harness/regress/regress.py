@@ -18,8 +18,10 @@ timing    r = candidate median / baseline median on one clock (device_done by de
           interval divided by the largest factor the host can put on the row in the change's
           direction (the row's processes' loop change, or the host's two speeds where it ran at two
           within a run, raised to the row's sensitivity: fitted from its processes, else 1;
-          harness/regress/env.py HostEffect) no longer shows the change. Older files: where the two
-          hosts' calibrations differ beyond their noise, host-bound rows are judged on r / host factor.
+          harness/regress/env.py HostEffect) no longer shows the change. Older files (rows without
+          the loop): where the two hosts' calibrations differ beyond their noise, host-bound rows are
+          judged on r / host factor; else, where the host ran at two speeds, each such file's start-up
+          loops (their median) stand in for the row's own (env.stand_in) and the row follows the host.
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
@@ -54,8 +56,8 @@ from typing import Any
 import numpy as np
 
 from harness.measure.noise import ratio_interval, split
-from harness.regress.env import (RegressError, HostEffect, HostSpeed, _environments, describe_host_during, host_bound,
-                                  host_effect, host_procs, host_speed, run_effect, two_speeds)
+from harness.regress.env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
+                                  host_procs, host_speed, stand_in, two_speeds)
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -190,9 +192,10 @@ def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list
 
 def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
                 clock: str, threshold: float, confidence: float, host: float | None = None,
-                speeds: tuple[float, float] | None = None, run_host: HostEffect | None = None) -> Row | str:
-    """The judged row, or why this pair is not comparable. run_host: what the host can do to a row that
-    recorded no host loop of its own (env.run_effect)."""
+                speeds: tuple[float, float] | None = None,
+                stand: tuple[float | None, float | None] = (None, None)) -> Row | str:
+    """The judged row, or why this pair is not comparable. stand: each file's start-up loop that stands
+    in for a row's own where the file's rows recorded none (env.stand_in)."""
     sb, sc = rb["status"], rc["status"]
     label = _key(scn_b, rb)[0]
     row = Row(scenario, label, rb["framework"], rb["variant"], bool(rb.get("hazard")))
@@ -207,7 +210,7 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
         row.why.append("status")
         return row
     # Both ran: timing, then numbers.
-    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds, run_host)
+    problem = _judge_time(row, rb, rc, clock, threshold, confidence, host, speeds, stand)
     if problem:
         return problem
     _judge_numbers(row, scenario, scn_b, rb, scn_c, rc)
@@ -224,13 +227,13 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
 
 def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
                 host: float | None, speeds: tuple[float, float] | None = None,
-                run_host: HostEffect | None = None) -> str | None:
+                stand: tuple[float | None, float | None] = (None, None)) -> str | None:
     """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
     runs recorded the host loop beside each process, a change that the host can explain (regress/env.py
     HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
-    unknown; in older files the runs' own loops stand in for the row's (run_host: the row follows the
-    host fully), and host-bound rows are judged against host, the calibration's factor, where there is
-    no such account."""
+    unknown. In an older file, whose rows recorded no loop: host-bound rows are judged against host, the
+    calibration's factor, where it differs beyond its noise; else, where the host ran at two speeds, the
+    file's start-up loop stands in for the row's (stand)."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
@@ -245,12 +248,15 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     row.base_s, row.cand_s = stb["median"], stc["median"]
     eff = None
     if xb is not None and xc is not None:
-        eff = host_effect(host_procs(rb, [float(np.median(p)) for p in xb]),
-                          host_procs(rc, [float(np.median(p)) for p in xc]), speeds)
-    if eff is None:
-        eff = run_host
+        mb, mc = [float(np.median(p)) for p in xb], [float(np.median(p)) for p in xc]
+        own_b, own_c = host_procs(rb, mb), host_procs(rc, mc)
+        if own_b and own_c:
+            eff = host_effect(own_b, own_c, speeds)
+        elif speeds and not host and (own_b or stand[0]) and (own_c or stand[1]):
+            eff = host_effect(own_b or [(stand[0], m) for m in mb], own_c or [(stand[1], m) for m in mc], speeds,
+                              stood=True)
     if eff is not None:
-        host = None  # the row's own processes say what the host did to it: not the start-up calibration
+        host = None  # the row's processes say what the host did to it: not the start-up calibration's factor
     lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
     row.timing = judge_timing(lo, hi, threshold)
     if host:
@@ -279,7 +285,7 @@ def _judge_numbers(row: Row, scenario: str, scn_b: dict[str, Any], rb: dict[str,
         pb, pc = _params(scn_b, rb), _params(scn_c, rc)
         # against the float64 reference only: a variant checked against its framework's baseline output
         # measures its distance from another output of the same framework, which moves whenever that one
-        # does (JAX's autotuned GEMMs differ from run to run of one commit: docs/regress.md)
+        # does (JAX's, between two runs of one commit and seed: docs/regress.md)
         if eb is not None and ec is not None and pb == pc and cb.get("against") == cc.get("against") == "reference":
             row.base_err, row.cand_err = eb, ec
             row.numbers = judge_numbers(eb, ec, _rtol(scenario, pb))
@@ -298,7 +304,7 @@ class _Context:
     host: HostSpeed | None
     host_bound: set[tuple[str, str, str]]
     speeds: tuple[float, float] | None = None
-    run_host: HostEffect | None = None
+    stand: tuple[float | None, float | None] = (None, None)
 
 
 def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
@@ -321,7 +327,7 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
                          "several processes): its intervals count only the noise within one process")
     speeds = two_speeds(base, cand, threshold)
     ctx = _Context(clock, threshold, confidence, frameworks, variants, excluded, host,
-                   host_bound(base) | host_bound(cand), speeds, run_effect(base, cand, speeds))
+                   host_bound(base) | host_bound(cand), speeds, (stand_in(base), stand_in(cand)))
     rows: list[Row] = []
     nc: list[tuple[str, str]] = []
     for name, scn_b in base["scenarios"].items():
@@ -370,7 +376,7 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
         bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
         factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
         got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds,
-                          ctx.run_host)
+                          ctx.stand)
         if isinstance(got, str):
             nc.append((what, got))
         else:
