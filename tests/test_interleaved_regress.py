@@ -261,9 +261,10 @@ def test_a_slowdown_on_a_faster_host_stays_a_regression_and_an_unchanged_host_ex
     assert regress(doc([base]), doc([cand])).rows[0].verdict == "regression"
 
 
-def _calibrated(d, loops):
-    """A file written before rows recorded their host loop: only every process's start-up calibration."""
-    d["environment"]["machine"]["calibration"] = {"torch": [{"tiny_op_s": 2e-5, "python_loop_s": x} for x in loops]}
+def _calibrated(d, loops, tiny=2e-5):
+    """A file written before rows recorded their host loop: only every process's start-up calibration
+    (a Python loop and a tiny op each)."""
+    d["environment"]["machine"]["calibration"] = {"torch": [{"tiny_op_s": tiny, "python_loop_s": x} for x in loops]}
     return d
 
 
@@ -289,16 +290,11 @@ def test_an_older_files_loop_stands_in_only_where_nothing_better_speaks():
     noise (tiny ops twice as slow), even with two loop speeds at start-up; and in a pair of an older and a
     newer file, the newer row's own loops (8 processes, at both speeds, its time flat: measured not to
     follow the host) decide: a 1.3x slowdown stays a regression."""
-    def cal(d, loops, tiny):
-        d["environment"]["machine"]["calibration"] = {"torch": [{"tiny_op_s": t, "python_loop_s": x}
-                                                                for x, t in zip(loops, tiny)]}
-        return d
-
     base, cand = _row("async", [1e-3] * 2, []), _row("async", [1.45e-3] * 2, [], seed=1)
-    (r,) = regress(cal(doc([base]), [10e-3, 10e-3], [1e-5] * 2), cal(doc([cand]), [10e-3, 11.5e-3], [2e-5] * 2)).rows
+    (r,) = regress(_calibrated(doc([base]), [10e-3, 10e-3], 1e-5), _calibrated(doc([cand]), [10e-3, 11.5e-3])).rows
     assert r.verdict == "unchanged" and "host" in r.why and not r.host, r
     flat = _row("async", [1.3e-3] * 8, [6.8e-3, 13.3e-3] * 4, seed=1)
-    (r,) = regress(cal(doc([_row("async", [1e-3] * 8, [])]), [6.8e-3, 13.3e-3], [1e-5] * 2), doc([flat])).rows
+    (r,) = regress(_calibrated(doc([_row("async", [1e-3] * 8, [])]), [6.8e-3, 13.3e-3], 1e-5), doc([flat])).rows
     assert r.verdict == "regression", r
 
 

@@ -302,9 +302,10 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
             checked += 1
             t0 = wall()
             problem = check(out)
-            check_s += wall() - t0
+            took = wall() - t0
+            check_s += took
             if checked == 1:
-                first_check_s = wall() - t0
+                first_check_s = took
             if problem is not None:
                 wrong += 1
                 worst = worst or problem
