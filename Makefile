@@ -114,7 +114,7 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(XDIST) --durations=10 $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
-	$(PY) -m pytest -m gpu --hypothesis-profile=thorough $(PYTEST_ARGS)
+	$(PY) -m pytest -m gpu --hypothesis-profile=thorough --durations=15 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
