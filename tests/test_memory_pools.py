@@ -74,6 +74,21 @@ def test_beside_jax_records_the_second_frameworks_out_of_memory(tmp_path):
     assert got["peaks"] == [1.5, 0.5]  # the cycles ran after the failed allocation
 
 
+def test_the_hazards_error_reaches_the_log_once_per_worker_and_its_numbers_every_repeat(capsys):
+    from impls._shared import child
+
+    got = {"second_alloc_failed": 1, "second_alloc_error": "OutOfMemoryError: CUDA out of memory", "peaks": [1.0]}
+    emitted = []
+    for _ in range(3):  # three repeats of the hazard in one worker
+        with collecting() as sink:
+            child.emit_numbers(got, "memory_pools/torch/beside_jax")
+        emitted.append(dict(sink))
+    log = capsys.readouterr().err.splitlines()
+    assert log == ["memory_pools/torch/beside_jax: the error the hazard makes, as expected (said once): "
+                   "OutOfMemoryError: CUDA out of memory"]
+    assert emitted == [{"second_alloc_failed": 1.0}] * 3
+
+
 def test_a_child_without_the_drivers_count_fails_loudly(tmp_path):
     env = dict(os.environ, PATH=str(tmp_path), PYTHONPATH=os.getcwd())  # no nvidia-smi, no pynvml here
     with pytest.raises(ChildError, match="no driver count"):

@@ -112,14 +112,20 @@ def driver_memory(ordinal: int = 0) -> dict[str, Any] | None:
     return {"used": used, "total": total, "how": "nvidia-smi --query-gpu=memory.used (MiB)"}
 
 
+_SAID: set[tuple[str, str]] = set()  # (tag, key) whose error text this worker has written to its log
+
+
 def emit_numbers(got: dict[str, Any], tag: str) -> dict[str, Any]:
-    """Emit a child's numbers as the row's metrics; its error texts (keys ending in _error) go to the worker's
-    log under `tag`, since rows carry numbers only."""
+    """Emit a child's numbers as the row's metrics; its error texts (keys ending in _error: the error a
+    hazard makes, which is the finding) go to the worker's log under `tag`, once per worker and key, since
+    rows carry numbers only and every repeat of the hazard makes the same error."""
     from harness.measure.metrics import emit
 
     for k, v in got.items():
         if k.endswith("_error"):
-            print(f"{tag}: {v}", file=sys.stderr)
+            if (tag, k) not in _SAID:
+                _SAID.add((tag, k))
+                print(f"{tag}: the error the hazard makes, as expected (said once): {v}", file=sys.stderr)
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             emit(k, v)
     return got
