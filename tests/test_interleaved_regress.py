@@ -333,6 +333,55 @@ def test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference(tmp_pat
         r.stdout
 
 
+def test_each_sides_processes_share_a_point_cache_of_their_own(monkeypatch):
+    """A side's processes read a point's host inputs from one folder (as a compare run's do), the other side
+    never from it; each folder is emptied after every point and removed with the run."""
+    from harness.workers import point_cache
+
+    seen: dict[str, set[str]] = {}
+    found: list[tuple[str, list[str]]] = []  # (side, what its folder held) at each request
+    cleared: list[str] = []
+    real_clear = point_cache.clear
+    monkeypatch.setattr(interleave.point_cache, "clear", lambda root=None: cleared.append(root) or real_clear(root))
+
+    class CacheWorker(FakeWorker):
+        def request(self, op, *args, **kw):
+            if op == "time":
+                folder = self.side.environ()[point_cache.ENV]
+                seen.setdefault(self.side.name, set()).add(folder)
+                found.append((self.side.name, sorted(os.listdir(folder))))
+                Path(folder, f"{self.side.name}-point").mkdir(exist_ok=True)  # as a worker writes a point
+            return super().request(op, *args, **kw)
+
+    host = Host(1.0)
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: CacheWorker(fw, s, host))
+    interleave.run(sched, Plan(["sync_points", "launch_overhead"], "smoke", 1, pairs=2, max_pairs=2))
+    (base,), (cand,) = seen["baseline"], seen["candidate"]
+    assert base != cand
+    # per point, pairs A-B then B-A: each side's second process finds what its first wrote, never the other's
+    assert found == [("baseline", []), ("candidate", []), ("candidate", ["candidate-point"]),
+                     ("baseline", ["baseline-point"])] * 2
+    assert cleared == [base, cand] * 2  # after each of the two points
+    assert not os.path.exists(base) and not os.path.exists(cand) and all(not s.points for s in sides)
+
+
+def test_real_workers_make_a_points_inputs_in_their_sides_cache(monkeypatch):
+    backend_or_skip("torch")
+    from harness.workers import point_cache
+
+    held: list[list[str]] = []
+    real_clear = point_cache.clear
+    monkeypatch.setattr(interleave.point_cache, "clear",
+                        lambda root=None: held.append(sorted(os.listdir(root))) or real_clear(root))
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    res = interleave.run(Schedule(sides, ["torch"], 120.0, world_size=2),
+                         Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2))
+    assert res.rows and len(held) == 2, held  # one point, two sides
+    assert all(len(names) == 1 and not names[0].startswith(".part") for names in held), held  # the point, whole
+    assert held[0] == held[1]  # the same point's key: inputs made once on each side, in a folder of its own
+
+
 def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):
     repo = tmp_path / "repo"
     (repo / "harness").mkdir(parents=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from harness.workers import processes
+from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
 from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
@@ -62,10 +63,29 @@ class Side:
     python: str
     env: dict[str, str] = field(default_factory=dict)
     label: str = ""  # what the user named: the folder, the ref (and its commit), the interpreter
+    points: str = ""  # the side's point cache folder while a run holds one (side_caches)
 
     def environ(self) -> dict[str, str]:
         """What the side's processes get on top of this process's environment."""
-        return {"PYTHONPATH": self.tree} | self.env
+        return {"PYTHONPATH": self.tree} | ({point_cache.ENV: self.points} if self.points else {}) | self.env
+
+
+@contextlib.contextmanager
+def side_caches(sides: list[Side]) -> Iterator[None]:
+    """A point cache folder for each side for the block's length (harness/workers/point_cache.py): a side's
+    processes make a point's host inputs and reference once and read them back, as a compare run's do
+    (sync_points' 1 GiB of inputs took ~5 s a process on the H200's host). One folder a side: a candidate
+    whose scenarios draw other inputs never reads the baseline's. No compilation cache: a program
+    compiled once for a side would carry one autotuning draw into every process of that side, a
+    difference between the sides that no number of pairs averages out."""
+    for side in sides:
+        side.points = tempfile.mkdtemp(prefix=f"triptych-points-{side.name}-")
+    try:
+        yield
+    finally:
+        for side in sides:
+            shutil.rmtree(side.points, ignore_errors=True)
+            side.points = ""
 
 
 PROTOCOL = "harness/workers/protocol.py"  # the worker protocol both sides speak: this harness drives the side's workers
@@ -314,6 +334,9 @@ class Schedule:
                                                              timeout=self.timeout_s))
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
+                for side in self.sides:  # the disk holds one point at a time
+                    if side.points:
+                        point_cache.clear(side.points)
 
     @staticmethod
     def close(pairs: list[Pair], grace: float = 10.0) -> None:
@@ -360,6 +383,11 @@ class Plan:
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
     """Time plan's scenarios on both sides, pair by pair; judge; add pairs while rows are unknown."""
+    with side_caches(schedule.sides):
+        return _run(schedule, plan)
+
+
+def _run(schedule: Schedule, plan: Plan) -> Outcome:
     from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
     from harness.regress.regress import judge_pairs
     from harness.measure.timing import preset

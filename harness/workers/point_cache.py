@@ -152,9 +152,10 @@ def start() -> str:
     return root
 
 
-def clear() -> None:
-    """Forget every point (after a point is timed: the disk holds one point at a time)."""
-    root = os.environ.get(ENV)
+def clear(root: str | None = None) -> None:
+    """Forget every point (after a point is timed: the disk holds one point at a time); root: a cache
+    folder of its own (an interleaved run's side), else the one this process's environment names."""
+    root = root or os.environ.get(ENV)
     if root and os.path.isdir(root):
         for name in os.listdir(root):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
