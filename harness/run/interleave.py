@@ -73,11 +73,10 @@ class Side:
 @contextlib.contextmanager
 def side_caches(sides: list[Side]) -> Iterator[None]:
     """A point cache folder for each side for the block's length (harness/workers/point_cache.py): a side's
-    processes make a point's host inputs and reference once and read them back, as a compare run's do
-    (sync_points' 1 GiB of inputs took ~5 s a process on the H200's host). One folder a side: a candidate
-    whose scenarios draw other inputs never reads the baseline's. No compilation cache: a program
-    compiled once for a side would carry one autotuning draw into every process of that side, a
-    difference between the sides that no number of pairs averages out."""
+    processes make a point's host inputs and reference once and read them back, as a compare run's do.
+    One folder a side: a candidate whose scenarios draw other inputs never reads the baseline's. No
+    compilation cache: one program compiled for a side would carry one autotuning draw into all of its
+    processes, a difference between the sides that no number of pairs averages out (docs/regress.md)."""
     for side in sides:
         side.points = tempfile.mkdtemp(prefix=f"triptych-points-{side.name}-")
     try:
