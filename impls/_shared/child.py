@@ -5,14 +5,22 @@ The harness's workers run with its settings pinned (JAX's pool capped, no preall
 a copy of the environment with the overrides it asks to drop removed. A child module prints one JSON
 object as the last line of its stdout, timing its phases inside itself; a child that fails, prints no
 JSON or says {"error": ...} raises ChildError with its stderr's tail. Nothing here imports a framework.
+
+A child runs in a session of its own, and its whole process group is killed when it ends, times out or
+its parent gives up on it: what it started (torch.compile's pool of compile workers, one per CPU) goes
+with it. A child module calls as_child() first: the workers ignore SIGINT and SIGTERM, which their
+children would inherit, and a child whose worker is killed is killed with it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -42,10 +50,32 @@ def run_child(module: str, args: Sequence[str] = (), env: dict[str, str] | None 
               timeout: float = 600.0) -> dict[str, Any]:
     """Run `python -m module *args` to its end; its last stdout line parsed as JSON, plus "process_s"
     (spawn to exit, measured here: the interpreter's own start-up included)."""
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=env if env is not None
-                       else child_env(), capture_output=True, text=True, timeout=timeout)
-    process_s = time.perf_counter() - t0
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out, \
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
+        # files, not pipes: a process the child started and left running (an idle compile pool) would hold
+        # a pipe open, and reading it to its end would wait for that process
+        t0 = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
+                             env=env if env is not None else child_env(), stdout=out, stderr=err, text=True,
+                             start_new_session=True)
+        try:
+            p.wait(timeout=timeout)
+            process_s = time.perf_counter() - t0
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+            p.wait()
+            err.seek(0)
+            raise ChildError(f"{module} {' '.join(map(str, args))}: no answer within {timeout:g} s (its process "
+                             f"group killed); stderr: ...{err.read()[-1500:]}") from None
+        except BaseException:  # a stop of the worker: the child and what it started go first
+            _kill_group(p)
+            p.wait()
+            raise
+        finally:
+            _kill_group(p)  # what outlived the child (an idle compile pool) holds memory the next child needs
+        out.seek(0)
+        err.seek(0)
+        r = subprocess.CompletedProcess(p.args, p.returncode, out.read(), err.read())
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     try:
         got = json.loads(lines[-1]) if lines else None
@@ -56,6 +86,26 @@ def run_child(module: str, args: Sequence[str] = (), env: dict[str, str] | None 
         raise ChildError(f"{module} {' '.join(map(str, args))}: exit status {r.returncode}"
                          + (f", {said}" if said else "") + f"; stderr: ...{r.stderr[-1500:]}")
     return got | {"process_s": process_s}
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, signal.SIGKILL)  # the child's session: its process group bears its pid
+
+
+def as_child() -> None:
+    """The child's side, first thing: SIGINT and SIGTERM as a fresh interpreter has them (the worker that
+    starts it ignores both, and an ignored signal stays ignored in its children), and on Linux a
+    SIGKILL when the worker dies, so that no child outlives a worker the harness killed."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the worker died before the line above: nobody waits for this child
+            os._exit(1)
 
 
 def say(result: dict[str, Any]) -> None:

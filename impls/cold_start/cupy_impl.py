@@ -1,9 +1,10 @@
 """cold_start in CuPy: each run is one fresh process (impls/cold_start/cupy_child.py) on the worker's GPU.
 
-The child keeps the harness's settings (its memory cap among them: a cold start is not about the pool) and
-points CuPy's kernel cache (CUPY_CACHE_DIR) at the run's folder. `cold_cache` gives each process an empty
-folder; `warm_cache` one folder that an untimed process filled in prepare, kept for the worker's life and
-shared by its runs (a process that hits the cache writes nothing new to it).
+The child keeps the harness's environment, not its memory cap (the memory pool's set_limit is a call in the
+worker; the child's arrays are 4 MiB at most: a cold start is not about the pool) and points CuPy's kernel
+cache (CUPY_CACHE_DIR) at the run's folder. `cold_cache` gives each process an empty folder; `warm_cache` one
+folder that an untimed process filled in prepare, kept for the worker's life and shared by its runs (a process
+that hits the cache writes nothing new to it).
 """
 from __future__ import annotations
 

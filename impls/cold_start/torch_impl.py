@@ -1,7 +1,8 @@
 """cold_start in PyTorch: each run is one fresh process (impls/cold_start/torch_child.py) on the worker's device.
 
-The child keeps the harness's settings (its memory cap among them: a cold start is not about the pool) and
-points torch.compile's Inductor and Triton caches at the run's folder. `cold_cache` gives each process an empty
+The child keeps the harness's environment, not its memory cap (torch.cuda.set_per_process_memory_fraction is a
+call in the worker; the child's arrays are 4 MiB at most: a cold start is not about the pool) and points
+torch.compile's Inductor and Triton caches at the run's folder. `cold_cache` gives each process an empty
 folder; `warm_cache` one folder that an untimed process filled in prepare, kept for the worker's life and
 shared by its runs (a process that hits the cache writes nothing new to it).
 """

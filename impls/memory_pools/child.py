@@ -13,8 +13,10 @@ import sys
 
 import numpy as np
 
-from impls._shared.child import driver_memory, say
+from impls._shared.child import as_child, driver_memory, say
 from scenarios.memory_pools import SECOND_FRACTION
+
+as_child()
 
 # Words of the allocators' out-of-memory errors (the harness's backends read the same ones; an impl imports no
 # backend): torch's and CuPy's CUDA errors, XLA's RESOURCE_EXHAUSTED.
