@@ -159,7 +159,8 @@ class Scenario:
     # poison and one sync, divides every clock by their count and checks the last call's outputs.
     calls: Callable[[Params], int] = lambda p: 1
     # At most this many hypothesis examples in a run's equivalence check, where every call starts fresh
-    # processes (seconds each); the timed rows' outputs at the run's size are checked as everywhere.
+    # processes (seconds each); a failing example is reported as drawn, not shrunk (each step would start
+    # them again); the timed rows' outputs at the run's size are checked as everywhere.
     max_examples: int | None = None
     # A rank row's time per repeat from its ranks' times: "slowest" (a step ends when every rank is done)
     # or "mean" (nccl-tests' default -a 1), the slowest rank's kept beside it (harness/workers/ranks.py).

@@ -45,6 +45,34 @@ def test_equivalence_catches_a_wrong_impl(monkeypatch, framework):
     assert "python -m harness check async_dispatch" in msg
 
 
+@pytest.mark.parametrize("fresh_processes", [False, True])
+def test_an_example_that_starts_processes_is_reported_as_drawn_not_shrunk(fresh_processes):
+    """A scenario whose every example starts fresh processes (max_examples set: cold_start, memory_pools)
+    reports its first failing example as drawn: each shrinking step would start them again. Others shrink."""
+    import dataclasses
+
+    from hypothesis import strategies as st
+
+    scn = dataclasses.replace(get("async_dispatch"), max_examples=5 if fresh_processes else None,
+                              params=lambda: st.fixed_dictionaries({"k": st.integers(0, 10**9)}),
+                              make_inputs=lambda p: {}, reference=lambda inputs, p: {})
+    calls = []
+
+    def execute(fw, params):
+        calls.append(params["k"])
+        if params["k"] > 1000:
+            raise RuntimeError("the child failed")
+        return {}
+
+    result = run_equivalence(scn, execute, ["torch"], max_examples=5, seed=1)
+    assert result.status == "failed" and "the child failed" in result.message, result.message
+    failing = [k for k in calls if k > 1000]
+    if fresh_processes:
+        assert len(calls) <= 6 and len(set(failing)) == 1, calls  # the first failing example (and its replay)
+    else:
+        assert 1001 in failing and len(calls) > 6, calls  # shrunk to the smallest failing k
+
+
 def test_mismatch_names_the_worst_element():
     scn = get("async_dispatch")
     params = {"m": 3, "n": 4, "steps": 2, "dtype": "float32", "seed": 0}

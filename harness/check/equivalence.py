@@ -260,13 +260,16 @@ def check_example(scenario: Scenario, params: Params, reference: Arrays,
                 )
 
 
-def hypothesis_settings(max_examples: int) -> Any:
+def hypothesis_settings(max_examples: int, shrink: bool = True) -> Any:
     """Settings for the CLI's equivalence run: no example database (runs stay independent of one
-    another and of the machine's disk), no deadline (the first call compiles), the blob printed."""
-    from hypothesis import HealthCheck, settings
+    another and of the machine's disk), no deadline (the first call compiles), the blob printed.
+    shrink=False reports the first failing example as drawn: where every example starts fresh
+    processes, each step of shrinking would start them again (minutes, for a simpler example)."""
+    from hypothesis import HealthCheck, Phase, settings
 
+    phases = tuple(Phase) if shrink else (Phase.explicit, Phase.reuse, Phase.generate)
     return settings(max_examples=max_examples, deadline=None, database=None, print_blob=True,
-                    suppress_health_check=list(HealthCheck))
+                    suppress_health_check=list(HealthCheck), phases=phases)
 
 
 def register_profiles() -> None:
@@ -308,7 +311,7 @@ def run_equivalence(
         return EquivalenceResult("skipped", 0, [], "no framework available")
     count = 0
 
-    @hypothesis_settings(max_examples)
+    @hypothesis_settings(max_examples, shrink=scenario.max_examples is None)
     @given(params=scenario.params())
     def prop(params: Params) -> None:
         nonlocal count
