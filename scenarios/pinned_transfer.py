@@ -242,9 +242,11 @@ SCENARIO = Scenario(
                  "destination there. The pageable source and the pageable D2H destination are made once by "
                  "prefaulted(): a page-aligned mapping advised for huge pages, every page written before timing, so "
                  "that no timed copy faults pages in and every process gets the same kind of pages.",
-        "cupy": "CuPy's current stream here is the legacy default stream: ndarray.set(host) without a stream and "
-                "get() with blocking=True are synchronous copies; set(host, stream=s) and get(out=, blocking=False) "
-                "are cudaMemcpyAsync. cupy.asarray(numpy) is CuPy's own pin-then-copy: it copies into a buffer from "
+        "cupy": "CuPy's current stream here is the legacy default stream. Since CuPy 13 ndarray.set(host) is "
+                "cudaMemcpyAsync on the current stream with or without a stream argument (before, it was a "
+                "synchronous cudaMemcpy), so h2d_pageable is set() and a synchronize of the stream, the blocking "
+                "copy torch's copy_ makes; get(out=, blocking=True) is cudaMemcpyAsync and that wait, and "
+                "get(out=, blocking=False) the copy alone. cupy.asarray(numpy) is CuPy's own pin-then-copy: it copies into a buffer from "
                 "the pinned memory pool and queues the DMA, keeping the buffer until the copy's event completes. "
                 "The pageable source and get(out=)'s pageable destination are prefaulted once, as in torch.",
         "jax": "JAX has no blocking flag, no user stream and no copy into a buffer you own. h2d_pageable is "

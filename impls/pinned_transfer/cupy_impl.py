@@ -1,11 +1,12 @@
 """pinned_transfer in CuPy.
 
-The current stream is the legacy default stream: ndarray.set(host) without a stream and
-ndarray.get() with blocking=True are synchronous copies; set(host, stream=s) and
-get(out=, blocking=False) are cudaMemcpyAsync, which returns at once only from or to pinned memory
-(cupyx.empty_pinned, from CuPy's pinned memory pool) and is staged by the driver, host waiting, from
-pageable memory. cupy.asarray(numpy) is CuPy's own pin-then-copy: a buffer from the pinned pool, a
-host memcpy into it, an asynchronous DMA from it.
+The current stream is the legacy default stream. Since CuPy 13 ndarray.set(host) is cudaMemcpyAsync on
+the current stream whether or not a stream is given (it was a synchronous cudaMemcpy before), so the
+blocking copy is set() and a wait for the stream, as torch's copy_ without non_blocking is;
+get(out=, blocking=True) is cudaMemcpyAsync and that wait. cudaMemcpyAsync returns at once only from or
+to pinned memory (cupyx.empty_pinned, from CuPy's pinned memory pool) and is staged by the driver, host
+waiting, from pageable memory. cupy.asarray(numpy) is CuPy's own pin-then-copy: a buffer from the
+pinned pool, a host memcpy into it, an asynchronous DMA from it.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def moved(state):
 
 def run_h2d_pageable(state):
     moved(state)
-    state["dst"].set(state["host"])  # no stream given, legacy default stream: a synchronous cudaMemcpy
+    state["dst"].set(state["host"])  # cudaMemcpyAsync on the current stream (CuPy 13+), from pageable memory
+    state["stream"].synchronize()  # the host waits for the copy: the blocking copy torch's copy_ makes
     return {"x": state["dst"]}
 
 
