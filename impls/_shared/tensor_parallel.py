@@ -51,9 +51,9 @@ def _grads(xp, shard, x, target, z1, h, y):
     """The row-parallel backward needs no communication: dy is whole on every rank. Returns the
     shard's gradients and dx's partial sum (this rank's hidden columns only)."""
     dy = y - target  # L = sum((y - target)^2) / 2
-    dh, dw2, _ = mlp.linear_backward(xp, h, shard["w2"], dy)
+    dh, dw2, db2 = mlp.linear_backward(xp, h, shard["w2"], dy)
     dx_partial, dw1, db1 = mlp.linear_backward(xp, x, shard["w1"], mlp.relu_backward(xp, z1, dh))
-    return dx_partial, {"dw1": dw1, "db1": db1, "dw2": dw2, "db2": dy.sum(axis=0)}
+    return dx_partial, {"dw1": dw1, "db1": db1, "dw2": dw2, "db2": db2}
 
 
 def megatron_step(xp, shard, x, target, comm, reduce=True):
