@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 
 import cupy
-import ml_dtypes
 import numpy
 from cupy._core import _routines_linalg as linalg
 
@@ -29,11 +28,29 @@ def precision(level):
         cupy._core.set_compute_type(numpy.float32, before)
 
 
+def _bf16():
+    """CuPy's bfloat16 (ml_dtypes' dtype, which CuPy takes from version 14 on), or why there is none."""
+    if int(cupy.__version__.split(".")[0]) < 14:
+        return None, f"CuPy {cupy.__version__} has no bfloat16 arrays (CuPy 14 added them)"
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None, "CuPy's bfloat16 is ml_dtypes' dtype, and ml_dtypes is not installed"
+    return numpy.dtype(ml_dtypes.bfloat16), None
+
+
+def cannot_run_at(variant, params):
+    return _bf16()[1] if variant == "bf16" else None
+
+
 def prepare(inputs, params, device):
-    # Operands uploaded (and converted to bf16) once, untimed: a model's weights already on the device.
+    # Operands uploaded (and converted to bf16 where CuPy has it) once, untimed: a model's weights already on
+    # the device.
     with device:
         a, b = (cupy.asarray(inputs[k]) for k in ("a", "b"))
-        bf16 = numpy.dtype(ml_dtypes.bfloat16)
+        bf16, _ = _bf16()
+        if bf16 is None:
+            return {"a": a, "b": b}
         return {"a": a, "b": b, "a16": a.astype(bf16), "b16": b.astype(bf16)}
 
 
