@@ -167,3 +167,22 @@ def test_ceilings_are_physical():
     assert 1e11 < c["hbm_Bps"] < 2e13
     assert 1e9 < c["h2d_Bps"] < 2e11 and 1e9 < c["d2h_Bps"] < 2e11
     assert 1e12 < c["fp32_flops"] < 2e14
+
+
+@pytest.mark.parametrize("fw", ["torch", "cupy"])
+def test_a_rank_loads_its_backend_onto_its_own_device(fw):
+    """A rank on GPU LOCAL_RANK must cap and make its CUDA context on that GPU: _load caps the current
+    device, so the ordinal is set before the backend loads, not after (where the cap landed on GPU 0)."""
+    from harness.backends import backend_class, dist
+    from harness.backends.base import Unavailable
+
+    seen = []
+
+    class Probe(backend_class(fw)):
+        def _load(self):
+            seen.append(self.ordinal)
+            raise Unavailable("probe: stop here")
+
+    with pytest.raises(Unavailable, match="probe"):
+        dist.join(fw, Probe(), dist.RankEnv(rank=3, world_size=4, local_rank=1, addr="127.0.0.1", port=29500))
+    assert seen == [1]

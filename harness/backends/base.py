@@ -86,6 +86,9 @@ class Backend(ABC):
         self._why: str | None = None
         self.fw: Any = None  # the framework module once loaded
         self.device: Any = None  # the framework's own device object
+        # The GPU _load makes current and caps: a rank's LOCAL_RANK (harness/backends/dist.py sets it before
+        # load), so that its memory cap and CUDA context land on its own device, not on GPU 0.
+        self.ordinal = 0
         self.on_gpu = False
         # What caps this framework's device memory (set by _load on a GPU; recorded in env()).
         self.memory_cap: dict[str, Any] = {"fraction": None, "bytes": None, "how": "no cap: not on a GPU"}

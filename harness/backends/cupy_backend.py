@@ -52,8 +52,8 @@ class CupyBackend(Backend):
         if not ok:
             raise Unavailable("CuPy needs a CUDA GPU: cupy.cuda.is_available() is False (no device or driver)")
         self.fw = cupy
-        self.device = cupy.cuda.Device(0)
-        self.device.use()
+        self.device = cupy.cuda.Device(self.ordinal)
+        self.device.use()  # before the cap: set_limit caps the current device's pool
         self.on_gpu = self.has_events = self.has_streams = True
         self.nvtx_how = ("cupyx.profiler.time_range" if _nvtx_available(cupy)
                          else "none: this CuPy build has no NVTX (cupy.cuda.nvtx.available is False)")

@@ -55,6 +55,7 @@ def join(fw: str, backend: Backend, env: RankEnv) -> str:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off (the GPU machines' rule)
     if fw == "jax":
         return _join_jax(backend, env)
+    backend.ordinal = env.local_rank  # the cap and the context on this rank's device (Backend.ordinal)
     try:
         backend.load()
     except Unavailable as e:
@@ -67,12 +68,8 @@ def join(fw: str, backend: Backend, env: RankEnv) -> str:
 
 
 def _join_torch(b: Backend, env: RankEnv) -> str:
-    import torch
     import torch.distributed as dist
 
-    if b.on_gpu:
-        torch.cuda.set_device(env.local_rank)
-        b.device = torch.device("cuda", env.local_rank)
     kind = "nccl" if b.on_gpu else "gloo"
     os.environ.setdefault("MASTER_ADDR", env.addr)  # env:// reads the address and port from here
     # env:// reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; device_id binds NCCL's communicator eagerly.
@@ -98,13 +95,10 @@ def _join_jax(b: Backend, env: RankEnv) -> str:
 
 
 def _join_cupy(b: Backend, env: RankEnv) -> str:
-    import cupy
     from cupyx import distributed
 
     if not b.on_gpu:
         raise Unavailable(NO_NCCL_HERE)
-    b.device = cupy.cuda.Device(env.local_rank)
-    b.device.use()
     # Rank 0 serves the TCP store that hands the NCCL unique id to the others.
     nccl.set_comm(distributed.init_process_group(env.world_size, env.rank, backend="nccl",
                                                  host=env.addr, port=env.port_for("cupy")))

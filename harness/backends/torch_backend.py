@@ -49,7 +49,9 @@ class TorchBackend(Backend):
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         self.on_gpu = bool(torch.cuda.is_available())
-        self.device = torch.device("cuda", torch.cuda.current_device()) if self.on_gpu else torch.device("cpu")
+        if self.on_gpu:
+            torch.cuda.set_device(self.ordinal)  # before the cap: the CUDA context is made on the current device
+        self.device = torch.device("cuda", self.ordinal) if self.on_gpu else torch.device("cpu")
         self.has_events = self.has_streams = self.on_gpu
         # A CPU build's torch.cuda.nvtx raises ("NVTX functions not installed"): ranges only with CUDA.
         self.nvtx_how = "torch.cuda.nvtx" if self.on_gpu else "none: no CUDA device (torch.cuda.nvtx needs one)"
