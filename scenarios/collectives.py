@@ -214,7 +214,9 @@ SCENARIO = Scenario(
                  "does not mean what NCCL's does.",
         "cupy": "NCCL only: skipped without a GPU per rank. cupyx.distributed writes all_to_all as grouped "
                 "send/recv (NCCL has no alltoall call). barrier: NCCLBackend.barrier, host-side through cupyx's "
-                "TCP store (rank 0's), no device work.",
+                "TCP store (rank 0's), no device work; its store clears the current barrier outside its lock "
+                "(cupyx/distributed/_store_actions.py), so at two ranks or more barriers back to back may let a "
+                "rank through early or hang: not yet run on more than one GPU.",
         "jax": "No broadcast or reduce primitive: both are a psum of a masked block (JAX's own idiom), so they move "
                "an all-reduce's data: their busbw uses the all-reduce's factor 2(N-1)/N and the metric "
                "all_reduce_traffic is 1, not to be set beside NCCL's broadcast or reduce. Both columns use donation "

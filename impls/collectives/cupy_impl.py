@@ -6,7 +6,9 @@ has ncclBroadcast's two. all_to_all is grouped send/recv (NCCL has no alltoall c
 nccl-tests' layout (all_gather's input is the rank's chunk of its output, reduce_scatter's output the
 rank's chunk of its input); NCCL has no in-place all_to_all.
 
-Each call is enqueued on the current stream and returns at once; barrier() is host-side. An in-place
+Each call is enqueued on the current stream and returns at once; the barrier row's NCCLBackend.barrier
+is host-side (cupyx's TCP store), while the untimed barrier before each repeat is an NCCL all-reduce of
+one element and a wait (harness/backends/nccl.py device_barrier). An in-place
 reduction changes its own input: the calls of a sample take the next of slots(params) buffers, which
 poison refills untimed, so the sample's last output is one call's.
 """
@@ -16,7 +18,7 @@ import cupy as cp
 from cupy.cuda import nccl
 
 from harness.measure.metrics import emit
-from harness.backends.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm, device_barrier
 from scenarios import collectives as C
 
 LACKS = C.NCCL_NO_IN_PLACE  # torch and CuPy call NCCL
@@ -39,8 +41,7 @@ def prepare(inputs, params, device):
 
 
 def barrier(state):
-    cp.cuda.get_current_stream().synchronize()
-    state["comm"].barrier()
+    device_barrier(state["comm"])  # untimed: an NCCL all-reduce of one element, then a wait
 
 
 def poison(state):

@@ -13,7 +13,7 @@ import cupy as cp
 
 from harness.measure.metrics import emit
 from impls._shared import dp
-from harness.backends.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm, device_barrier
 from scenarios.data_parallel import sizes
 
 
@@ -63,8 +63,7 @@ def prepare(inputs, params, device):
 
 
 def barrier(state):
-    cp.cuda.get_current_stream().synchronize()
-    state["comm"].barrier()
+    device_barrier(state["comm"])  # untimed: an NCCL all-reduce of one element, then a wait
 
 
 def poison(state):

@@ -1,7 +1,8 @@
 """ranks in CuPy: cupyx.distributed's NCCL communicator, one process per GPU (no CPU path).
 
 The communicator was created before prepare (harness/backends/dist.py). Its collectives are enqueued
-on the current stream and return at once; barrier() is a host-side rendezvous through its TCP store.
+on the current stream and return at once; the barrier before each repeat is an NCCL all-reduce of one
+element and a wait (harness/backends/nccl.py device_barrier), not cupyx's barrier through its TCP store.
 The sum of squares is one fused kernel (square and add as each element is read, as XLA fuses it):
 CuPy's `(x * x).sum(0)` writes the squares out and reads them back, and its column reduction runs one
 block per 32 columns (32 blocks for 1024), far from filling the GPU.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from harness.backends.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm, device_barrier
 
 CODE = r"""
 extern "C" __global__ void squares_by_chunk(const float* x, long long rows, long long cols, long long row_stride,
@@ -39,8 +40,7 @@ def prepare(inputs, params, device):
 
 
 def barrier(state):
-    cp.cuda.get_current_stream().synchronize()  # this rank's work is done ...
-    state["comm"].barrier()  # ... and so is every other rank's
+    device_barrier(state["comm"])  # this rank's work is done, and every other rank's
 
 
 def poison(state):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import cupy as cp
 
-from harness.backends.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm, device_barrier
 from impls._shared import tensor_parallel as tp
 from scenarios.tensor_parallel import shard_of
 
@@ -27,8 +27,7 @@ def prepare(inputs, params, device):
 
 
 def barrier(state):
-    cp.cuda.get_current_stream().synchronize()  # this rank's work is done ...
-    state["nccl"].barrier()  # ... and so is every other rank's
+    device_barrier(state["nccl"])  # this rank's work is done, and every other rank's
 
 
 def poison(state):

@@ -12,7 +12,7 @@ import cupy as cp
 
 from impls._shared import dp
 from impls._shared import zero as Z
-from harness.backends.nccl import cupy_comm
+from harness.backends.nccl import cupy_comm, device_barrier
 from scenarios.zero import sizes
 
 
@@ -41,8 +41,7 @@ def prepare(inputs, params, device):
 
 
 def barrier(state):
-    cp.cuda.get_current_stream().synchronize()
-    state["comm"].comm.comm.barrier()
+    device_barrier(state["comm"].comm.comm)  # untimed: an NCCL all-reduce of one element, then a wait
 
 
 def poison(state):
