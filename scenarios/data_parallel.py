@@ -176,7 +176,8 @@ SCENARIO = Scenario(
                                           "backward; CuPy the same, written out; JAX shard_map + lax.psum after the "
                                           "accum micro-batches, scheduled by XLA)"),
         Variant("unsynced_init", "every rank keeps its own initial weights (no broadcast from rank 0): the replicas "
-                                 "drift apart", hazard=True),
+                                 "drift apart (torch: DDP with init_sync=False, its buckets; CuPy and JAX: the "
+                                 "naive per-tensor all-reduce; a hazard's time is not compared)", hazard=True),
     ),
     params=lambda: S.params(d_in=S.dims(1, 16), hidden=S.dims(1, 24), d_out=S.dims(1, 8), micro=st.integers(1, 4),
                             accum=st.integers(1, 3), steps=st.integers(1, 3), lr=st.just(0.05),
