@@ -7,6 +7,7 @@ it after. The GEMM is queued on the current stream.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 
 import cupy
 import numpy
@@ -28,19 +29,14 @@ def precision(level):
         cupy._core.set_compute_type(numpy.float32, before)
 
 
-def _bf16():
-    """CuPy's bfloat16 (ml_dtypes' dtype, which CuPy takes from version 14 on), or why there is none."""
-    if int(cupy.__version__.split(".")[0]) < 14:
-        return None, f"CuPy {cupy.__version__} has no bfloat16 arrays (CuPy 14 added them)"
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None, "CuPy's bfloat16 is ml_dtypes' dtype, and ml_dtypes is not installed"
-    return numpy.dtype(ml_dtypes.bfloat16), None
-
-
 def cannot_run_at(variant, params):
-    return _bf16()[1] if variant == "bf16" else None
+    if variant != "bf16":
+        return None
+    if int(cupy.__version__.split(".")[0]) < 14:
+        return f"CuPy {cupy.__version__} has no bfloat16 arrays (CuPy 14 added them)"
+    if importlib.util.find_spec("ml_dtypes") is None:
+        return "CuPy's bfloat16 is ml_dtypes' dtype, and ml_dtypes is not installed"
+    return None
 
 
 def prepare(inputs, params, device):
@@ -48,9 +44,11 @@ def prepare(inputs, params, device):
     # the device.
     with device:
         a, b = (cupy.asarray(inputs[k]) for k in ("a", "b"))
-        bf16, _ = _bf16()
-        if bf16 is None:
+        if cannot_run_at("bf16", params):
             return {"a": a, "b": b}
+        import ml_dtypes
+
+        bf16 = numpy.dtype(ml_dtypes.bfloat16)
         return {"a": a, "b": b, "a16": a.astype(bf16), "b16": b.astype(bf16)}
 
 

@@ -28,6 +28,10 @@ GEMM = jax.jit(lambda a, b: {"c": a @ b})
 BF16_GEMM = jax.jit(lambda a, b: {"c": (a @ b).astype(jnp.float32)})
 
 
+def cannot_run_at(variant, params):
+    return None  # JAX has bfloat16 (jnp.bfloat16) everywhere
+
+
 def prepare(inputs, params, device):
     # Operands uploaded (and converted to bf16) once, untimed: a model's weights already on the device.
     a, b = (jax.device_put(inputs[k], device) for k in ("a", "b"))
