@@ -120,7 +120,10 @@ SCENARIO = Scenario(
         "torch": "The program is a torch.compile'd function (Inductor: Triton kernels on the GPU, C++ on the CPU). "
                  "Inductor's FX-graph cache and Triton's kernel cache live under TORCHINDUCTOR_CACHE_DIR and "
                  "TRITON_CACHE_DIR (by default /tmp/torchinductor_$USER); Dynamo still traces the Python function in"
-                 " every new process, cache or not. On the CPU a cold process compiles C++ with g++ for about a "
+                 " every new process, cache or not. Inductor's default pool of compile workers (one process per "
+                 "CPU, up to 32; TORCHINDUCTOR_COMPILE_THREADS) starts in the child as it would in a user's "
+                 "process: part of the cold start, left as torch sets it (the harness kills the child's process "
+                 "group when the child ends, idle workers included). On the CPU a cold process compiles C++ with g++ for about a "
                  "minute on the 2-core CI host, times the harness's repeats: torch's rows run on a GPU only.",
         "cupy": "The program is a cupy.ElementwiseKernel and a cupy.ReductionKernel: NVRTC compiles each on its "
                 "first call and CuPy writes the cubin under CUPY_CACHE_DIR (~/.cupy/kernel_cache by default), which "
