@@ -2,6 +2,7 @@
 its worker dies, and a child gets the signals a fresh interpreter has, not its worker's ignored ones."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,8 +63,8 @@ def test_what_a_child_started_goes_with_it_when_it_ends(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_child_that_times_out_is_killed_with_what_it_started(tmp_path):
-    with pytest.raises(ChildError, match="no answer within 3 s"):
-        run_child("spawner", ["hang", tmp_path / "pid"], _env(tmp_path, spawner=SPAWNER), timeout=3)
+    with pytest.raises(ChildError, match="no answer within 10 s"):  # time enough to start on a loaded host
+        run_child("spawner", ["hang", tmp_path / "pid"], _env(tmp_path, spawner=SPAWNER), timeout=10)
     assert _gone(int((tmp_path / "pid").read_text()))
 
 
@@ -92,4 +93,8 @@ def test_a_child_dies_with_its_worker(tmp_path):
                                text=True).stdout.split()[0])
     worker.kill()
     worker.wait()
-    assert _gone(child)
+    try:
+        assert _gone(child)
+    finally:  # what the child started is left to its own end (impls/_shared/child.py): end it here
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)

@@ -9,13 +9,15 @@ JSON or says {"error": ...} raises ChildError with its stderr's tail. Nothing he
 A child runs in a session of its own, and its whole process group is killed when it ends, times out or
 its parent gives up on it: what it started (torch.compile's pool of compile workers, one per CPU) goes
 with it. A child module calls as_child() first: the workers ignore SIGINT and SIGTERM, which their
-children would inherit, and a child whose worker is killed is killed with it.
+children would inherit, and a child whose worker is killed outright is killed with it (what the child
+itself started is then left to its own end: torch's compile workers exit once their parent is gone).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
+
+PARENT_ENV = "TRIPTYCH_CHILD_PARENT"  # the pid of the process that started the child (as_child)
 
 # The memory settings the harness (harness/backends/jax_backend.py, the test suite) pins for its own
 # processes: a child that measures the frameworks' defaults runs without them.
@@ -54,25 +58,23 @@ def run_child(module: str, args: Sequence[str] = (), env: dict[str, str] | None 
             tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
         # files, not pipes: a process the child started and left running (an idle compile pool) would hold
         # a pipe open, and reading it to its end would wait for that process
+        env = dict(env if env is not None else child_env(), **{PARENT_ENV: str(os.getpid())})
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
-                             env=env if env is not None else child_env(), stdout=out, stderr=err, text=True,
-                             start_new_session=True)
+        p = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=env, stdout=out,
+                             stderr=err, text=True, start_new_session=True)
+        process_s = None
         try:
-            p.wait(timeout=timeout)
+            _exited(p, timeout)
             process_s = time.perf_counter() - t0
         except subprocess.TimeoutExpired:
-            _kill_group(p)
-            p.wait()
+            pass
+        finally:  # also when the worker is stopped meanwhile: the child and what it started go first
+            _kill_group(p)  # what outlived the child (an idle compile pool) holds memory the next child needs
+            p.wait()  # reaped only now: until then the group's id cannot be anyone else's
+        if process_s is None:
             err.seek(0)
             raise ChildError(f"{module} {' '.join(map(str, args))}: no answer within {timeout:g} s (its process "
-                             f"group killed); stderr: ...{err.read()[-1500:]}") from None
-        except BaseException:  # a stop of the worker: the child and what it started go first
-            _kill_group(p)
-            p.wait()
-            raise
-        finally:
-            _kill_group(p)  # what outlived the child (an idle compile pool) holds memory the next child needs
+                             f"group killed); stderr: ...{err.read()[-1500:]}")
         out.seek(0)
         err.seek(0)
         r = subprocess.CompletedProcess(p.args, p.returncode, out.read(), err.read())
@@ -86,6 +88,22 @@ def run_child(module: str, args: Sequence[str] = (), env: dict[str, str] | None 
         raise ChildError(f"{module} {' '.join(map(str, args))}: exit status {r.returncode}"
                          + (f", {said}" if said else "") + f"; stderr: ...{r.stderr[-1500:]}")
     return got | {"process_s": process_s}
+
+
+def _exited(p: subprocess.Popen, timeout: float) -> None:
+    """Return when the child has exited, left unreaped (so that its process group's id stays its own until
+    the group is killed); TimeoutExpired after timeout s. Linux: on a pidfd, the moment it exits
+    (Popen.wait(timeout) looks at intervals of up to 50 ms, which a cold start's process_s would carry)."""
+    try:
+        fd = os.pidfd_open(p.pid)
+    except (AttributeError, OSError):  # not Linux 5.3+: poll, and reap
+        p.wait(timeout=timeout)
+        return
+    try:
+        if not select.select([fd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(p.args, timeout)
+    finally:
+        os.close(fd)
 
 
 def _kill_group(p: subprocess.Popen) -> None:
@@ -104,7 +122,8 @@ def as_child() -> None:
 
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the worker died before the line above: nobody waits for this child
+        parent = os.environ.get(PARENT_ENV)
+        if parent and os.getppid() != int(parent):  # the worker died before the line above: nobody waits
             os._exit(1)
 
 
