@@ -430,9 +430,10 @@ def test_a_sides_rank_groups_start_with_its_interpreter_tree_and_environment(tmp
              Side("candidate", str(ROOT), sys.executable)]
     groups = interleave.SideGroups(sides, ["torch"], 2, 60.0)
     a, b = groups.make_group("torch", 0), groups.make_group("torch", 1)
+    none = {"TRIPTYCH_COMPILE_CACHE": ""}  # no compiled programs shared within a side (interleave.side_caches)
     assert (a.python, a.cwd, a.env) == ("/opt/py-a/bin/python", str(tmp_path),
-                                        {"PYTHONPATH": str(tmp_path), "TRIPTYCH_FAULT": "x"})
-    assert (b.python, b.cwd, b.env) == (sys.executable, str(ROOT), {"PYTHONPATH": str(ROOT)})
+                                        {"PYTHONPATH": str(tmp_path), "TRIPTYCH_FAULT": "x"} | none)
+    assert (b.python, b.cwd, b.env) == (sys.executable, str(ROOT), {"PYTHONPATH": str(ROOT)} | none)
     from harness.workers.ranks import RankGroup
 
     assert RankGroup.python == sys.executable and RankGroup.env == {} and RankGroup.cwd is None

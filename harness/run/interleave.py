@@ -67,7 +67,8 @@ class Side:
 
     def environ(self) -> dict[str, str]:
         """What the side's processes get on top of this process's environment."""
-        return {"PYTHONPATH": self.tree} | ({point_cache.ENV: self.points} if self.points else {}) | self.env
+        return ({"PYTHONPATH": self.tree, point_cache.COMPILE_ENV: ""}  # no compiled programs shared (side_caches)
+                | ({point_cache.ENV: self.points} if self.points else {}) | self.env)
 
 
 @contextlib.contextmanager
