@@ -152,6 +152,52 @@ def test_unknown_rows_get_more_pairs_until_decided():
     assert res.pairs == 3 and "--max-pairs 3" in res.stopped
 
 
+def test_the_budget_stops_the_first_pairs_between_points_and_names_what_it_left():
+    """A run that must end inside a time-limited call: once --budget is spent no further point starts,
+    the point that started keeps all its pairs (its rows stay paired and judged), and the points left
+    are listed as not timed, in the verdict and in both sides' result files."""
+    from harness.regress.view import render_paired
+
+    host = Host(1.0)
+    now = [0.0]
+
+    class Slow(FakeWorker):
+        def request(self, op, *args, **kw):
+            if op == "time":
+                now[0] += 10.0  # every process takes 10 s of the budget
+            return super().request(op, *args, **kw)
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Slow(fw, s, host),
+                     clock=lambda: now[0])
+    plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=30.0)
+    res = interleave.run(sched, plan)
+    assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 2  # one point, all four pairs
+    assert {(r.scenario, r.point) for r in res.rows} == {("device_creation", 0)}
+    assert all(r.pairs == 4 for r in res.rows)
+    assert res.not_timed == 2 and "30 s was spent before 2 point(s)" in res.stopped
+    left = [(what, why) for what, why in res.not_comparable if why.startswith("not timed")]
+    second = get_label("device_creation", 1)
+    assert [w for w, _ in left] == [f"device_creation/{second}/torch", "sync_points/torch"], left
+    for d in res.docs:
+        rows = d["scenarios"]["sync_points"]["rows"]
+        assert rows and all(r["status"] == "skipped" and "time budget" in r["reason"] for r in rows)
+    said: list[str] = []
+    assert render_paired(res, sides, plan, said.append) == 0
+    assert "2 point(s) were timed" in said[-1] and any("not timed" in line for line in said), said
+    # without the budget every point is timed
+    now[0], host.log[:] = 0.0, []
+    res = interleave.run(sched, Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8))
+    assert res.not_timed == 0 and {(r.scenario, r.point) for r in res.rows} == {
+        ("device_creation", 0), ("device_creation", 1), ("sync_points", 0)}
+
+
+def get_label(scenario: str, i: int) -> str:
+    from scenarios import get
+
+    return get(scenario).points("smoke")[i].get("label", "")
+
+
 # -- the paired test and the false-discovery control -----------------------------------------------
 
 

@@ -14,7 +14,8 @@ for odd k (asv's interleaved rounds, A-B-B-A), so a drift that is linear over a 
 in the mean over pairs, and what the host did during a pair hits both of its processes. Per row, the
 per-process figure is the process's median of its repeats; the paired test is on the log ratios of
 the pairs (harness/regress/regress.py judge_pairs). Rows whose verdict is unknown get more pairs (fresh
-processes, the same A-B / B-A alternation) until decided, --max-pairs or the time budget.
+processes, the same A-B / B-A alternation) until decided, --max-pairs or the time budget. The budget also
+ends the first pairs, between points, so that a run inside a time-limited call ends and writes its files.
 """
 from __future__ import annotations
 
@@ -276,6 +277,7 @@ class Schedule:
     make_worker: Callable[[str, Side], Any] = SideWorker
     order: Callable[[int], tuple[int, int]] = pair_order
     log: Callable[[str], None] = lambda _t: None
+    clock: Callable[[], float] = time.perf_counter
 
     def start_pairs(self, ks: list[int]) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
         """Pairs ks, every worker started side by side; {side name: {framework: its hello}} where a
@@ -304,12 +306,18 @@ class Schedule:
 
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
                     wanted: Callable[[str, int], bool], running: list[str], cfg: Any, answers: Answers,
-                    seed: int | None = None) -> None:
+                    seed: int | None = None, stop: Callable[[], bool] = lambda: False) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
-        processes run one after the other (A-B, B-A, ...), one framework at a time."""
+        processes run one after the other (A-B, B-A, ...), one framework at a time. Once stop() says so,
+        no further point starts (a started one runs through all its pairs, so that its rows stay paired);
+        the points left are returned."""
+        left: list[tuple[str, int]] = []
         for scn in scenarios:
             idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
             if not idx:
+                continue
+            if left or stop():
+                left += [(scn.name, i) for i in idx]
                 continue
             rank_procs, fws_run = None, running
             if getattr(scn, "ranks", False):  # each pair's rank groups, started at the first rank scenario
@@ -317,7 +325,10 @@ class Schedule:
                     got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.processes, running, {}), pairs))
                 rank_procs = [g.processes for g in got]
                 fws_run = [fw for fw in running if all(fw in g.available for g in got)]
-            for i in idx:
+            for n, i in enumerate(idx):
+                if n and stop():
+                    left += [(scn.name, i) for i in idx[n:]]
+                    break
                 params = points[scn.name][i]
                 for pi, pair in enumerate(pairs):
                     procs = rank_procs[pi] if rank_procs is not None else pair.processes
@@ -337,6 +348,7 @@ class Schedule:
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
+        return left
 
     @staticmethod
     def close(pairs: list[Pair], grace: float = 10.0) -> None:
@@ -364,6 +376,7 @@ class Outcome:
     wall_s: float
     stopped: str  # why more pairs were not run ("" where every row was decided)
     lost: list[tuple[str, str]] = field(default_factory=list)  # started on the baseline, not on the candidate: why
+    not_timed: int = 0  # points the time budget left untimed (harness/run/interleave.py Schedule.time_points)
 
 
 @dataclass
@@ -373,7 +386,7 @@ class Plan:
     seed: int
     pairs: int = 4
     max_pairs: int = 12
-    budget_s: float | None = None  # no new pair starts once this many seconds have passed
+    budget_s: float | None = None  # no new point or pair starts once this many seconds have passed
     threshold: float = 0.10
     confidence: float = 0.95
     fdr: float = 0.05
@@ -393,8 +406,13 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     from harness.measure.timing import preset
     from scenarios import get as get_scenario
 
-    t0 = time.perf_counter()
+    t0 = schedule.clock()
     started = _now()
+
+    def spent() -> bool:
+        return plan.budget_s is not None and schedule.clock() - t0 >= plan.budget_s
+
+    budget = f"the time budget of {plan.budget_s or 0:g} s was spent"  # said only where there is one
     if schedule.world_size is None:
         schedule.world_size = default_world_size()
     os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
@@ -406,43 +424,48 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     machine: list[dict[str, Any]] = [{}, {}]
     running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
     try:
-        schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed)
+        left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
+                                    stop=spent)
     finally:
         schedule.close(pairs)
+    not_timed = {key: f"not timed: {budget} before this point" for key in left}
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
     # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
     fdr = plan.fdr / (max(plan.max_pairs, plan.pairs) - plan.pairs + 1)
     rows, nc = _rows(answers, scns, points, plan.clock)
     judge_pairs(rows, plan.threshold, plan.confidence, fdr)
-    k, stopped = plan.pairs, ""
-    while True:
+    k, stopped = plan.pairs, (f"{budget} before {len(left)} point(s) were timed" if left else "")
+    while not left:
         open_points = {(r.scenario, r.point) for r in rows if r.verdict == "unknown"}
         if not open_points:
             break
         if k >= plan.max_pairs:
             stopped = f"--max-pairs {plan.max_pairs} reached"
             break
-        if plan.budget_s is not None and time.perf_counter() - t0 >= plan.budget_s:
-            stopped = f"the time budget of {plan.budget_s:g} s was spent"
+        if spent():
+            stopped = budget
             break
         schedule.log(f"pair {k + 1}: {len(open_points)} point(s) with unknown rows")
         more, _ = schedule.start_pairs([k])
         try:
             schedule.time_points(more, scns, points, lambda s, i: (s, i) in open_points, running, cfg, answers,
-                                 plan.seed)
+                                 plan.seed, stop=spent)
         finally:
             schedule.close(more)
         k += 1
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, plan.confidence, fdr)
-    docs = [_document(side, scns, points, answers, env[side.name], machine[j], plan, started, j)
+    docs = [_document(side, scns, points, answers, env[side.name], machine[j], plan, started, j, not_timed)
             for j, side in enumerate(schedule.sides)]
     nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
           for s in schedule.sides if not env[s.name][fw]["available"]] + nc
+    nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)
+           for (name, i), why in not_timed.items() for fw in running]
     base, cand = schedule.sides
     lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
             if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
-    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), time.perf_counter() - t0, stopped, lost)
+    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.clock() - t0, stopped, lost,
+                   len(left))
 
 
 def _now() -> Any:
@@ -513,8 +536,10 @@ def _variant(merged: Any, variant: str) -> dict[str, Any]:
 
 
 def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
-              fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int) -> dict[str, Any]:
-    """The side's processes as a result document (harness/run/runner.py's shape, without equivalence)."""
+              fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int,
+              not_timed: dict[tuple[str, int], str] | None = None) -> dict[str, Any]:
+    """The side's processes as a result document (harness/run/runner.py's shape, without equivalence);
+    a point in not_timed has its rows skipped with its reason."""
     from harness.run.runner import CompareOptions, document
     from harness.workers.cpus import not_placed
 
@@ -525,8 +550,9 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
         for i, params in enumerate(points[scn.name]):
             for fw in fws:
                 a = answers.get((scn.name, i, fw), [[], []])[j]
-                merged = merge_side(a) if a else {"status": fw_env[fw].get("status", "skipped"),
-                                                    "reason": fw_env[fw].get("why", "not timed")}
+                cut = (not_timed or {}).get((scn.name, i)) if fw_env[fw].get("available") else None
+                merged = merge_side(a) if a else {"status": "skipped", "reason": cut} if cut else {
+                    "status": fw_env[fw].get("status", "skipped"), "reason": fw_env[fw].get("why", "not timed")}
                 base = {"scenario": scn.name, "framework": fw}
                 if isinstance(merged, dict):
                     rows.extend(base | {"variant": v.name, "hazard": v.hazard} | merged for v in scn.variants)
