@@ -176,6 +176,25 @@ def test_same_bytes_is_bitwise():
     nan = np.array([np.nan], dtype=np.float32)
     assert same_bytes(nan, nan.copy())
     assert not same_bytes(np.array([object()]), np.array([object()]))
+    assert same_bytes(np.zeros(0, np.float32), np.zeros(0, np.float32))
+
+
+def test_same_bytes_sees_one_bit_anywhere_in_an_output_of_many_slices(monkeypatch):
+    """same_bytes walks an output slice by slice: a flipped bit in the first, a middle or the last
+    (partial) slice, in a non-contiguous view too, is a difference."""
+    from harness.workers import handlers
+
+    monkeypatch.setattr(handlers, "SAME_BYTES_SLICE", 64)
+    a = np.random.default_rng(0).standard_normal(1000).astype(np.float32)  # 4000 bytes: 62.5 slices
+    assert same_bytes(a, a.copy()) and same_bytes(a[::2], a.copy()[::2])
+    for at in (0, 15, 16, 500, 999):
+        b = a.copy()
+        b.view(np.uint32)[at] ^= 1  # the lowest bit of one element
+        assert not same_bytes(a, b), at
+        assert not same_bytes(a[::1].reshape(10, 100), b.reshape(10, 100)), at
+    b = a.copy()
+    b.view(np.uint32)[998] ^= 1
+    assert not same_bytes(a[::2], b[::2]) and same_bytes(a[1::2], b[1::2])
 
 
 def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
