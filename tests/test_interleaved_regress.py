@@ -154,45 +154,60 @@ def test_unknown_rows_get_more_pairs_until_decided():
 
 def test_the_budget_stops_the_first_pairs_between_points_and_names_what_it_left():
     """A run that must end inside a time-limited call: once --budget is spent no further point starts,
-    the point that started keeps all its pairs (its rows stay paired and judged), and the points left
-    are listed as not timed, in the verdict and in both sides' result files."""
+    the point that started keeps all its pairs (its rows stay paired and judged), the points left are
+    listed as not timed, both sides' result files are incomplete (as compare's are when its budget cuts
+    it) and the exit code says the run was cut short. A framework that did not start on one side keeps
+    its own reason."""
     from harness.regress.view import render_paired
+    from harness.report.report import problems_of
 
     host = Host(1.0)
     now = [0.0]
 
     class Slow(FakeWorker):
         def request(self, op, *args, **kw):
+            if op == "hello" and self.side.name == "candidate" and self.fw == "jax":
+                return {"available": False, "why": "planted: jax failed to import", "env": {}, "on_gpu": False}
             if op == "time":
                 now[0] += 10.0  # every process takes 10 s of the budget
             return super().request(op, *args, **kw)
 
     sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Slow(fw, s, host),
-                     clock=lambda: now[0])
+    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: Slow(fw, s, host),
+                     now=lambda: now[0])
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=30.0)
     res = interleave.run(sched, plan)
     assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 2  # one point, all four pairs
     assert {(r.scenario, r.point) for r in res.rows} == {("device_creation", 0)}
     assert all(r.pairs == 4 for r in res.rows)
-    assert res.not_timed == 2 and "30 s was spent before 2 point(s)" in res.stopped
+    assert res.not_timed == 2 and res.stopped == "the time budget of 30 s was spent; 2 point(s) not timed"
     left = [(what, why) for what, why in res.not_comparable if why.startswith("not timed")]
-    second = get_label("device_creation", 1)
+    second = _label("device_creation", 1)
     assert [w for w, _ in left] == [f"device_creation/{second}/torch", "sync_points/torch"], left
     for d in res.docs:
-        rows = d["scenarios"]["sync_points"]["rows"]
-        assert rows and all(r["status"] == "skipped" and "time budget" in r["reason"] for r in rows)
-    said: list[str] = []
-    assert render_paired(res, sides, plan, said.append) == 0
-    assert "2 point(s) were timed" in said[-1] and any("not timed" in line for line in said), said
-    # without the budget every point is timed
-    now[0], host.log[:] = 0.0, []
-    res = interleave.run(sched, Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8))
-    assert res.not_timed == 0 and {(r.scenario, r.point) for r in res.rows} == {
-        ("device_creation", 0), ("device_creation", 1), ("sync_points", 0)}
+        assert not d["complete"] and [nr["scenario"] for nr in d["not_run"]] == ["device_creation", "sync_points"]
+        assert "sync_points" not in d["scenarios"]  # none of its points was timed
+        rows = [r for r in d["scenarios"]["device_creation"]["rows"] if r["point"] == 1]
+        assert {r["framework"]: r["reason"] for r in rows if r["framework"] == "torch"}["torch"].startswith(
+            "not timed: the time budget of 30 s")
+        assert any(p.kind == "incomplete" for p in problems_of(d))
+    jax_base = [r for r in res.docs[0]["scenarios"]["device_creation"]["rows"] if r["framework"] == "jax"]
+    assert jax_base and all("time budget" not in (r.get("reason") or "") for r in jax_base)
+    # the exit code, where every framework started on both sides: 1 cut short, 0 with every point timed
+    sched.frameworks = ["torch"]
+    for budget, code in ((30.0, 1), (None, 0)):
+        now[0] = 0.0
+        plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=budget)
+        res = interleave.run(sched, plan)
+        said: list[str] = []
+        assert render_paired(res, sides, plan, said.append) == code and not res.lost, said
+        assert ("INCOMPLETE: the time budget of 30 s was spent; 2 point(s) not timed" in said[-1]) == bool(code)
+    assert res.not_timed == 0 and all(d["complete"] for d in res.docs)
+    assert {(r.scenario, r.point) for r in res.rows} == {("device_creation", 0), ("device_creation", 1),
+                                                         ("sync_points", 0)}
 
 
-def get_label(scenario: str, i: int) -> str:
+def _label(scenario: str, i: int) -> str:
     from scenarios import get
 
     return get(scenario).points("smoke")[i].get("label", "")

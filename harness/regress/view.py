@@ -124,8 +124,8 @@ def paired_line(r: Any) -> str:
 
 def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     """The changed and unknown rows of an interleaved run, one line each, the summary line last; the
-    exit code: 1 where a row is different and slower (or failed in the candidate), else 0 (points that
-    --budget left untimed are listed as not comparable, and change neither)."""
+    exit code: 1 where a row is different and slower (or failed in the candidate), or where --budget
+    left points untimed (the run was cut short, as compare's exit 1 says too), else 0."""
     say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
         f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · "
@@ -152,7 +152,7 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     slower = sum(r.slower for r in res.rows)
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
         f"{counts['different']} different ({slower} slower), {counts['same']} same, {counts['unknown']} unknown"
-        + (f"; {res.stopped}" if res.not_timed
+        + (f"; INCOMPLETE: {res.stopped}" if res.not_timed
            else f"; stopped adding pairs: {res.stopped}" if res.stopped and counts["unknown"] else "")
         + (f"; {len(res.lost)} framework(s) failed on the candidate" if res.lost else ""))
-    return 1 if slower or res.lost else 0
+    return 1 if slower or res.lost or res.not_timed else 0

@@ -277,7 +277,7 @@ class Schedule:
     make_worker: Callable[[str, Side], Any] = SideWorker
     order: Callable[[int], tuple[int, int]] = pair_order
     log: Callable[[str], None] = lambda _t: None
-    clock: Callable[[], float] = time.perf_counter
+    now: Callable[[], float] = time.perf_counter
 
     def start_pairs(self, ks: list[int]) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
         """Pairs ks, every worker started side by side; {side name: {framework: its hello}} where a
@@ -406,11 +406,11 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     from harness.measure.timing import preset
     from scenarios import get as get_scenario
 
-    t0 = schedule.clock()
+    t0 = schedule.now()
     started = _now()
 
     def spent() -> bool:
-        return plan.budget_s is not None and schedule.clock() - t0 >= plan.budget_s
+        return plan.budget_s is not None and schedule.now() - t0 >= plan.budget_s
 
     budget = f"the time budget of {plan.budget_s or 0:g} s was spent"  # said only where there is one
     if schedule.world_size is None:
@@ -428,13 +428,22 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                                     stop=spent)
     finally:
         schedule.close(pairs)
-    not_timed = {key: f"not timed: {budget} before this point" for key in left}
+    # by framework: one that did not start on a side was never to be timed, and keeps its own reason
+    not_timed = {(name, i, fw): f"not timed: {budget} before this point" for name, i in left for fw in running}
+    not_run, left_out = [], set()  # as compare lists what its budget did not reach: the files are incomplete
+    for scn in scns:
+        cut, n = sum(name == scn.name for name, _ in left), len(points[scn.name])
+        if cut == n:
+            left_out.add(scn.name)
+        if cut:
+            not_run.append({"scenario": scn.name, "why": f"{budget} before it started" if cut == n else
+                            f"{budget} before {cut} of its {n} points were timed (their rows are skipped)"})
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
     # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
     fdr = plan.fdr / (max(plan.max_pairs, plan.pairs) - plan.pairs + 1)
     rows, nc = _rows(answers, scns, points, plan.clock)
     judge_pairs(rows, plan.threshold, plan.confidence, fdr)
-    k, stopped = plan.pairs, (f"{budget} before {len(left)} point(s) were timed" if left else "")
+    k, stopped = plan.pairs, (f"{budget}; {len(left)} point(s) not timed" if left else "")
     while not left:
         open_points = {(r.scenario, r.point) for r in rows if r.verdict == "unknown"}
         if not open_points:
@@ -455,16 +464,16 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         k += 1
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, plan.confidence, fdr)
-    docs = [_document(side, scns, points, answers, env[side.name], machine[j], plan, started, j, not_timed)
-            for j, side in enumerate(schedule.sides)]
+    docs = [_document(side, [s for s in scns if s.name not in left_out], points, answers, env[side.name], machine[j],
+                      plan, started, j, not_timed, not_run) for j, side in enumerate(schedule.sides)]
     nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
           for s in schedule.sides if not env[s.name][fw]["available"]] + nc
     nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)
-           for (name, i), why in not_timed.items() for fw in running]
+           for (name, i, fw), why in not_timed.items()]
     base, cand = schedule.sides
     lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
             if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
-    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.clock() - t0, stopped, lost,
+    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
                    len(left))
 
 
@@ -537,20 +546,23 @@ def _variant(merged: Any, variant: str) -> dict[str, Any]:
 
 def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
               fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int,
-              not_timed: dict[tuple[str, int], str] | None = None) -> dict[str, Any]:
+              not_timed: dict[tuple[str, int, str], str] | None = None,
+              not_run: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The side's processes as a result document (harness/run/runner.py's shape, without equivalence);
-    a point in not_timed has its rows skipped with its reason."""
+    a (scenario, point, framework) in not_timed has its rows skipped with its reason; not_run (scenarios
+    the budget cut, with why) makes the document incomplete."""
     from harness.run.runner import CompareOptions, document
     from harness.workers.cpus import not_placed
 
     out: dict[str, Any] = {}
     fws = list(fw_env)
+    not_timed = not_timed or {}
     for scn in scns:
         rows: list[dict[str, Any]] = []
         for i, params in enumerate(points[scn.name]):
             for fw in fws:
                 a = answers.get((scn.name, i, fw), [[], []])[j]
-                cut = (not_timed or {}).get((scn.name, i)) if fw_env[fw].get("available") else None
+                cut = not_timed.get((scn.name, i, fw))
                 merged = merge_side(a) if a else {"status": "skipped", "reason": cut} if cut else {
                     "status": fw_env[fw].get("status", "skipped"), "reason": fw_env[fw].get("why", "not timed")}
                 base = {"scenario": scn.name, "framework": fw}
@@ -568,7 +580,7 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
                          "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": rows, "claims": [], "cross_framework": []}
     opts = CompareOptions(scenarios=[s.name for s in scns], frameworks=fws, size=plan.size, examples=1, seed=plan.seed,
                           equivalence=False, argv=["python -m harness regress (interleaved)", side.name, side.label])
-    doc = document(opts, started, fw_env, machine, out, [], not_placed("all"))
+    doc = document(opts, started, fw_env, machine, out, not_run or [], not_placed("all"))
     doc["environment"]["host"]["code"] = side.label
     doc["interleaved"] = {"side": side.name, "code": side.label, "python": side.python, "env": dict(side.env)}
     return doc

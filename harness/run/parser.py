@@ -248,8 +248,8 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                       help="pairs at most: rows whose verdict is unknown get one more pair at a time (default 12)")
     both.add_argument("--budget", type=_seconds("--budget"), default=None,
                       help="seconds after which no new point or pair starts (default: none; --max-pairs bounds the "
-                           "run); a point started runs through all its pairs, those not reached are listed as not "
-                           "timed")
+                           "run); a point started runs through all its pairs; points not reached are listed as not "
+                           "timed, the result files are incomplete and the exit code is 1")
     both.add_argument("--fdr", type=_threshold, default=0.05,
                       help="false discovery rate over the run's rows, Benjamini-Hochberg (default 0.05)")
     both.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
