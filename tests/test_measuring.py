@@ -197,6 +197,30 @@ def test_same_bytes_sees_one_bit_anywhere_in_an_output_of_many_slices(monkeypatc
     assert not same_bytes(a[::2], b[::2]) and same_bytes(a[1::2], b[1::2])
 
 
+def test_same_bytes_reads_outputs_of_one_layout_in_memory_order_without_a_copy(monkeypatch):
+    """A transposed output (torch's .cpu() keeps its strides) and its first check's copy share one
+    layout: compared in memory order, with no contiguous copy of either; outputs whose layouts differ
+    are compared element by element."""
+    from harness.workers import handlers
+
+    monkeypatch.setattr(handlers, "SAME_BYTES_SLICE", 64)
+    a = np.random.default_rng(1).standard_normal((40, 25)).astype(np.float32).T  # F order
+    first = np.array(a, copy=True)  # handlers._copied: order K keeps the layout
+    assert first.strides == a.strides and not a.flags.c_contiguous
+    copies = []
+    real = np.ascontiguousarray
+    monkeypatch.setattr(np, "ascontiguousarray", lambda v, *k, **kw: copies.append(v.shape) or real(v, *k, **kw))
+    assert same_bytes(a, first) and not copies
+    for at in (0, 333, 999):
+        b = np.array(a, copy=True)
+        flat = np.ravel(b, order="K")  # a view in memory order: the flip lands in b
+        assert np.shares_memory(flat, b)
+        flat.view(np.uint32)[at] ^= 1
+        assert not same_bytes(a, b), at
+    assert not copies
+    assert same_bytes(a, np.ascontiguousarray(a)) and copies  # C against F: element order, copied
+
+
 def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     """End to end, in this process: the result carries the run's and each scenario's timing_phase, each
     row's timed seconds per process, the host series with timestamps inside the run, and it validates."""

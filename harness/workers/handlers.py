@@ -213,7 +213,11 @@ def same_bytes(a: Any, b: Any) -> bool:
         return False
     if a.dtype.hasobject:
         return False
-    x, y = (np.ascontiguousarray(v).reshape(-1).view(np.uint8) for v in (a, b))
+    dense = all(v.flags.c_contiguous or v.flags.f_contiguous for v in (a, b))
+    if dense and a.strides == b.strides:  # one layout (a transposed output, as .cpu() keeps it): memory order
+        x, y = (np.ravel(v, order="K").view(np.uint8) for v in (a, b))
+    else:  # layouts that differ, or gaps: element order, which copies
+        x, y = (np.ascontiguousarray(v).reshape(-1).view(np.uint8) for v in (a, b))
     # in 1 MiB slices: one comparison of a whole output first builds a boolean array as large as it,
     # whose fresh pages cost seconds a GiB on a cloud host
     return all(np.array_equal(x[i:i + SAME_BYTES_SLICE], y[i:i + SAME_BYTES_SLICE])
