@@ -412,7 +412,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     def spent() -> bool:
         return plan.budget_s is not None and schedule.now() - t0 >= plan.budget_s
 
-    budget = f"the time budget of {plan.budget_s or 0:g} s was spent"  # said only where there is one
+    budget = "" if plan.budget_s is None else f"the time budget of {plan.budget_s:g} s was spent"
     if schedule.world_size is None:
         schedule.world_size = default_world_size()
     os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
