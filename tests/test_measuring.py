@@ -248,9 +248,20 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     assert phase_line(doc).startswith("timed share:") and host_speed_rows(doc)
 
 
-def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch):
+@pytest.fixture(params=["host copy", "device digest"])
+def check_path(request, monkeypatch):
+    """Both ways a check learns that outputs are bytes it has judged: the host copy compared, and the
+    device digest (harness/backends/digest.py), here forced on for smoke outputs below its MIN_BYTES."""
+    from harness.backends import base
+
+    monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0 if request.param == "device digest" else math.inf)
+    return request.param
+
+
+def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch, check_path):
     """A checked output equal to the first keeps its verdict without a second comparison; one that
-    differs (here: the last repeat's, one element off) is compared in full and counted wrong."""
+    differs (here: the last repeat's, one element off, a tensor of the same dtype and shape) is compared
+    in full and counted wrong."""
     import importlib
 
     from harness import backends
@@ -268,9 +279,9 @@ def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch
         calls.append(1)
         if len(calls) > 4:  # the first call, one warm-up and the first timed repeat are right
             key = next(iter(out))
-            a = backends.get("torch").to_numpy(out[key]).astype(np.float64).copy()
+            a = backends.get("torch").to_numpy(out[key]).copy()
             a.reshape(-1)[-1] += 1.0
-            out[key] = a
+            out[key] = backends.get("torch").to_device(a)
         return out
 
     monkeypatch.setattr(impl, "run_on_device", late)
@@ -281,7 +292,7 @@ def test_an_output_that_goes_wrong_after_a_right_one_is_still_caught(monkeypatch
     assert row["status"] == "wrong" and (row["check"]["checked"], row["check"]["wrong"]) == (2, 1)
 
 
-def test_an_output_in_a_buffer_the_impl_keeps_is_checked_on_its_own_bytes(monkeypatch):
+def test_an_output_in_a_buffer_the_impl_keeps_is_checked_on_its_own_bytes(monkeypatch, check_path):
     """An impl may hand back a buffer of its state (torch's d2h copies into a host tensor it keeps): the
     first checked output is kept as a copy, so a later run that leaves the poisoned bytes there is wrong."""
     import importlib
@@ -308,7 +319,7 @@ def test_an_output_in_a_buffer_the_impl_keeps_is_checked_on_its_own_bytes(monkey
     assert len(calls) > 4 and row["status"] == "wrong" and row["check"]["wrong"] >= 1, row["check"]
 
 
-def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_different_ones(monkeypatch):
+def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_different_ones(monkeypatch, check_path):
     """Within a run (its point cache), a check against the reference is made once per distinct output:
     a later process whose outputs are the same bytes reuses it; a planted wrong element is compared
     in full and caught."""
@@ -340,9 +351,44 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
         again = one_process()
         assert len(compared) == n_first  # every output the same bytes as the first process's: no comparison
         assert {v: r["status"] for v, r in again.items()} == {v: r["status"] for v, r in first.items()}
-        _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0)
+        _break_one_element(monkeypatch, "sync_points", "torch", "on_device", 1.0, check_path == "device digest")
         broken = one_process()
         assert compared[n_first:] == ["on_device"] and broken["on_device"]["status"] == "wrong"
+    finally:
+        point_cache.stop(root)
+
+
+def test_with_a_device_digest_a_process_copies_to_the_host_only_outputs_it_has_not_judged(monkeypatch):
+    """The first process copies each variant's first checked outputs once (none for the repeats after it,
+    whose digests match); a second process of the run copies none: the digests recall the verdicts."""
+    from harness import backends
+    from harness.backends import base
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    b = backends.get("torch").load()
+    copies: list[int] = []
+    real = b.to_numpy
+    # sync_points' outputs are dicts of two tensors: a copy of the outputs is one call with the dict
+    monkeypatch.setattr(b, "to_numpy", lambda x: (isinstance(x, dict) and copies.append(1)) or real(x))
+    params = get("sync_points").params_for_size("smoke") | {"seed": 3}
+    cfg = timing.TimingConfig(warmup=1, min_repeats=5, max_repeats=5, min_time_s=0.0)
+    root = point_cache.start()
+    try:
+        def one_process():
+            copies.clear()
+            out = handlers.time_point("torch", "sync_points", params, cfg, False, progress=lambda _t: None)
+            return [r for r in out["rows"] if r["status"] != "skipped"]
+
+        timed = one_process()
+        assert timed and all(r["status"] == "ok" and r["check"]["checked"] == 2 for r in timed)
+        assert len(copies) == len(timed)  # the first check of each variant; the last matched its digest
+        again = one_process()
+        assert [r["status"] for r in again] == ["ok"] * len(timed) and copies == []
     finally:
         point_cache.stop(root)
 

@@ -11,7 +11,9 @@ from scenarios import get
 from tests.conftest import backend_or_skip
 
 
-def _break_one_element(monkeypatch, scenario, framework, variant, delta):
+def _break_one_element(monkeypatch, scenario, framework, variant, delta, on_device=False):
+    """The variant's first output with its last element off by delta: a float64 numpy array, or with
+    on_device a framework array of the output's own dtype and shape (what a device digest reads)."""
     import importlib
 
     impl = importlib.import_module(f"impls.{scenario}.{framework}_impl")
@@ -20,9 +22,10 @@ def _break_one_element(monkeypatch, scenario, framework, variant, delta):
     def wrong(state):
         out = dict(original(state))
         key = next(iter(out))
-        a = backends.get(framework).to_numpy(out[key]).astype(np.float64).copy()
+        b = backends.get(framework)
+        a = b.to_numpy(out[key]).astype(np.float64).copy()
         a.reshape(-1)[-1] += delta  # the last element: where tails and edge tiles go wrong
-        out[key] = a
+        out[key] = b.to_device(a.astype(b.to_numpy(out[key]).dtype)) if on_device else a
         return out
 
     monkeypatch.setattr(impl, f"run_{variant}", wrong)

@@ -14,6 +14,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from harness.backends.digest import MIN_BYTES as DIGEST_MIN_BYTES
+from harness.backends.digest import key as digest_key
+
 
 class Unavailable(RuntimeError):
     """The framework cannot run here; str(self) is the one-line reason."""
@@ -148,6 +151,31 @@ class Backend(ABC):
         if self.is_array(x):
             return self._array_to_numpy(x)
         return np.asarray(x)
+
+    def digest(self, x: Any) -> str | None:
+        """The key of outputs (an array or a dict of them) computed on their device: their names, dtypes,
+        shapes and bytes (harness/backends/digest.py); two integers per array cross to the host. None where
+        the outputs are anything else, smaller than its MIN_BYTES in all, of a dtype this framework cannot
+        view as words, or where the digest fails (out of memory): the caller then copies and compares."""
+        arrays = x if isinstance(x, dict) else {"": x}
+        if not arrays or not all(self.is_array(a) for a in arrays.values()):
+            return None
+        try:
+            described = {k: self._describe(a) for k, a in arrays.items()}
+            if sum(size for _, _, size in described.values()) < DIGEST_MIN_BYTES:
+                return None
+            parts = [(k, described[k][0], described[k][1], self._array_lanes(arrays[k])) for k in sorted(arrays)]
+        except Exception:  # noqa: BLE001 - a digest is a shortcut: without one the check compares in full
+            return None
+        return digest_key(parts)
+
+    def _describe(self, x: Any) -> tuple[str, tuple[int, ...], int]:
+        """(numpy's name of x's dtype, shape, bytes) of the array that _array_to_numpy would return."""
+        return str(x.dtype), tuple(x.shape), int(x.nbytes)
+
+    def _array_lanes(self, x: Any) -> tuple[int, ...]:
+        """harness/backends/digest.py lanes() of x's words, computed on x's device; raises where this framework has none."""
+        raise NotImplementedError(f"{self.name} computes no digest on its device")
 
     # -- waiting ----------------------------------------------------------------------------------
     @abstractmethod

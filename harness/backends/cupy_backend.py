@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.backends import digest
 from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, _no_profile, memory_fraction
 
 
@@ -75,6 +76,23 @@ class CupyBackend(Backend):
 
     def _array_to_numpy(self, x: Any) -> np.ndarray:
         return self.fw.asnumpy(x)  # blocking by default
+
+    def _array_lanes(self, x: Any) -> tuple[int, ...]:
+        # uint32 arithmetic wraps (unsigned: defined in C++), sums in uint64 without overflow; kernels on
+        # the current stream, after the call's synchronize
+        cp = self.fw
+        flat = cp.ascontiguousarray(x).reshape(-1)
+        size = flat.itemsize
+        if size % 4 and size not in (1, 2):
+            raise ValueError(f"no words for an item of {size} bytes")
+        words = flat.view({1: cp.uint8, 2: cp.uint16}.get(size, cp.uint32))
+        sums = [0] * len(digest.MULTIPLIERS)
+        for start in range(0, words.size, digest.CHUNK):
+            w = words[start:start + digest.CHUNK].astype(cp.uint32)
+            i1 = cp.arange(start + 1, start + 1 + w.size, dtype=cp.uint32)
+            for n, m in enumerate(digest.MULTIPLIERS):
+                sums[n] += int(cp.sum(digest.fmix32(w ^ (i1 * np.uint32(m))), dtype=cp.uint64))
+        return tuple(s & digest.MASK for s in sums)
 
     def synchronize(self, outputs: Any = None) -> None:
         self.device.synchronize()  # cudaDeviceSynchronize: every stream

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from harness.backends import digest
 from harness.backends.base import Backend, SyncCount, TimelineRecorder, memory_fraction
 from harness.backends.xla import use_cublas_gemms
 
@@ -27,6 +28,7 @@ class JaxBackend(Backend):
     profiler = "jax.profiler's trace"
     keeps_pool = True
     rank_ports = 1
+    _lanes: Any = None  # jax.jit(_lanes), made at the first digest
     porting = {
         "float32 matmul precision":
             "TF32-class on the GPU by default; the harness sets `jax_default_matmul_precision='highest'`, "
@@ -112,6 +114,16 @@ class JaxBackend(Backend):
         if not x.is_fully_addressable:  # a rank's global array (a shard_map's result): this process's shard
             x = x.addressable_data(0)  # one device per process; a view, no program dispatched
         return np.asarray(self.fw.device_get(x))
+
+    def _describe(self, x: Any) -> tuple[str, tuple[int, ...], int]:
+        x = x if x.is_fully_addressable else x.addressable_data(0)  # what _array_to_numpy returns
+        return str(x.dtype), tuple(x.shape), int(x.nbytes)
+
+    def _array_lanes(self, x: Any) -> tuple[int, ...]:
+        x = x if x.is_fully_addressable else x.addressable_data(0)
+        if self._lanes is None:
+            self._lanes = self.fw.jit(_lanes)  # one program a shape and dtype: the iota and products fuse into the sums
+        return tuple(int(h) for h in self._lanes(x))
 
     def synchronize(self, outputs: Any = None) -> None:
         # There is no device-wide synchronize in JAX: wait for everything the call returned.
@@ -313,3 +325,23 @@ def spans_from_chrome_trace(trace: dict[str, Any]) -> dict[str, Any]:
         start = (float(e["ts"]) - t0) / 1e6
         spans.append([lane, op, start, start + float(e["dur"]) / 1e6])
     return {"clock": clock, "spans": spans, "why": ""}
+
+
+def _lanes(x: Any) -> list[Any]:
+    """harness/backends/digest.py lanes() of x, traced: uint32 arithmetic wraps in XLA, and the sum mod
+    2^32 is the definition's. JAX without x64 has no 8-byte items but complex64, whose parts it cannot bitcast: refused."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    flat = x.reshape(-1)
+    size = flat.dtype.itemsize
+    if flat.dtype == jnp.bool_:
+        w = flat.astype(jnp.uint32)
+    elif size == 4:
+        w = lax.bitcast_convert_type(flat, jnp.uint32)
+    elif size in (1, 2) and not jnp.issubdtype(flat.dtype, jnp.complexfloating):
+        w = lax.bitcast_convert_type(flat, jnp.uint8 if size == 1 else jnp.uint16).astype(jnp.uint32)
+    else:
+        raise ValueError(f"no words for {flat.dtype} in JAX's digest")
+    i1 = lax.iota(jnp.uint32, w.size) + jnp.uint32(1)
+    return [jnp.sum(digest.fmix32(w ^ (i1 * jnp.uint32(m))), dtype=jnp.uint32) for m in digest.MULTIPLIERS]

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from harness.backends import digest
 from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, memory_fraction
 
 
@@ -76,6 +77,29 @@ class TorchBackend(Backend):
 
     def _array_to_numpy(self, x: Any) -> np.ndarray:
         return x.detach().cpu().numpy()
+
+    def _describe(self, x: Any) -> tuple[str, tuple[int, ...], int]:
+        return str(x.dtype).removeprefix("torch."), tuple(x.shape), x.numel() * x.element_size()
+
+    def _array_lanes(self, x: Any) -> tuple[int, ...]:
+        # uint32 arithmetic emulated in int64 (_mul32): torch has no wrapping uint32 products on CUDA, and
+        # int64 overflow is undefined in C++. Kernels on the current stream, after the call's synchronize.
+        torch = self.fw
+        x = x.detach()
+        x = torch.view_as_real(x) if x.is_complex() else x
+        flat = x.contiguous().reshape(-1)
+        size = flat.element_size()
+        if size % 4 and size not in (1, 2):
+            raise ValueError(f"no words for an item of {size} bytes")
+        words = flat.view({1: torch.uint8, 2: torch.int16}.get(size, torch.int32))
+        low = (1 << (8 * min(size, 4))) - 1  # a view's sign extension, masked off
+        sums = [torch.zeros((), dtype=torch.int64, device=flat.device) for _ in digest.MULTIPLIERS]
+        for start in range(0, words.numel(), digest.CHUNK):
+            w = words[start:start + digest.CHUNK].to(torch.int64) & low
+            i1 = torch.arange(start + 1, start + 1 + w.numel(), dtype=torch.int64, device=flat.device)
+            for n, m in enumerate(digest.MULTIPLIERS):
+                sums[n] += _fmix32(w ^ ((i1 * m) & digest.MASK)).sum()  # (i + 1) * m < 2^63
+        return tuple(int(s.item()) & digest.MASK for s in sums)
 
     def synchronize(self, outputs: Any = None) -> None:
         if self.on_gpu:
@@ -228,3 +252,17 @@ class _TorchTimeline(TimelineRecorder):
 
     def seconds(self, token: Any) -> float:
         return self._base.elapsed_time(token) / 1e3
+
+
+def _mul32(v: Any, c: int) -> Any:
+    """v * c mod 2^32 for int64 tensors v < 2^32 and c < 2^32, from c's 16-bit halves: no product past 2^48."""
+    return (v * (c & 0xFFFF) + (((v * (c >> 16)) & 0xFFFF) << 16)) & digest.MASK
+
+
+def _fmix32(h: Any) -> Any:
+    """harness/backends/digest.py fmix32 of int64 tensors holding uint32 words."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, digest.FMIX[0])
+    h = h ^ (h >> 13)
+    h = _mul32(h, digest.FMIX[1])
+    return h ^ (h >> 16)

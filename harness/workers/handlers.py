@@ -122,8 +122,9 @@ def _settle_heap() -> None:
 def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params,
                   want: Arrays | None, cfg: TimingConfig, census: bool = True,
                   agree: Callable[[str | None], str | None] | None = None,
-                  want_is_reference: bool = False) -> tuple[Row, Arrays]:
-    """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs). The
+                  want_is_reference: bool = False) -> tuple[Row, Arrays | None]:
+    """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs where
+    there was nothing to check them against, else None: a device digest spares the host copy). The
     scenario's output_metrics, where it has them, are computed untimed from the first checked outputs
     when ``want`` is the float64 reference."""
     t_variant = time.perf_counter()
@@ -134,43 +135,59 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
     from_outputs: dict[str, float] = {}
 
-    first: list[tuple[float | None, str | None]] = []  # the first checked outputs' error and verdict
+    # the first checked outputs' error, verdict and device digest (harness/backends/digest.py; None: none)
+    first: list[tuple[float | None, str | None, str | None]] = []
 
     def check(out: Any) -> str | None:
-        got = b.to_numpy(out)
-        is_first = not captured
-        if is_first:  # a copy: an impl may hand back a buffer of its state, which the next run overwrites
-            captured.append(_copied(got))
-        if want is None:
+        if want is None:  # nothing to judge against: the first outputs become the later variants' want
+            if not captured:  # a copy: an impl may hand back a buffer of its state, which the next run overwrites
+                captured.append(_copied(b.to_numpy(out)))
             return None
-        if first and same_bytes(got, captured[0]):  # the same bytes get the same verdict: not compared again
-            err, verdict = first[0]
+        dev = b.digest(out)  # on the device: the same key, the same bytes, and no host copy to learn it
+        got = None
+        if first and dev is not None and dev == first[0][2]:
+            err, verdict = first[0][:2]  # the same bytes get the same verdict: not compared again
+        elif first and dev is None and first[0][2] is None and same_bytes(got := b.to_numpy(out), captured[0]):
+            err, verdict = first[0][:2]
         else:
-            err, verdict = judge(got, is_first)
+            err, verdict, got = judge(out, got, not first, dev)
             if not first:
-                first.append((err, verdict))
+                first.append((err, verdict, dev))
+                if dev is None:  # later outputs are compared with these bytes
+                    captured.append(_copied(got))
         if err is not None:
             rel_errs.append(err)
         return verdict
 
-    def judge(got: Arrays, is_first: bool) -> tuple[float | None, str | None]:
-        """(relative error or None for a hazard, what is wrong or None); the first output's metrics too.
-        Against the shared reference, another process's verdict on the same bytes (point_cache) stands."""
+    def judge(out: Any, got: Arrays | None, is_first: bool, dev: str | None) -> tuple[float | None, str | None, Any]:
+        """(relative error or None for a hazard, what is wrong or None, the numpy outputs or None where a
+        verdict was recalled); the first output's metrics too. Against the shared reference, another
+        process's verdict on the same bytes (point_cache, by device digest or else by sha256) stands."""
         metrics = is_first and scn.output_metrics is not None and want_is_reference and not v.hazard
-        exact = bit_exact(scn, params, want, v.name)  # one pass decides; sha256 would cost more than it saves
-        key = point_cache.digest(got) if want_is_reference and (metrics or not exact) else None
-        known = point_cache.recall(scn, params, v.name, key)
-        if known is None or (metrics and "metrics" not in known):
-            m = compare_outputs(scn, params, got, want, variant=v.name)
-            # bit-exact outputs that pass equal the reference element for element: their error is 0
-            err = None if v.hazard else 0.0 if exact and m is None else float(relative_error(got, want))
-            known = {"err": err, "verdict": None if m is None else m.describe()}
-            if metrics:
-                known["metrics"] = {k: float(x) for k, x in scn.output_metrics(got, want, params).items()}
-            point_cache.remember(scn, params, v.name, key, known)
+
+        def usable(known: dict[str, Any] | None) -> bool:
+            return known is not None and (not metrics or "metrics" in known)
+
+        known = point_cache.recall(scn, params, v.name, dev) if want_is_reference else None
+        if not usable(known):
+            got = b.to_numpy(out) if got is None else got
+            exact = bit_exact(scn, params, want, v.name)  # one pass decides; sha256 would cost more than it saves
+            key = point_cache.digest(got) if want_is_reference and dev is None and (metrics or not exact) else None
+            known = point_cache.recall(scn, params, v.name, key)
+            if not usable(known):
+                m = compare_outputs(scn, params, got, want, variant=v.name)
+                # bit-exact outputs that pass equal the reference element for element: their error is 0
+                err = None if v.hazard else 0.0 if exact and m is None else float(relative_error(got, want))
+                known = {"err": err, "verdict": None if m is None else m.describe()}
+                if metrics:
+                    known["metrics"] = {k: float(x) for k, x in scn.output_metrics(got, want, params).items()}
+                point_cache.remember(scn, params, v.name, key, known)
+            if want_is_reference:
+                point_cache.remember(scn, params, v.name, dev, known)
+        assert known is not None
         if metrics:
             from_outputs.update(known["metrics"])
-        return known["err"], known["verdict"]
+        return known["err"], known["verdict"], got
 
     m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard,
                 agree=agree, calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
@@ -188,7 +205,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
                     max_rel_err=max(rel_errs) if rel_errs else None),
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
-    ), captured[0]
+    ), captured[0] if captured else None
 
 
 SAME_BYTES_SLICE = 1 << 20
