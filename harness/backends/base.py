@@ -174,7 +174,8 @@ class Backend(ABC):
         return str(x.dtype), tuple(x.shape), int(x.nbytes)
 
     def _array_lanes(self, x: Any) -> tuple[int, ...]:
-        """harness/backends/digest.py lanes() of x's words, computed on x's device; raises where this framework has none."""
+        """harness/backends/digest.py lanes() of x's words, computed on x's device; raises where this
+        framework has none."""
         raise NotImplementedError(f"{self.name} computes no digest on its device")
 
     # -- waiting ----------------------------------------------------------------------------------

@@ -329,7 +329,8 @@ def spans_from_chrome_trace(trace: dict[str, Any]) -> dict[str, Any]:
 
 def _lanes(x: Any) -> list[Any]:
     """harness/backends/digest.py lanes() of x, traced: uint32 arithmetic wraps in XLA, and the sum mod
-    2^32 is the definition's. JAX without x64 has no 8-byte items but complex64, whose parts it cannot bitcast: refused."""
+    2^32 is the definition's. JAX without x64 has no 8-byte items but complex64, whose parts it cannot
+    bitcast: refused."""
     import jax.numpy as jnp
     from jax import lax
 

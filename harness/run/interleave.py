@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -332,6 +332,9 @@ class Schedule:
                 params = points[scn.name][i]
                 for pi, pair in enumerate(pairs):
                     procs = rank_procs[pi] if rank_procs is not None else pair.processes
+                    # decided before either side of the pair runs, so that both run the same repeats
+                    todo = {fw: planned(cfg, answers.get((scn.name, i, fw), [[], []])) if pair.k >= processes.PLAN_AFTER
+                            else cfg for fw in fws_run}
                     for j, (side, proc) in enumerate(zip(pair.sides, procs)):
                         fws = fws_run if j == 0 else fws_run[::-1]  # mirrored: each framework's gap cancels over pairs
                         for fw in fws:
@@ -341,8 +344,8 @@ class Schedule:
                             if slot and "status" in slot[-1]:
                                 continue  # failed on this side: not asked again at this point
                             try:
-                                slot.append(proc[fw].request("time", scn.name, params, cfg, not slot, seed=seed,
-                                                             timeout=self.timeout_s))
+                                slot.append(proc[fw].request("time", scn.name, params, todo[fw], not slot,
+                                                             seed=seed, timeout=self.timeout_s))
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
                 for side in self.sides:  # the disk holds one point at a time
@@ -356,6 +359,17 @@ class Schedule:
         every = [w for p in pairs for proc in p.processes for w in proc.values()] + [p.groups for p in pairs]
         with ThreadPoolExecutor(max(1, len(every))) as ex:
             list(ex.map(lambda w: w.close(grace), every))
+
+
+def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
+    """The timing config of a pair after the first processes.PLAN_AFTER at a point: per variant the repeats
+    Kalibera and Jones' rule gives (harness/workers/processes.py plan), the larger of the two sides'. Each
+    side's plan comes from its own processes alone (pooled, their variance between processes would hold
+    the very change the run looks for); both sides of the pair get the larger, so that a pair stays like
+    for like. cfg where a side cannot decide."""
+    plans = [dict(processes.plan(answers, cfg).plan) for answers in per_side]
+    common = sorted(set(plans[0]) & set(plans[1]))
+    return replace(cfg, plan=tuple((v, max(plans[0][v], plans[1][v])) for v in common)) if common else cfg
 
 
 def merge_side(answers: list[dict[str, Any]]) -> Any:
