@@ -107,6 +107,16 @@ def test_what_a_backend_cannot_digest_comes_back_none(framework):
         assert b.digest(b.to_device(RNG.standard_normal(BIG // 8).astype(np.complex64))) is None
 
 
+def test_host_memory_on_a_gpu_machine_is_left_to_the_host_path(monkeypatch):
+    """A device-to-host copy's output is read in place by the host path; a digest would run on the host's
+    cores. (On a machine without a GPU every array is the host's, and the digest runs there.)"""
+    b = backend_or_skip("torch")
+    host = b.to_device(_arrays()["int32"])
+    assert b.digest(host) is not None
+    monkeypatch.setattr(b, "on_gpu", True)
+    assert host.device.type == "cpu" and b.digest(host) is None
+
+
 def test_a_digest_that_fails_is_none_not_an_error(monkeypatch):
     """A digest is a shortcut: one that raises (out of memory on the device) leaves the check to the host."""
     b = backend_or_skip("torch")

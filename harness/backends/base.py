@@ -160,6 +160,8 @@ class Backend(ABC):
         arrays = x if isinstance(x, dict) else {"": x}
         if not arrays or not all(self.is_array(a) for a in arrays.values()):
             return None
+        if self.on_gpu and not all(self._on_device(a) for a in arrays.values()):
+            return None  # host memory (a device-to-host copy's output) is read in place: cheaper than a digest there
         try:
             described = {k: self._describe(a) for k, a in arrays.items()}
             if sum(size for _, _, size in described.values()) < DIGEST_MIN_BYTES:
@@ -168,6 +170,10 @@ class Backend(ABC):
         except Exception:  # noqa: BLE001 - a digest is a shortcut: without one the check compares in full
             return None
         return digest_key(parts)
+
+    def _on_device(self, x: Any) -> bool:
+        """Does the array x live in device memory (not host memory the framework manages)?"""
+        return True
 
     def _describe(self, x: Any) -> tuple[str, tuple[int, ...], int]:
         """(numpy's name of x's dtype, shape, bytes) of the array that _array_to_numpy would return."""

@@ -115,6 +115,9 @@ class JaxBackend(Backend):
             x = x.addressable_data(0)  # one device per process; a view, no program dispatched
         return np.asarray(self.fw.device_get(x))
 
+    def _on_device(self, x: Any) -> bool:
+        return getattr(x.sharding, "memory_kind", None) in (None, "device")  # not pinned_host / unpinned_host
+
     def _describe(self, x: Any) -> tuple[str, tuple[int, ...], int]:
         x = x if x.is_fully_addressable else x.addressable_data(0)  # what _array_to_numpy returns
         return str(x.dtype), tuple(x.shape), int(x.nbytes)

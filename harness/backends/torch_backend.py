@@ -78,6 +78,9 @@ class TorchBackend(Backend):
     def _array_to_numpy(self, x: Any) -> np.ndarray:
         return x.detach().cpu().numpy()
 
+    def _on_device(self, x: Any) -> bool:
+        return x.device.type == "cuda"
+
     def _describe(self, x: Any) -> tuple[str, tuple[int, ...], int]:
         return str(x.dtype).removeprefix("torch."), tuple(x.shape), x.numel() * x.element_size()
 
