@@ -284,3 +284,27 @@ def test_a_default_compare_leaves_out_the_opt_in_scenarios_and_runs_them_when_na
     default = list(default_run(gpu=True))
     assert default == list(DEFAULT_RUN) and not set(default) & set(OPT_IN) and "donation" in default
     assert build_parser().parse_args(["compare", "--scenarios", "cold_start"]).scenarios == ["cold_start"]
+
+
+def test_the_progress_line_names_the_examples_the_equivalence_draws(monkeypatch):
+    """A scenario whose examples start processes caps them (max_examples): the line says the cap, as the
+    result does, not --examples."""
+    import dataclasses
+
+    from harness.run.progress import QuietUI
+    from harness.run.runner import CompareOptions, run_compare
+    from scenarios import _cache, get
+
+    monkeypatch.setitem(_cache, "sync_points", dataclasses.replace(get("sync_points"), max_examples=1))
+    steps: list[str] = []
+
+    class Steps(QuietUI):
+        def step(self, text, *args, **kw):
+            steps.append(text)
+            return super().step(text, *args, **kw)
+
+    opts = CompareOptions(scenarios=["sync_points"], frameworks=["torch"], size="smoke", examples=3, seed=5,
+                          isolation="none")
+    doc = run_compare(opts, Steps())
+    assert doc["scenarios"]["sync_points"]["equivalence"]["examples"] == 1
+    assert any(s.startswith("sync_points · equivalence (1 examples") for s in steps), steps

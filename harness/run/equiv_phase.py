@@ -17,6 +17,12 @@ class _FrameworkLost(RuntimeError):
     pass
 
 
+def examples(scn: Scenario, opts: CompareOptions) -> int:
+    """The examples a scenario's equivalence draws: --examples, at most the scenario's max_examples (those
+    whose every example starts processes)."""
+    return min(opts.examples, scn.max_examples or opts.examples)
+
+
 def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], opts: CompareOptions,
                 stopped: Callable[[], None]) -> dict[str, Any]:
     """Equivalence of the frameworks' checked variants. A framework whose worker is lost (hung, died,
@@ -40,8 +46,7 @@ def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], o
             fw, why = next(iter(lost.items()))
             raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
 
-        examples = min(opts.examples, scn.max_examples or opts.examples)
-        eq = run_equivalence(scn, execute, remaining, examples, seed=opts.seed)
+        eq = run_equivalence(scn, execute, remaining, examples(scn, opts), seed=opts.seed)
         stopped()  # a stop that hypothesis reported as a failure is a stop
         if not lost:
             break

@@ -25,7 +25,7 @@ from harness.run import stops
 from harness.workers import cpus, point_cache, processes
 from harness.backends import backend_class, ceilings_framework
 from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Unavailable, memory_fraction
-from harness.run.equiv_phase import equivalence
+from harness.run.equiv_phase import equivalence, examples
 from harness.check.judging import cross_check, judge_claims
 from harness.report.labels import NAMES
 from harness.measure.machine import host_env
@@ -291,7 +291,7 @@ class Run:
                                                "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool)
                                                else list(v.gpu_only)} for v in scn.variants]}
         if opts.equivalence:
-            ui.step(f"{scn.name} · equivalence ({opts.examples} examples, {', '.join(w.available) or 'none'})")
+            ui.step(f"{scn.name} · equivalence ({examples(scn, opts)} examples, {', '.join(w.available) or 'none'})")
             entry["equivalence"] = eq = equivalence(scn, w.processes[0], w.available, opts, stops.raise_if_stopped)
             if eq["status"] == "failed":
                 ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
