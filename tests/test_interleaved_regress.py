@@ -152,6 +152,39 @@ def test_unknown_rows_get_more_pairs_until_decided():
     assert res.pairs == 3 and "--max-pairs 3" in res.stopped
 
 
+def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
+    """Issue 32 wants the timed share recorded: a side's timing phase is its own requests' round trips
+    (the other side's interleave with them), against the seconds inside its timed repeats."""
+    import time as _time
+
+    from harness.regress.view import render_paired
+
+    host = Host(1.0)
+
+    class Timed(FakeWorker):
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            if op == "time":
+                _time.sleep(0.02)
+                for r in out["rows"]:
+                    r["timing"] |= {"timed_s": 0.002, "phase_s": 0.01, "served_s": 0.02}
+            return out
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Timed(fw, s, host))
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
+    for d in res.docs:
+        ph = d["scenarios"]["sync_points"]["timing_phase"]
+        n = len(d["scenarios"]["sync_points"]["rows"])
+        assert ph["timed_s"] == pytest.approx(0.002 * 2 * n)  # two processes a side
+        assert 0.04 <= ph["wall_s"] < 5 and ph["share"] == pytest.approx(ph["timed_s"] / ph["wall_s"])
+        assert d["timing_phase"]["timed_s"] == pytest.approx(ph["timed_s"])
+    said: list[str] = []
+    render_paired(res, sides, Plan(["sync_points"], "smoke", 1), said.append)
+    line = next(t for t in said if t.startswith("timed share: "))
+    assert "baseline" in line and "candidate" in line and said[-1].startswith("compared")
+
+
 def test_pairs_after_the_first_two_run_the_repeats_where_the_variance_is_the_same_on_both_sides():
     """Kalibera and Jones in an interleaved run: pairs 1-2 run the preset; from pair 3 on, each side's own
     processes decide the repeats (processes.plan), and both sides of a pair run the larger. Here the

@@ -343,11 +343,17 @@ class Schedule:
                             slot = answers.setdefault((scn.name, i, fw), [[], []])[self.sides.index(side)]
                             if slot and "status" in slot[-1]:
                                 continue  # failed on this side: not asked again at this point
+                            t0 = time.perf_counter()
                             try:
-                                slot.append(proc[fw].request("time", scn.name, params, todo[fw], not slot,
-                                                             seed=seed, timeout=self.timeout_s))
+                                got = proc[fw].request("time", scn.name, params, todo[fw], not slot, seed=seed,
+                                                       timeout=self.timeout_s)
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
+                                continue
+                            for row in got.get("rows") or []:  # the round trip: the side's share of the run's time
+                                if isinstance(row.get("timing"), dict):
+                                    row["timing"]["request_s"] = time.perf_counter() - t0
+                            slot.append(got)
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
@@ -587,7 +593,10 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
             for r in rows:
                 r.setdefault("point", i)
                 r.setdefault("label", params.get("label", ""))
-        out[scn.name] = {"title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
+        # the side's timing phase is its own requests' round trips: the other side's interleave with them
+        requests_s = processes.phase(rows, 0.0).get("requests_s", 0.0)
+        out[scn.name] = {"timing_phase": processes.phase(rows, requests_s),
+                         "title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
                          "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
                                        "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool) else list(v.gpu_only)}
                                       for v in scn.variants],
