@@ -151,9 +151,10 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     phases = [d.get("timing_phase") or {} for d in res.docs]
     if res.wall_s > 0 and all(p.get("wall_s") for p in phases):  # what of the run measured something
         timed = sum(p["timed_s"] for p in phases)
+        each = ", ".join(f"{side.name} {100 * p['share']:.0f}% of its requests' {p['wall_s']:.0f} s"
+                         for side, p in zip(sides, phases))
         say(f"timed share: {timed:.1f} s inside timed repeats of the run's {res.wall_s:.0f} s "
-            f"({100 * timed / res.wall_s:.0f}%); " + ", ".join(
-                f"{side.name} {100 * p['share']:.0f}% of its requests' {p['wall_s']:.0f} s" for side, p in zip(sides, phases)))
+            f"({100 * timed / res.wall_s:.0f}%); {each}")
     counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}
     slower = sum(r.slower for r in res.rows)
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
