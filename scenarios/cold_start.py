@@ -88,9 +88,10 @@ SCENARIO = Scenario(
         "those processes."
     ),
     variants=(
-        Variant("cold_cache", "a fresh process with an empty cache folder: import, context, compile, run"),
+        Variant("cold_cache", "a fresh process with an empty cache folder: import, context, compile, run",
+                fresh_process=True),
         Variant("warm_cache", "a fresh process whose cache folder an earlier, untimed process filled with the same "
-                              "program"),
+                              "program", fresh_process=True),
     ),
     params=lambda: S.params(n=st.sampled_from([1, 7, 1000, 4096]), dtype=st.just("float32")),
     sizes={

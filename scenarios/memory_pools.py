@@ -137,10 +137,11 @@ SCENARIO = Scenario(
         Variant("pooled", "the framework's allocator: the freed block stays in its pool for the next cycle"),
         Variant("released", "the same, then the pool's free memory goes back to the driver after every cycle"),
         Variant("fresh_process", "a new process with the framework's default allocator settings: the driver's count "
-                                 "after its first array, after the cycles, after releasing", gpu_only=True),
+                                 "after its first array, after the cycles, after releasing", gpu_only=True,
+                fresh_process=True),
         Variant("beside_jax", "a new process where JAX, with its defaults, makes the first array; then this "
                               f"framework asks for {SECOND_FRACTION:.0%} of the GPU and runs the cycles",
-                gpu_only=True),
+                gpu_only=True, fresh_process=True),
     ),
     params=lambda: S.params(n=S.dims(1, 4096), cycles=st.integers(1, 6)),
     sizes={

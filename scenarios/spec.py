@@ -27,6 +27,9 @@ class Variant:
     runs on the CPU and another's needs CUDA (JAX's loop inside jit vs a CUDA graph).
     ``tolerance``: the variant's own, where it computes at a lower precision on purpose (TF32, bf16
     operands) and the scenario's tolerance would fail it; None: the scenario's.
+    ``fresh_process``: every call starts a new child process that does the work (a cold start): nothing
+    warms between calls, so the harness makes no warm-up call, and no sync census (it would count the
+    wait for the child and cost one more process).
     """
 
     name: str
@@ -34,6 +37,7 @@ class Variant:
     hazard: bool = False
     gpu_only: bool | tuple[str, ...] = False
     tolerance: "Tolerance | None" = None
+    fresh_process: bool = False
 
     def needs_gpu(self, framework: str) -> bool:
         if isinstance(self.gpu_only, tuple):

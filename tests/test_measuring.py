@@ -441,3 +441,34 @@ def test_a_bit_exact_check_that_passes_is_one_comparison_and_one_that_fails_is_s
         assert broken["status"] == "wrong" and broken["check"]["max_rel_err"] > 0 and "error" in passes
     finally:
         point_cache.stop(root)
+
+
+def test_a_variant_whose_calls_are_fresh_processes_gets_no_warm_up_and_no_census(monkeypatch):
+    """cold_start and memory_pools' child variants start a process a call (seconds each): a warm-up call
+    warms nothing and the sync census would count the wait for the child, so neither is made. The same
+    variant as an in-process one gets both."""
+    import dataclasses
+    import importlib
+
+    from harness.measure import timing
+    from harness.workers import handlers
+    from scenarios import _cache, get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    impl = importlib.import_module("impls.sync_points.torch_impl")
+    original, calls = impl.run_on_device, []
+    monkeypatch.setattr(impl, "run_on_device", lambda state: calls.append(1) or original(state))
+    cfg = timing.TimingConfig(warmup=2, min_repeats=3, max_repeats=3, min_time_s=0.0, warmup_s=0.05)
+    scn = get("sync_points")
+    params = scn.params_for_size("smoke") | {"seed": 3}
+    counted = {}
+    for fresh in (False, True):
+        variants = tuple(dataclasses.replace(v, fresh_process=fresh) for v in scn.variants)
+        monkeypatch.setitem(_cache, "sync_points", dataclasses.replace(scn, variants=variants))
+        calls.clear()
+        rows = {r["variant"]: r for r in handlers.time_point("torch", "sync_points", params, cfg, True,
+                                                             progress=lambda _t: None)["rows"]}
+        counted[fresh] = (len(calls), "host_syncs" in rows["on_device"])
+    assert counted[True] == (1 + 3, False)  # the first call and the repeats
+    assert counted[False][0] >= 1 + 2 + 3 + 1 and counted[False][1]  # warm-up calls and the census too

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -189,9 +190,12 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
             from_outputs.update(known["metrics"])
         return known["err"], known["verdict"], got
 
-    m = measure(lambda: fn(state), b, cfg.for_variant(v.name), before=poison, check=check, check_every=v.hazard,
+    vcfg = cfg.for_variant(v.name)
+    if v.fresh_process:  # every call a new child: nothing to warm (spec.Variant)
+        vcfg = replace(vcfg, warmup=0, warmup_s=0.0)
+    m = measure(lambda: fn(state), b, vcfg, before=poison, check=check, check_every=v.hazard,
                 agree=agree, calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
-    syncs = _count_syncs(b, fn, state, poison) if census else None
+    syncs = _count_syncs(b, fn, state, poison) if census and not v.fresh_process else None
     state = None  # release device memory before the next variant
     b.free_memory()
     timing = Timing.from_dict(m.to_dict())
