@@ -189,31 +189,40 @@ def test_pairs_after_the_first_two_run_the_repeats_where_the_variance_is_the_sam
     """Kalibera and Jones in an interleaved run: pairs 1-2 run the preset; from pair 3 on, each side's own
     processes decide the repeats (processes.plan), and both sides of a pair run the larger. Here the
     processes differ far more than their repeats (the host of a shared VM): few repeats a process."""
-    host = Host(1.0)
-    seen: list[tuple[int, str, tuple]] = []
+    from harness.measure.timing import preset
 
-    class Costed(FakeWorker):
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            if op != "time":
+    def run(spread: dict[str, float]) -> list[tuple]:
+        """The plans requested, in order, where each side's processes differ by spread[side] (log sd)."""
+        host = Host(1.0)
+        seen: list[tuple] = []
+
+        class Costed(FakeWorker):
+            def request(self, op, *args, **kw):
+                out = super().request(op, *args, **kw)
+                if op != "time":
+                    return out
+                seen.append(args[2].plan)
+                shift = np.random.default_rng(1000 + host.t).normal(0, spread[self.side.name])  # the process's level
+                for r in out["rows"]:
+                    t = r["timing"]
+                    t["samples"]["device_done"] = [x * math.exp(shift) for x in t["samples"]["device_done"]]
+                    t["repeats_s"], t["phase_s"] = 0.02, 2.0  # a repeat costs 1 ms, a process's row 2 s
                 return out
-            cfg = args[2]
-            seen.append((host.t, self.side.name, cfg.plan))
-            shift = np.random.default_rng(1000 + host.t).normal(0, 0.2)  # each process its own level
-            for r in out["rows"]:
-                t = r["timing"]
-                t["samples"]["device_done"] = [x * math.exp(shift) for x in t["samples"]["device_done"]]
-                t["repeats_s"], t["phase_s"] = 0.02, 2.0  # a repeat costs 1 ms, a process's row 2 s
-            return out
 
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Costed(fw, s, host))
-    interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=4))
-    plans = [p for _, _, p in seen]
+        sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+        sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Costed(fw, s, host))
+        interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=4))
+        return seen
+
+    plans = run({"baseline": 0.2, "candidate": 0.2})
     assert plans[:4] == [()] * 4  # pairs 1 and 2: the preset
     later = plans[4:]
     assert later and all(later[0] == p for p in later[:2]) and all(later[2] == p for p in later[2:])
     assert later[0] and all(5 <= n < 20 for _, n in later[0]), later  # fewer than the 20 the preset ran
+    # the candidate's processes agree (its own plan: every repeat the preset allows), the baseline's do not
+    # (its own: few): both sides of pairs 3 and 4 run the larger
+    most = preset("smoke").max_repeats
+    assert all(p and all(n == most for _, n in p) for p in run({"baseline": 0.3, "candidate": 0.0})[4:])
     # the larger of the sides: a side whose processes agree (no variance between them) keeps the most
     per_side = [[{"rows": [{"variant": "v", "timing": {"samples": {"device_done": [1.0, 1.1] * 10},
                                                             "repeats_s": 0.02, "phase_s": 2.0}}], "sample": None}] * 2,

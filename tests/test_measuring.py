@@ -472,3 +472,75 @@ def test_a_variant_whose_calls_are_fresh_processes_gets_no_warm_up_and_no_census
         counted[fresh] = (len(calls), "host_syncs" in rows["on_device"])
     assert counted[True] == (1 + 3, False)  # the first call and the repeats
     assert counted[False][0] >= 1 + 2 + 3 + 1 and counted[False][1]  # warm-up calls and the census too
+
+
+def test_a_verdict_against_a_framework_own_baseline_is_never_shared(monkeypatch):
+    """Where a point has no reference, later variants are judged against the process's own baseline
+    outputs, which may differ between processes: their verdicts stay in the process. Here the second
+    process's baseline is one element off and its on_device outputs are the first process's bytes: they
+    are compared again (and differ from that baseline), not given the first process's verdict."""
+    import dataclasses
+
+    from harness.backends import base
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
+    from scenarios import _cache, get
+    from tests.conftest import backend_or_skip
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setitem(_cache, "sync_points", dataclasses.replace(get("sync_points"), cheap_reference=lambda p: False))
+    params = get("sync_points").params_for_size("smoke") | {"seed": 3}
+    cfg = timing.TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)
+    root = point_cache.start()
+    try:
+        def one_process():
+            return {r["variant"]: r for r in handlers.time_scenario("torch", "sync_points", params, cfg,
+                                                                    progress=lambda _t: None)}
+
+        first = one_process()
+        assert first["on_device"]["check"]["against"] == "baseline" and first["on_device"]["status"] == "ok"
+        _break_one_element(monkeypatch, "sync_points", "torch", "item_each_step", 1.0, on_device=True)
+        second = one_process()
+        assert second["on_device"]["status"] == "wrong", second["on_device"]["check"]
+    finally:
+        point_cache.stop(root)
+
+
+def test_a_first_check_recomputes_output_metrics_that_a_remembered_verdict_lacks(monkeypatch):
+    """A verdict remembered by a later repeat's check carries no output metrics; a process whose first
+    outputs are those bytes still reports them (matmul_precision's errors against float64)."""
+    import glob
+    import json
+
+    from harness.backends import base
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    params = get("matmul_precision").params_for_size("smoke") | {"seed": 2}
+    cfg = timing.TimingConfig(warmup=0, min_repeats=2, max_repeats=2, min_time_s=0.0)
+    root = point_cache.start()
+    try:
+        def metrics():
+            out = handlers.time_point("torch", "matmul_precision", params, cfg, False, progress=lambda _t: None)
+            return {r["variant"]: r["timing"]["metrics"] for r in out["rows"] if r["status"] == "ok"}
+
+        before = metrics()
+        assert before and all("err_median" in m for m in before.values()), before
+        stored = glob.glob(f"{root}/verdicts-*/*.json")
+        assert stored
+        for path in stored:  # as a later repeat's check would have left them
+            with open(path) as f:
+                known = json.load(f)
+            known.pop("metrics", None)
+            with open(path, "w") as f:
+                json.dump(known, f)
+        assert metrics() == before
+    finally:
+        point_cache.stop(root)

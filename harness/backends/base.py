@@ -154,7 +154,7 @@ class Backend(ABC):
 
     def digest(self, x: Any) -> str | None:
         """The key of outputs (an array or a dict of them) computed on their device: their names, dtypes,
-        shapes and bytes (harness/backends/digest.py); two integers per array cross to the host. None where
+        shapes and bytes (harness/backends/digest.py); a few integers cross to the host, not the bytes. None where
         the outputs are anything else, smaller than its MIN_BYTES in all, of a dtype this framework cannot
         view as words, or where the digest fails (out of memory): the caller then copies and compares."""
         arrays = x if isinstance(x, dict) else {"": x}

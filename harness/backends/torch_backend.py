@@ -95,13 +95,15 @@ class TorchBackend(Backend):
         if size % 4 and size not in (1, 2):
             raise ValueError(f"no words for an item of {size} bytes")
         words = flat.view({1: torch.uint8, 2: torch.int16}.get(size, torch.int32))
+        if words.numel() >= 1 << 31:  # (i + 1) * m below stays under 2^63 up to here (8 GiB of words)
+            raise ValueError("no digest past 2^31 words")
         low = (1 << (8 * min(size, 4))) - 1  # a view's sign extension, masked off
         sums = [torch.zeros((), dtype=torch.int64, device=flat.device) for _ in digest.MULTIPLIERS]
         for start in range(0, words.numel(), digest.CHUNK):
             w = words[start:start + digest.CHUNK].to(torch.int64) & low
             i1 = torch.arange(start + 1, start + 1 + w.numel(), dtype=torch.int64, device=flat.device)
             for n, m in enumerate(digest.MULTIPLIERS):
-                sums[n] += _fmix32(w ^ ((i1 * m) & digest.MASK)).sum()  # (i + 1) * m < 2^63
+                sums[n] = (sums[n] + _fmix32(w ^ ((i1 * m) & digest.MASK)).sum()) & digest.MASK  # a chunk's < 2^56
         return tuple(int(s.item()) & digest.MASK for s in sums)
 
     def synchronize(self, outputs: Any = None) -> None:

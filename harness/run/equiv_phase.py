@@ -18,8 +18,8 @@ class _FrameworkLost(RuntimeError):
 
 
 def examples(scn: Scenario, opts: CompareOptions) -> int:
-    """The examples a scenario's equivalence draws: --examples, at most the scenario's max_examples (those
-    whose every example starts processes)."""
+    """The most examples a scenario's equivalence draws (hypothesis may draw fewer): --examples, at most the
+    scenario's max_examples (those whose every example starts processes)."""
     return min(opts.examples, scn.max_examples or opts.examples)
 
 

@@ -350,9 +350,10 @@ class Schedule:
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
                                 continue
-                            for row in got.get("rows") or []:  # the round trip: the side's share of the run's time
+                            took = time.perf_counter() - t0  # the round trip: the side's share of the run's time
+                            for row in got.get("rows") or []:
                                 if isinstance(row.get("timing"), dict):
-                                    row["timing"]["request_s"] = time.perf_counter() - t0
+                                    row["timing"]["request_s"] = took
                             slot.append(got)
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:

@@ -125,7 +125,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
                   agree: Callable[[str | None], str | None] | None = None,
                   want_is_reference: bool = False) -> tuple[Row, Arrays | None]:
     """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs where
-    there was nothing to check them against, else None: a device digest spares the host copy). The
+    the check copied them, as it always does where there is nothing to check them against, else None: a
+    device digest spared the copy). The
     scenario's output_metrics, where it has them, are computed untimed from the first checked outputs
     when ``want`` is the float64 reference."""
     t_variant = time.perf_counter()
