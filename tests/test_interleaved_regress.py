@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -456,10 +457,15 @@ def test_one_commit_against_itself_torch_and_jax(tmp_path):
     backend_or_skip("torch")
     backend_or_skip("jax")
     r = _regress("--baseline-tree", str(ROOT), "--scenarios", "launch_overhead", "--frameworks", "torch,jax",
-                 "--size", "smoke", "--seed", "3", "--pairs", "2", "--max-pairs", "2", "--fdr", "0.01", "--quiet",
+                 "--size", "smoke", "--seed", "3", "--pairs", "2", "--max-pairs", "2", "--fdr", "0.01",
                  "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "\ndifferent" not in r.stdout and "0 different (0 slower)" in r.stdout.splitlines()[-1], r.stdout
+    assert "timed share: " in r.stdout
+    # progress on stderr, each line with the seconds since the start: where the run's time went
+    steps = [line for line in r.stderr.splitlines() if re.match(r"  \[ *\d+\.\ds\] ", line)]
+    assert "starting the workers of 2 pairs" in steps[0] and "closing the workers" in steps[-1], r.stderr[-3000:]
+    assert any("launch_overhead · 0 · pair 2 · candidate · jax" in line for line in steps)
     docs = sorted((load(p) for p in tmp_path.glob("*.json")), key=lambda d: d["interleaved"]["side"])
     assert [d["interleaved"]["side"] for d in docs] == ["baseline", "candidate"]
     assert all(len(r["timing"]["processes"]) == 2 for d in docs for r in d["scenarios"]["launch_overhead"]["rows"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from typing import Any
 
 from harness.backends import FRAMEWORKS
@@ -206,7 +207,12 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                     py = getattr(a, f"{name}_python")
                     python = check_python(py) if py else sys.executable
                     sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
-                log = (lambda _t: None) if a.quiet else (lambda t: print(f"  {t}", file=sys.stderr, flush=True))
+                t_start = time.perf_counter()  # each line says when: where a run's time goes, as compare's do
+
+                def log(text: str) -> None:
+                    if not a.quiet:
+                        print(f"  [{time.perf_counter() - t_start:6.1f}s] {text}", file=sys.stderr, flush=True)
+
                 schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
                 plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
                             a.clock)

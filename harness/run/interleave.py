@@ -321,6 +321,7 @@ class Schedule:
                 continue
             rank_procs, fws_run = None, running
             if getattr(scn, "ranks", False):  # each pair's rank groups, started at the first rank scenario
+                self.log(f"{scn.name} · starting the rank groups of {len(pairs)} pair(s)")
                 with ThreadPoolExecutor(len(pairs)) as ex:  # every pair's groups start side by side
                     got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.processes, running, {}), pairs))
                 rank_procs = [g.processes for g in got]
@@ -441,6 +442,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     points = {s.name: s.points(plan.size) for s in scns}  # the seed is the requests' own (harness/workers/protocol.py)
     cfg = plan.cfg or preset(plan.size)
     answers: Answers = {}
+    schedule.log(f"starting the workers of {plan.pairs} pairs")
     pairs, env = schedule.start_pairs(list(range(plan.pairs)))
     machine: list[dict[str, Any]] = [{}, {}]
     running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
@@ -448,6 +450,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
                                     stop=spent)
     finally:
+        schedule.log("closing the workers")
         schedule.close(pairs)
     # by framework: one that did not start on a side was never to be timed, and keeps its own reason
     not_timed = {(name, i, fw): f"not timed: {budget} before this point" for name, i in left for fw in running}
