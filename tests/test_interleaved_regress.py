@@ -155,17 +155,21 @@ def test_unknown_rows_get_more_pairs_until_decided():
 
 def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
     """Issue 32 wants the timed share recorded: a side's timing phase is its own requests' round trips
-    (the other side's interleave with them), against the seconds inside its timed repeats."""
+    (the other side's interleave with them), against the seconds inside its timed repeats. And no process
+    spends time on anything but timing."""
     import time as _time
 
     from harness.regress.view import render_paired
 
     host = Host(1.0)
 
+    firsts: list[bool] = []
+
     class Timed(FakeWorker):
         def request(self, op, *args, **kw):
             out = super().request(op, *args, **kw)
             if op == "time":
+                firsts.append(args[3])
                 _time.sleep(0.02)
                 for r in out["rows"]:
                     r["timing"] |= {"timed_s": 0.002, "phase_s": 0.01, "served_s": 0.02}
@@ -180,6 +184,8 @@ def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
         assert ph["timed_s"] == pytest.approx(0.002 * 2 * n)  # two processes a side
         assert 0.04 <= ph["wall_s"] < 5 and ph["share"] == pytest.approx(ph["timed_s"] / ph["wall_s"])
         assert d["timing_phase"]["timed_s"] == pytest.approx(ph["timed_s"])
+    # no process is a row's "first" (sync census, timeline, profile): every one only times
+    assert firsts == [False] * 4
     said: list[str] = []
     render_paired(res, sides, Plan(["sync_points"], "smoke", 1), said.append)
     line = next(t for t in said if t.startswith("timed share: "))

@@ -346,7 +346,9 @@ class Schedule:
                                 continue  # failed on this side: not asked again at this point
                             t0 = time.perf_counter()
                             try:
-                                got = proc[fw].request("time", scn.name, params, todo[fw], not slot, seed=seed,
+                                # first=False in every process: no sync census, timeline or profile run (an
+                                # interleaved run times, it does not re-prove), and no process unlike the others
+                                got = proc[fw].request("time", scn.name, params, todo[fw], False, seed=seed,
                                                        timeout=self.timeout_s)
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
