@@ -20,6 +20,7 @@ ends the first pairs, between points, so that a run inside a time-limited call e
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import shutil
@@ -371,6 +372,16 @@ class Schedule:
             list(ex.map(lambda w: w.close(grace), every))
 
 
+ADDED = 2  # pairs added at a look: an A-B and a B-A pair, so that a drift linear over them cancels in each step
+
+
+def looks(pairs: int, max_pairs: int) -> int:
+    """How many times a run may judge its rows: after the first pairs, then after every ADDED more up to
+    max_pairs. Fewer looks split the false-discovery rate less (Bonferroni), which is the other reason
+    to add pairs two at a time."""
+    return 1 + math.ceil(max(max_pairs - pairs, 0) / ADDED)
+
+
 def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
     """The timing config of a pair after the first processes.PLAN_AFTER at a point: per variant the repeats
     Kalibera and Jones' rule gives (harness/workers/processes.py plan), the larger of the two sides'. Each
@@ -466,7 +477,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                             f"{budget} before {cut} of its {n} points were timed (their rows are skipped)"})
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
     # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
-    fdr = plan.fdr / (max(plan.max_pairs, plan.pairs) - plan.pairs + 1)
+    fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
     rows, nc = _rows(answers, scns, points, plan.clock)
     judge_pairs(rows, plan.threshold, plan.confidence, fdr)
     k, stopped = plan.pairs, (f"{budget}; {len(left)} point(s) not timed" if left else "")
@@ -480,14 +491,16 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         if spent():
             stopped = budget
             break
-        schedule.log(f"pair {k + 1}: {len(open_points)} point(s) with unknown rows")
-        more, _ = schedule.start_pairs([k])
+        ks = list(range(k, min(k + ADDED, plan.max_pairs)))
+        schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}: "
+                     f"{len(open_points)} point(s) with unknown rows")
+        more, _ = schedule.start_pairs(ks)
         try:
             schedule.time_points(more, scns, points, lambda s, i: (s, i) in open_points, running, cfg, answers,
                                  plan.seed, stop=spent)
         finally:
             schedule.close(more)
-        k += 1
+        k += len(ks)
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, plan.confidence, fdr)
     docs = [_document(side, [s for s in scns if s.name not in left_out], points, answers, env[side.name], machine[j],

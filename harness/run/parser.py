@@ -245,7 +245,8 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     both.add_argument("--pairs", type=_bounded_int(2, 64, "--pairs"), default=4,
                       help="process pairs every row gets first (default 4)")
     both.add_argument("--max-pairs", type=_bounded_int(2, 256, "--max-pairs"), default=12,
-                      help="pairs at most: rows whose verdict is unknown get one more pair at a time (default 12)")
+                      help="pairs at most: rows whose verdict is unknown get two more pairs at a time, A-B and "
+                           "B-A (default 12)")
     both.add_argument("--budget", type=_seconds("--budget"), default=None,
                       help="seconds after which no new point or pair starts (default: none; --max-pairs bounds the "
                            "run); a point started runs through all its pairs; points not reached are listed as not "
