@@ -154,9 +154,10 @@ class Backend(ABC):
 
     def digest(self, x: Any) -> str | None:
         """The key of outputs (an array or a dict of them) computed on their device: their names, dtypes,
-        shapes and bytes (harness/backends/digest.py); a few integers cross to the host, not the bytes. None where
-        the outputs are anything else, smaller than its MIN_BYTES in all, of a dtype this framework cannot
-        view as words, or where the digest fails (out of memory): the caller then copies and compares."""
+        shapes and bytes (harness/backends/digest.py); a few integers cross to the host, not the bytes.
+        None where the outputs are anything else, smaller than its MIN_BYTES in all, in host memory on a GPU
+        machine, of a dtype this framework cannot view as words, or where the digest fails (out of memory):
+        the caller then copies and compares."""
         arrays = x if isinstance(x, dict) else {"": x}
         if not arrays or not all(self.is_array(a) for a in arrays.values()):
             return None
