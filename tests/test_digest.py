@@ -154,3 +154,16 @@ def test_on_the_gpu_every_backend_computes_the_definition(monkeypatch, framework
 
             host = b.fw.device_put(x, SingleDeviceSharding(b.device, memory_kind="pinned_host"))
         assert b.on_gpu and b.digest(x) is not None and b.digest(host) is None
+
+
+def test_a_backend_without_a_device_digest_takes_none(monkeypatch):
+    """The base class's lanes are the definition on a host copy; a backend that has only those takes no
+    digest, since the host copy is what a digest is for sparing."""
+    from harness.backends.base import Backend
+
+    b = backend_or_skip("torch")
+    a = _arrays()["int32"]
+    assert Backend._array_lanes(b, b.to_device(a)) == digest.lanes(digest.words(a))
+    assert b.digest(b.to_device(a)) is not None
+    monkeypatch.setattr(b, "device_digest", False)
+    assert b.digest(b.to_device(a)) is None

@@ -16,6 +16,8 @@ import numpy as np
 
 from harness.backends.digest import MIN_BYTES as DIGEST_MIN_BYTES
 from harness.backends.digest import key as digest_key
+from harness.backends.digest import lanes as digest_lanes
+from harness.backends.digest import words as digest_words
 
 
 class Unavailable(RuntimeError):
@@ -159,7 +161,7 @@ class Backend(ABC):
         machine, of a dtype this framework cannot view as words, or where the digest fails (out of memory):
         the caller then copies and compares."""
         arrays = x if isinstance(x, dict) else {"": x}
-        if not arrays or not all(self.is_array(a) for a in arrays.values()):
+        if not self.device_digest or not arrays or not all(self.is_array(a) for a in arrays.values()):
             return None
         if self.on_gpu and not all(self._on_device(a) for a in arrays.values()):
             return None  # host memory (a device-to-host copy's output) is read in place: cheaper than a digest there
@@ -180,10 +182,14 @@ class Backend(ABC):
         """(numpy's name of x's dtype, shape, bytes) of the array that _array_to_numpy would return."""
         return str(x.dtype), tuple(x.shape), int(x.nbytes)
 
+    # Whether _array_lanes runs on the array's device: a backend without its own (the default below
+    # copies to the host) takes no digest at all, since the copy it would spare is the one it makes.
+    device_digest = False
+
     def _array_lanes(self, x: Any) -> tuple[int, ...]:
-        """harness/backends/digest.py lanes() of x's words, computed on x's device; raises where this
-        framework has none."""
-        raise NotImplementedError(f"{self.name} computes no digest on its device")
+        """harness/backends/digest.py lanes() of x's words. This default is the definition on a host copy;
+        a backend with device_digest computes them on x's device."""
+        return digest_lanes(digest_words(self._array_to_numpy(x)))
 
     # -- waiting ----------------------------------------------------------------------------------
     @abstractmethod

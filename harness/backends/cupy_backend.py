@@ -77,6 +77,8 @@ class CupyBackend(Backend):
     def _array_to_numpy(self, x: Any) -> np.ndarray:
         return self.fw.asnumpy(x)  # blocking by default
 
+    device_digest = True  # _array_lanes below runs on the device
+
     def _array_lanes(self, x: Any) -> tuple[int, ...]:
         # uint32 arithmetic wraps (unsigned: defined in C++), sums in uint64 without overflow; kernels on
         # the current stream, after the call's synchronize

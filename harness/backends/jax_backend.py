@@ -115,6 +115,8 @@ class JaxBackend(Backend):
             x = x.addressable_data(0)  # one device per process; a view, no program dispatched
         return np.asarray(self.fw.device_get(x))
 
+    device_digest = True  # _array_lanes below runs on the device
+
     def _on_device(self, x: Any) -> bool:
         return getattr(x.sharding, "memory_kind", None) in (None, "device")  # not pinned_host / unpinned_host
 

@@ -78,6 +78,8 @@ class TorchBackend(Backend):
     def _array_to_numpy(self, x: Any) -> np.ndarray:
         return x.detach().cpu().numpy()
 
+    device_digest = True  # _array_lanes below runs on the device
+
     def _on_device(self, x: Any) -> bool:
         return x.device.type == "cuda"
 
