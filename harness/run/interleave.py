@@ -354,11 +354,7 @@ class Schedule:
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
                                 continue
-                            took = time.perf_counter() - t0  # the round trip: the side's share of the run's time
-                            for row in got.get("rows") or []:
-                                if isinstance(row.get("timing"), dict):
-                                    row["timing"]["request_s"] = took
-                            slot.append(got)
+                            slot.append(processes.round_trip(got, time.perf_counter() - t0))
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
@@ -612,9 +608,7 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
             for r in rows:
                 r.setdefault("point", i)
                 r.setdefault("label", params.get("label", ""))
-        # the side's timing phase is its own requests' round trips: the other side's interleave with them
-        requests_s = processes.phase(rows, 0.0).get("requests_s", 0.0)
-        out[scn.name] = {"timing_phase": processes.phase(rows, requests_s),
+        out[scn.name] = {"timing_phase": processes.phase(rows, None),  # the side's own requests' round trips
                          "title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
                          "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
                                        "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool) else list(v.gpu_only)}

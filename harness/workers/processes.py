@@ -68,11 +68,17 @@ def time_point(processes: Processes, frameworks: list[str], scn: Scenario, param
             except (WorkerLost, WorkerError) as e:  # timeout / crashed; error / oom
                 got[fw].append({"status": e.status, "reason": str(e)})
                 continue
-            took = time.perf_counter() - t0  # the request's round trip, messages included
-            for row in got[fw][-1].get("rows") or []:
-                if isinstance(row.get("timing"), dict):
-                    row["timing"]["request_s"] = took
+            round_trip(got[fw][-1], time.perf_counter() - t0)
     return got
+
+
+def round_trip(answer: Timed, seconds: float) -> Timed:
+    """answer with its request's round trip (messages included) as every timed row's request_s: what the
+    run's timing phase is made of (phase)."""
+    for row in answer.get("rows") or []:
+        if isinstance(row.get("timing"), dict):
+            row["timing"]["request_s"] = seconds
+    return answer
 
 
 def repeats_where_the_variance_is(procs: list[tuple[list[float], float, float]], lo: int, hi: int) -> int | None:
@@ -179,24 +185,28 @@ def pool_timing(timings: list[Timing]) -> Timing:
         stopped=None)
 
 
-def phase(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
     """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
     trace included) and the seconds inside timed repeats, all processes together: the share of the
     phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
     went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
-    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included)."""
+    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included).
+    wall_s None: the requests' round trips are the wall time (an interleaved run's side, whose requests
+    the other side's interleave with)."""
     timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
     timed = sum(t.get("timed_s", 0.0) for t in timings)
-    out = {"wall_s": wall_s, "timed_s": timed, "share": timed / wall_s if wall_s > 0 else None,
-           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
     requests: dict[tuple[Any, ...], tuple[float, float]] = {}  # one per framework, point and process
     for r in rows:
         t = r["timing"] if isinstance(r.get("timing"), dict) else {}
         for i, p in enumerate(t.get("processes") or []):
             if "request_s" in p and "served_s" in p:
                 requests[(r.get("framework"), r.get("point", 0), i)] = (p["request_s"], p["served_s"])
+    requests_s = sum(q for q, _ in requests.values())
+    wall = requests_s if wall_s is None else wall_s
+    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
+           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
     if requests:
-        out["requests_s"] = sum(q for q, _ in requests.values())
+        out["requests_s"] = requests_s
         out["served_s"] = sum(s for _, s in requests.values())
     return out
 
