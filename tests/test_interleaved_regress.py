@@ -398,6 +398,19 @@ def test_a_host_paced_row_on_a_slower_host_is_unknown_not_a_regression():
     assert r.verdict == "unknown" and "host speed changed (6.8 ms → 13.3 ms" in r.host and "not measurable" in r.host
 
 
+def test_an_unmeasured_row_follows_the_host_as_far_as_a_measured_row_was_seen_to_and_no_further():
+    """A host 1.96x slower (6.8 → 13.3 ms) and a row whose sensitivity cannot be fitted: a 2.4x move
+    (more than in step, less than at env.ELASTICITY_MAX, 2.7x) is unknown; a 3.5x move is a regression
+    the host cannot explain."""
+    fast, slow = [6.8e-3] * 3, [13.3e-3] * 3
+    base = _row("async", [1e-3] * 3, fast)
+    got = {}
+    for moved in (2.4, 3.5):
+        (got[moved],) = regress(doc([base]), doc([_row("async", [moved * 1e-3] * 3, slow, seed=1)])).rows
+    assert got[2.4].verdict == "unknown" and "not measurable" in got[2.4].host, got[2.4]
+    assert got[3.5].verdict == "regression" and not got[3.5].host, got[3.5]
+
+
 def test_host_loops_that_jitter_within_a_run_do_not_hide_a_host_change_between_runs():
     """A few % of jitter in each run's host loops fits a slope near 0; it says nothing of a host twice as
     slow in the other run, so the row still follows the host there."""
@@ -458,8 +471,8 @@ def test_in_files_without_the_rows_loops_the_start_up_calibration_shows_the_host
     """The committed runs of 2026-12-03 afternoon recorded the host's loop only at each process's start:
     6.5 and 13.1 ms there. A row 1.5x faster in the candidate is then unknown (it may have met either
     speed, and its sensitivity cannot be measured), the start-up loop named as standing in for the row's;
-    a 3x change is beyond it."""
-    base = [_row("async", [1e-3] * 2, []), _row("sync_each", [3e-3] * 2, [], seed=2)]
+    a 4x change is beyond it (2.0x at env.ELASTICITY_MAX: 2.9x)."""
+    base = [_row("async", [1e-3] * 2, []), _row("sync_each", [4e-3] * 2, [], seed=2)]
     cand = [_row("async", [0.66e-3] * 2, [], seed=1), _row("sync_each", [1e-3] * 2, [], seed=3)]
     r = regress(_calibrated(doc(base), [13.1e-3, 13.0e-3]), _calibrated(doc(cand), [6.5e-3, 13.1e-3]))
     got = {x.variant: x for x in r.rows}

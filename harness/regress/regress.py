@@ -17,11 +17,12 @@ timing    r = candidate median / baseline median on one clock (device_done by de
           a change that the host can explain is unknown, never a regression or an improvement: the
           interval divided by the largest factor the host can put on the row in the change's
           direction (the row's processes' loop change, or the host's two speeds where it ran at two
-          within a run, raised to the row's sensitivity: fitted from its processes, else 1;
-          harness/regress/env.py HostEffect) no longer shows the change. Older files (rows without
-          the loop): where the two hosts' calibrations differ beyond their noise, host-bound rows are
-          judged on r / host factor; else, where the host ran at two speeds, each such file's start-up
-          loops (their median) stand in for the row's own (env.stand_in) and the row follows the host.
+          within a run, raised to the row's sensitivity: fitted from its processes, else (and at most)
+          the bound env.ELASTICITY_MAX; harness/regress/env.py HostEffect) no longer shows the
+          change. Older files (rows without the loop): where the two hosts' calibrations differ
+          beyond their noise, host-bound rows are judged on r / host factor; else, where the host ran
+          at two speeds, each such file's start-up loops (their median) stand in for the row's own
+          (env.stand_in) and the row follows the host.
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
