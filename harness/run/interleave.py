@@ -15,7 +15,9 @@ in the mean over pairs, and what the host did during a pair hits both of its pro
 per-process figure is the process's median of its repeats; the paired test is on the log ratios of
 the pairs (harness/regress/regress.py judge_pairs). Rows whose verdict is unknown get more pairs (fresh
 processes, the same A-B / B-A alternation) until decided, --max-pairs or the time budget. The budget also
-ends the first pairs, between points, so that a run inside a time-limited call ends and writes its files.
+ends the first pairs, between points, so that a run inside a time-limited call ends and writes its files:
+the first pairs time every point two pairs at a time, so that a budget too small for all of them leaves
+the later pairs short at some points (their rows judged on fewer pairs), not points untimed.
 """
 from __future__ import annotations
 
@@ -408,6 +410,7 @@ class Outcome:
     stopped: str  # why more pairs were not run ("" where every row was decided)
     lost: list[tuple[str, str]] = field(default_factory=list)  # started on the baseline, not on the candidate: why
     not_timed: int = 0  # points the time budget left untimed (harness/run/interleave.py Schedule.time_points)
+    short: int = 0  # points the time budget left with fewer than the first pairs (timed and judged on fewer)
 
 
 @dataclass
@@ -455,9 +458,19 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     pairs, env = schedule.start_pairs(list(range(plan.pairs)))
     machine: list[dict[str, Any]] = [{}, {}]
     running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
+    short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
     try:
-        left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
+        # ADDED pairs at a time over every point: a budget that cannot afford every first pair leaves the
+        # later ones short, not points untimed (the running pairs' workers stay up between the stages)
+        stages = [pairs[i:i + ADDED] for i in range(0, len(pairs), ADDED)]
+        left = schedule.time_points(stages[0], scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
                                     stop=spent)
+        for stage in stages[1:]:
+            if left or short:
+                break
+            schedule.log(f"pairs {stage[0].k + 1}-{stage[-1].k + 1} over every point")
+            short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
+                                         stop=spent)
     finally:
         schedule.log("closing the workers")
         schedule.close(pairs)
@@ -476,8 +489,9 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
     rows, nc = _rows(answers, scns, points, plan.clock)
     judge_pairs(rows, plan.threshold, plan.confidence, fdr)
-    k, stopped = plan.pairs, (f"{budget}; {len(left)} point(s) not timed" if left else "")
-    while not left:
+    k, stopped = plan.pairs, (f"{budget}; {len(left)} point(s) not timed" if left else
+                              f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else "")
+    while not left and not short:
         open_points = {(r.scenario, r.point) for r in rows if r.verdict == "unknown"}
         if not open_points:
             break
@@ -509,7 +523,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
             if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
     return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
-                   len(left))
+                   len(left), len(short))
 
 
 def _now() -> Any:
