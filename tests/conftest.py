@@ -138,6 +138,32 @@ def backend_or_skip(fw: str) -> backends.Backend:
     return b
 
 
+class VirtualClock:
+    """time.perf_counter and time.sleep on one virtual clock: each read advances it 1 us, a sleep by its
+    length. A test of how the harness spends time then measures its rule, not how a loaded CI host
+    schedules sleeps (CI's 2 cores stretched a 10 ms sleep to 19 ms and failed a ratio)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def perf_counter(self) -> float:
+        self.t += 1e-6
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.0)
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    import time
+
+    clock = VirtualClock()
+    monkeypatch.setattr(time, "perf_counter", clock.perf_counter)  # what harness.backends.base.wall reads
+    monkeypatch.setattr(time, "sleep", clock.sleep)
+    return clock
+
+
 def gpu_backend_or_skip(fw: str) -> backends.Backend:
     b = backend_or_skip(fw)
     if not b.on_gpu:

@@ -31,36 +31,21 @@ def test_the_slow_fault_parses_and_names_a_variant():
             faults.parse(bad)
 
 
-class _Clock:
-    """time.perf_counter on a virtual clock: each read advances it 1 us, a device's work by its length;
-    so the test measures the planted share, not a loaded CI host's scheduling."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        self.t += 1e-6
-        return self.t
-
-
 class _Device:
     """A backend whose every call's work takes 10 ms to finish (synchronize(outputs) waits it out)."""
-
-    def __init__(self, clock: _Clock) -> None:
-        self.clock = clock
 
     def load(self):
         return self
 
     def synchronize(self, outputs=None):
         if outputs is not None:
-            self.clock.t += 0.01
+            time.sleep(0.01)
 
     def event_timer(self):
         return None
 
 
-def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(monkeypatch):
+def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(monkeypatch, virtual_clock):
     """Wrapped around a worker's handler (as a child's serve loop does), slow50 makes that one
     variant's device_done half as long again, inside measure's timed region; host_return, the other
     variant and the impl and backend after the request are untouched."""
@@ -71,9 +56,7 @@ def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(m
     from harness.workers.protocol import Request
     from harness.measure.timing import TimingConfig, measure
 
-    clock = _Clock()
-    monkeypatch.setattr(time, "perf_counter", clock)  # read by measure (backends.base.wall) and the plant
-    device = _Device(clock)
+    device = _Device()
     impl = SimpleNamespace(run_on_device=lambda _s, y=1: {"y": y},  # a sibling calls it with an argument
                            run_item_each_step=lambda s: impl.run_on_device(s, 2))
     originals = dict(vars(impl))

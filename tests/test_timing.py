@@ -11,6 +11,10 @@ from harness.measure.metrics import emit
 from harness.measure.timing import Stats, TimingConfig, measure
 
 
+# Every test here on a virtual clock (tests/conftest.py): sleeps and busy-waits advance it, not the host.
+pytestmark = pytest.mark.usefixtures("virtual_clock")
+
+
 class FakeAsyncBackend(Backend):
     """A 'device' that finishes `latency` seconds after the call returned."""
 
