@@ -41,6 +41,24 @@ def test_measure_records_the_seconds_inside_timed_repeats_apart_from_untimed_wor
         "timed_s": m.timed_s, "loop_s": m.loop_s, "check_s": m.check_s, "repeats_s": m.repeats_s}
 
 
+def test_measure_splits_the_rest_of_its_time_into_warm_up_set_up_checks_and_agreement(virtual_clock):
+    """The untimed part of a row, on a virtual clock: warm_s before the repeat loop (the first call and two
+    warm-up calls, each with its set-up), before_s the set-up between repeats, agree_s the rank group's
+    agreement; with the first check they add up to loop_s."""
+    b = FakeAsyncBackend(latency=2e-3)
+    cfg = TimingConfig(warmup=2, min_repeats=10, max_repeats=10, min_time_s=0.0)
+    m = measure(b.enqueue, b, cfg, before=lambda: time.sleep(3e-3), check=lambda out: time.sleep(5e-3),
+                agree=lambda stop: time.sleep(1e-3) or stop)
+    assert m.before_s == pytest.approx(10 * 3e-3, rel=1e-2) and m.agree_s == pytest.approx(10 * 1e-3, rel=1e-2)
+    assert m.warm_s == pytest.approx(3 * (3e-3 + 2e-3) + 1e-3, rel=1e-2)  # and the warm-up's one agreement
+    assert m.check_s == pytest.approx(2 * 5e-3, rel=1e-2)
+    assert m.repeats_s == pytest.approx(m.timed_s + m.before_s + 5e-3, rel=1e-2)  # the last check is inside
+    assert m.loop_s == pytest.approx(m.warm_s + m.repeats_s + m.agree_s + 5e-3, rel=1e-3)
+    d = m.to_dict()
+    assert (d["warm_s"], d["before_s"], d["agree_s"]) == (m.warm_s, m.before_s, m.agree_s)
+    assert measure(b.enqueue, b, cfg).before_s == 0.0  # no set-up, none counted
+
+
 def test_a_repeat_of_several_calls_counts_every_call():
     b = FakeAsyncBackend(latency=1e-3)
     m = measure(b.enqueue, b, CFG, calls=3)
@@ -74,10 +92,14 @@ def test_the_timing_phase_share_of_a_scenario_and_of_the_run():
             {"status": "skipped"}]
     p = processes.phase(rows, 10.0)
     assert p == {"wall_s": 10.0, "timed_s": 4.0, "share": 0.4, "rows_s": 3.0, "requests_s": 5.0, "served_s": 4.0}
+    parts = {"warm_s": 0.25, "before_s": 0.125, "check_s": 0.5, "agree_s": 0.0625}  # the rows' own split
+    split = processes.phase([r | {"timing": r["timing"] | parts} for r in rows[:2]] + rows[2:], 10.0)
+    assert split == p | {k: 2 * v for k, v in parts.items()}
     run = processes.run_phase({"a": {"timing_phase": p}, "b": {"timing_phase": processes.phase(rows[:1], 5.0)},
                             "c": {"rows": []}})
     assert run["wall_s"] == 15.0 and run["timed_s"] == 7.0 and run["share"] == pytest.approx(7 / 15)
-    assert run["requests_s"] == 10.0 and run["rows_s"] == 4.0
+    assert run["requests_s"] == 10.0 and run["rows_s"] == 4.0 and "warm_s" not in run  # older rows: no split
+    assert processes.run_phase({"a": {"timing_phase": split}, "b": {"timing_phase": p}})["check_s"] == 1.0
 
 
 def test_the_host_series_is_every_loop_measured_once_in_time_order():
@@ -227,7 +249,7 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     from harness.run.progress import QuietUI
     from harness.results.results import as_written, validate
     from harness.run.runner import CompareOptions, run_compare
-    from harness.report.measuring import host_speed_rows, phase_line
+    from harness.report.measuring import blocks, host_speed_rows, phase_line
 
     t0 = time.time()
     doc = run_compare(CompareOptions(scenarios=["launch_overhead"], frameworks=["torch"], size="smoke", examples=1,
@@ -242,10 +264,17 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
         t, p = r["timing"], r["timing"]["processes"][0]
         assert 0 < t["timed_s"] <= t["repeats_s"] <= t["loop_s"] <= t["phase_s"] <= p["served_s"] <= p["request_s"]
     assert run["rows_s"] <= run["served_s"] <= run["requests_s"] <= run["wall_s"]
+    assert 0 < run["warm_s"] and run["timed_s"] + sum(run[k] for k in ("warm_s", "before_s", "check_s")) <= run["rows_s"]
     series = doc["host_speed"]
     assert len(series) >= 2 and all(t0 <= e["at"] <= t1 and e["loop_s"] > 0 for e in series)
     assert [e["at"] for e in series] == sorted(e["at"] for e in series)
     assert phase_line(doc).startswith("timed share:") and host_speed_rows(doc)
+    (table,) = [b for b in blocks(doc) if b[0] == "table" and "timing phase" in b[1]]
+    assert table[1][5:9] == ["first + warm-up", "set-up between repeats", "checks", "rank agreement"], table[1]
+    older = {"scenarios": {n: s | {"timing_phase": {k: v for k, v in s["timing_phase"].items()
+                                                    if k not in ("warm_s", "before_s", "check_s", "agree_s")}}
+                               for n, s in doc["scenarios"].items()}, "timing_phase": run}
+    assert "checks" not in [b for b in blocks(older) if b[0] == "table"][0][1]  # a result from before: no split
 
 
 @pytest.fixture(params=["host copy", "device digest"])

@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from harness.report.render import Block
+from harness.results.model import ROW_PARTS
 
 BINS = 10
+PART_NAMES = {"warm_s": "first + warm-up", "before_s": "set-up between repeats", "check_s": "checks",
+              "agree_s": "rank agreement"}
 
 
 def phase_line(doc: dict[str, Any]) -> str | None:
@@ -60,15 +63,19 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
         return []
     out: list[Block] = [("h", 2, "Measuring", "measuring")]
     if line is not None:
+        phases = {name: p for name, scn in doc["scenarios"].items() if isinstance(p := scn.get("timing_phase"), dict)}
+        parts = [k for k in ROW_PARTS if any(k in p for p in phases.values())]  # results from before: none
         out.append(("p", line[0].upper() + line[1:] + ": the rest is set-up, poisoning, checks, warm-up and "
-                         "messages between the runner and its workers."))
-        out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", "requests in the workers",
-                               "requests' round trips"],
+                         "messages between the runner and its workers."
+                    + (" Inside the rows' time: first and warm-up calls, the set-up before each repeat "
+                       "(poisoning), checks and rank agreement." if parts else "")))
+        out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", *(PART_NAMES[k] for k in parts),
+                               "requests in the workers", "requests' round trips"],
                     [[name, f"{p['wall_s']:.1f} s", f"{p['timed_s']:.1f} s",
                       f"{100 * p['share']:.0f}%" if p.get("share") is not None else "—",
                       *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—"
-                        for k in ("rows_s", "served_s", "requests_s"))]
-                     for name, scn in doc["scenarios"].items() if isinstance(p := scn.get("timing_phase"), dict)]))
+                        for k in ("rows_s", *parts, "served_s", "requests_s"))]
+                     for name, p in phases.items()]))
     if rows:
         out.append(("p", "The host's speed over the run: the Python loop (harness/measure/calibrate.py) measured by every "
                          "worker at start-up and before every point it timed. A slower host shows as a longer loop; "

@@ -124,6 +124,11 @@ class Process(_Record):
     _keys: tuple[str, ...] | None = _keys()
 
 
+# Where a row's time went besides its timed repeats (Timing fields, harness/measure/timing.py Measurement),
+# summed into a timing phase (harness/workers/processes.py phase)
+ROW_PARTS = ("warm_s", "before_s", "check_s", "agree_s")
+
+
 @dataclass(eq=False, kw_only=True)
 class Timing(_Record):
     """A row's timing. From one worker process (handlers.time_point): that process's stop reason and
@@ -147,6 +152,9 @@ class Timing(_Record):
     loop_s: float | None = None
     check_s: float | None = None
     repeats_s: float | None = None
+    warm_s: float | None = None
+    before_s: float | None = None
+    agree_s: float | None = None
     host_loop_s: float | None = None
     host_loop_at: float | None = None
     served_s: float | None = None

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import Process, Row, Timing
+from harness.results.model import ROW_PARTS, Process, Row, Timing
 from harness.measure.noise import host_sensitivity, rel_halfwidth, split
 from harness.measure.timing import Stats
 from harness.workers.worker import WorkerError, WorkerLost
@@ -39,7 +39,7 @@ CLOCKS = ("host_return", "device_done", "device_events")
 # the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
 # the request that timed it (shared by the rows of one request): in the worker (served_s) and round trip.
 PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", "request_s")
-SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s")
+SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
@@ -190,7 +190,9 @@ def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
     trace included) and the seconds inside timed repeats, all processes together: the share of the
     phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
     went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
-    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included).
+    rows, input set-up, host loop, timelines), requests_s (their round trips, messages included); and
+    inside rows_s (ROW_PARTS: harness/measure/timing.py Measurement), warm_s (first calls and warm-up),
+    before_s (set-up between repeats: poisoning), check_s (every check) and agree_s (rank agreement).
     wall_s None: the requests' round trips are the wall time (an interleaved run's side, whose requests
     the other side's interleave with)."""
     timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
@@ -205,6 +207,9 @@ def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
     wall = requests_s if wall_s is None else wall_s
     out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
            "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
+    for k in ROW_PARTS:
+        if any(k in t for t in timings):  # rows from before a part was recorded leave it out
+            out[k] = sum(t.get(k, 0.0) for t in timings)
     if requests:
         out["requests_s"] = requests_s
         out["served_s"] = sum(s for _, s in requests.values())
@@ -216,7 +221,7 @@ def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
     parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
     wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
     out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
-    for k in ("rows_s", "requests_s", "served_s"):
+    for k in ("rows_s", "requests_s", "served_s", *ROW_PARTS):
         if any(k in p for p in parts):
             out[k] = sum(p.get(k, 0.0) for p in parts)
     return out
