@@ -360,7 +360,7 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
     assert res.stopped == "the time budget of 130 s was spent; 2 point(s) with fewer than 4 pairs"
     said: list[str] = []
     assert res.short == 2 and render_paired(res, sides, plan, said.append) == 0, said
-    assert said[-1].endswith("; stopped adding pairs: the time budget of 130 s was spent; 2 point(s) with fewer "
+    assert said[-1].endswith("; first pairs cut: the time budget of 130 s was spent; 2 point(s) with fewer "
                              "than 4 pairs"), said
 
 

@@ -167,8 +167,9 @@ class Measurement:
     check_s: float = 0.0
     repeats_s: float = 0.0  # the repeat loop but its first check (what one more repeat costs: repeats_s / n)
     # The rest of loop_s, split: warm_s before the repeat loop (the first call and the warm-up calls, each
-    # with its `before` and synchronize), before_s in `before` between the repeats (poisoning, refreshing
-    # state: part of repeats_s), agree_s agreeing with the rank group (not part of repeats_s).
+    # with its `before` and synchronize, and the rank group's agreement when to end the warm-up), before_s
+    # in `before` between the repeats (poisoning, refreshing state: part of repeats_s), agree_s agreeing
+    # with the rank group after each repeat (not part of repeats_s).
     warm_s: float = 0.0
     before_s: float = 0.0
     agree_s: float = 0.0

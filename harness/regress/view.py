@@ -160,7 +160,7 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
         f"{counts['different']} different ({slower} slower), {counts['same']} same, {counts['unknown']} unknown"
         + (f"; INCOMPLETE: {res.stopped}" if res.not_timed
-           else f"; stopped adding pairs: {res.stopped}" if res.stopped and (counts["unknown"] or res.short)
-           else "")
+           else f"; first pairs cut: {res.stopped}" if res.short
+           else f"; stopped adding pairs: {res.stopped}" if res.stopped and counts["unknown"] else "")
         + (f"; {len(res.lost)} framework(s) failed on the candidate" if res.lost else ""))
     return 1 if slower or res.lost or res.not_timed else 0

@@ -68,7 +68,7 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
         out.append(("p", line[0].upper() + line[1:] + ": the rest is set-up, poisoning, checks, warm-up and "
                          "messages between the runner and its workers."
                     + (" Inside the rows' time: first and warm-up calls, the set-up before each repeat "
-                       "(poisoning), checks and rank agreement." if parts else "")))
+                       "(poisoning), checks and the rank groups' agreement after each repeat." if parts else "")))
         out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", *(PART_NAMES[k] for k in parts),
                                "requests in the workers", "requests' round trips"],
                     [[name, f"{p['wall_s']:.1f} s", f"{p['timed_s']:.1f} s",

@@ -329,6 +329,9 @@ class Schedule:
                     got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.processes, running, {}), pairs))
                 rank_procs = [g.processes for g in got]
                 fws_run = [fw for fw in running if all(fw in g.available for g in got)]
+                for fw in sorted(set(running) - set(fws_run)):  # its rows keep the pairs of other stages, if any
+                    self.log(f"{scn.name} · {fw}: a rank group did not start in pair(s) "
+                             f"{', '.join(str(p.k + 1) for p in pairs)}: its rows are not timed in them")
             for n, i in enumerate(idx):
                 if n and stop():
                     left += [(scn.name, i) for i in idx[n:]]
@@ -468,7 +471,8 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         for stage in stages[1:]:
             if left or short:
                 break
-            schedule.log(f"pairs {stage[0].k + 1}-{stage[-1].k + 1} over every point")
+            schedule.log(f"pair{'s' if len(stage) > 1 else ''} "
+                         f"{'-'.join(str(p.k + 1) for p in stage[::len(stage) - 1 or 1])} over every point")
             short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
                                          stop=spent)
     finally:

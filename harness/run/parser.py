@@ -249,8 +249,10 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "B-A (default 12)")
     both.add_argument("--budget", type=_seconds("--budget"), default=None,
                       help="seconds after which no new point or pair starts (default: none; --max-pairs bounds the "
-                           "run); a point started runs through all its pairs; points not reached are listed as not "
-                           "timed, the result files are incomplete and the exit code is 1")
+                           "run); the first pairs time every point two at a time and a point started runs through "
+                           "its two; points that pairs 1-2 did not reach are listed as not timed, the result files "
+                           "are incomplete and the exit code is 1; points that later first pairs did not reach keep "
+                           "fewer pairs")
     both.add_argument("--fdr", type=_threshold, default=0.05,
                       help="false discovery rate over the run's rows, Benjamini-Hochberg (default 0.05)")
     both.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
