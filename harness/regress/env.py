@@ -37,7 +37,7 @@ class HostSpeed:
     def describe(self) -> str:
         return (f"the candidate's host is {100 * abs(self.factor - 1):.0f}% {'slower' if self.factor > 1 else 'faster'} "
                 f"(tiny ops and a Python loop, {self.measures} measures; their own noise ±{100 * self.noise:.0f}%): "
-                "host-bound rows are judged against that difference")
+                "a host-bound row whose change that can explain is unknown")
 
 
 def _calibration(doc: dict[str, Any]) -> dict[str, list[float]]:

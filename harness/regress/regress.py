@@ -20,9 +20,9 @@ timing    r = candidate median / baseline median on one clock (device_done by de
           within a run, raised to the row's sensitivity: fitted from its processes, else (and at most)
           the bound env.ELASTICITY_MAX; harness/regress/env.py HostEffect) no longer shows the
           change. Older files (rows without the loop): where the two hosts' calibrations differ
-          beyond their noise, host-bound rows are judged on r / host factor; else, where the host ran
-          at two speeds, each such file's start-up loops (their median) stand in for the row's own
-          (env.stand_in) and the row follows the host.
+          beyond their noise, that factor is the host's change for host-bound rows (followed up to
+          the same bound); else, where the host ran at two speeds, each such file's start-up loops
+          (their median) stand in for the row's own (env.stand_in) and the row follows the host.
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
@@ -57,8 +57,8 @@ from typing import Any
 import numpy as np
 
 from harness.measure.noise import ratio_interval, split
-from harness.regress.env import (RegressError, HostSpeed, _environments, describe_host_during, host_bound, host_effect,
-                                  host_procs, host_speed, stand_in, two_speeds)
+from harness.regress.env import (ELASTICITY_MAX, RegressError, HostSpeed, _environments, describe_host_during,
+                                  host_bound, host_effect, host_procs, host_speed, stand_in, two_speeds)
 
 CLOCKS = ("device_done", "host_return", "device_events")
 RAN = ("ok", "wrong")
@@ -232,9 +232,10 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
     runs recorded the host loop beside each process, a change that the host can explain (regress/env.py
     HostEffect: the row's measured sensitivity, the host's change and its two speeds, speeds) is
-    unknown. In an older file, whose rows recorded no loop: host-bound rows are judged against host, the
-    calibration's factor, where it differs beyond its noise; else, where the host ran at two speeds, the
-    file's start-up loop stands in for the row's (stand)."""
+    unknown. In an older file, whose rows recorded no loop: for host-bound rows, the calibration's factor
+    (host, where it differs beyond its noise) is the host's change, which the row follows up to
+    ELASTICITY_MAX; else, where the host ran at two speeds, the file's start-up loop stands in for the
+    row's (stand)."""
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
@@ -258,15 +259,21 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
                               stood=True)
     if eff is not None:
         host = None  # the row's processes say what the host did to it: not the start-up calibration's factor
-    lo, hi = (row.lo / host, row.hi / host) if host else (row.lo, row.hi)
-    row.timing = judge_timing(lo, hi, threshold)
-    if host:
-        row.why.append("host")
-    if eff is not None and row.timing in ("regression", "improvement"):
-        # the most the host's change between the runs can have moved this row, in the change's direction
-        e = eff.explainable(row.timing == "regression")
-        if judge_timing(lo / e, hi / e, threshold) != row.timing:
-            row.timing, row.host = "unknown", eff.describe()
+    row.timing = judge_timing(row.lo, row.hi, threshold)
+    if row.timing in ("regression", "improvement") and (eff is not None or host):
+        # the most the host's change between the runs can have moved this row, in the change's direction:
+        # its own loops' account, else the calibrations' factor, which a row follows up to ELASTICITY_MAX
+        slower = row.timing == "regression"
+        if eff is not None:
+            e, account = eff.explainable(slower), eff.describe()
+        else:
+            f = host or 1.0
+            e = (max(f, 1.0) if slower else min(f, 1.0)) ** ELASTICITY_MAX
+            account = (f"host speed changed (the candidate's host {100 * abs(f - 1):.0f}% "
+                       f"{'slower' if f > 1 else 'faster'} by the two runs' calibrations; its sensitivity to the host "
+                       "not measurable)")
+        if judge_timing(row.lo / e, row.hi / e, threshold) != row.timing:
+            row.timing, row.host = "unknown", account
             row.why.append("host")
     if row.timing in ("regression", "improvement"):
         row.why.append("time")
