@@ -70,6 +70,10 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
         console.print(f"medians within {100 * res.threshold:g}%: {full:.1f}% of {_n(len(ratios), 'timed row')} "
                       f"(within {50 * res.threshold:g}%: {half:.1f}%)", highlight=False)
     n = res.counts()  # the verdict, last
+    if n["unknown"]:  # what decides them: both sides under the same host (harness/run/interleave.py)
+        console.print("  the unknown rows' changes can be the host's: an interleaved run of the two trees or "
+                      "interpreters (--baseline-tree, --baseline-python) times both sides under the same host "
+                      "and decides them", highlight=False, markup=False)
     console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
                   f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
                   f"[yellow]{n['noisy']} noisy[/yellow], [magenta]{n['unknown']} unknown[/magenta] (a change the "
