@@ -270,7 +270,12 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     assert [e["at"] for e in series] == sorted(e["at"] for e in series)
     assert phase_line(doc).startswith("timed share:") and host_speed_rows(doc)
     (table,) = [b for b in blocks(doc) if b[0] == "table" and "timing phase" in b[1]]
-    assert table[1][5:9] == ["first + warm-up", "set-up between repeats", "checks", "rank agreement"], table[1]
+    assert table[1][5:10] == ["first + warm-up", "set-up between repeats", "checks", "rank agreement",
+                              "rest of the rows"], table[1]
+    for name, cells in zip(doc["scenarios"], table[2]):  # the parts and the rest add up to the rows' time
+        p = doc["scenarios"][name]["timing_phase"]
+        assert float(cells[9].split()[0]) == pytest.approx(
+            p["rows_s"] - p["timed_s"] - sum(p[k] for k in ("warm_s", "before_s", "check_s", "agree_s")), abs=0.06)
     older = {"scenarios": {n: s | {"timing_phase": {k: v for k, v in s["timing_phase"].items()
                                                     if k not in ("warm_s", "before_s", "check_s", "agree_s")}}
                                for n, s in doc["scenarios"].items()}, "timing_phase": run}

@@ -68,13 +68,24 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
         out.append(("p", line[0].upper() + line[1:] + ": the rest is set-up, poisoning, checks, warm-up and "
                          "messages between the runner and its workers."
                     + (" Inside the rows' time: first and warm-up calls, the set-up before each repeat "
-                       "(poisoning), checks and the rank groups' agreement after each repeat." if parts else "")))
+                       "(poisoning), checks, the rank groups' agreement after each repeat, and the rest (each "
+                       "variant's state and its freeing, the sync census, the synchronizing around each repeat)."
+                       if parts else "")))
+        def rest(p: dict[str, Any]) -> str:  # the rows' time that no part names: state, census, syncs, freeing
+            known = [p.get(k) for k in ("rows_s", "timed_s", *parts)]
+            if not all(isinstance(x, (int, float)) for x in known):
+                return "—"
+            return f"{max(known[0] - sum(known[1:]), 0.0):.1f} s"
+
         out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", *(PART_NAMES[k] for k in parts),
-                               "requests in the workers", "requests' round trips"],
+                               *(["rest of the rows"] if parts else []), "requests in the workers",
+                               "requests' round trips"],
                     [[name, f"{p['wall_s']:.1f} s", f"{p['timed_s']:.1f} s",
                       f"{100 * p['share']:.0f}%" if p.get("share") is not None else "—",
+                      *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—" for k in ("rows_s", *parts)),
+                      *([rest(p)] if parts else []),
                       *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—"
-                        for k in ("rows_s", *parts, "served_s", "requests_s"))]
+                        for k in ("served_s", "requests_s"))]
                      for name, p in phases.items()]))
     if rows:
         out.append(("p", "The host's speed over the run: the Python loop (harness/measure/calibrate.py) measured by every "
