@@ -271,10 +271,52 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=7))
     assert res.pairs == 7 and "--max-pairs 7" in res.stopped
     assert interleave.looks(2, 7) == 4 and rates == [0.05 / 4] * 4  # after pairs 2, 4, 6 and 7
-    assert [t for t in logged if t.startswith("pair")] == ["pairs 3-4: 1 point(s) with unknown rows",
-                                                           "pairs 5-6: 1 point(s) with unknown rows",
-                                                           "pair 7: 1 point(s) with unknown rows"]
+    assert [t for t in logged if t.startswith("pair")] == [
+        f"pair{s}: 1 point(s) with unknown rows (1 framework(s) to time)" for s in ("s 3-4", "s 5-6", " 7")]
     assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 3 + ["baseline", "candidate"]
+
+
+def test_added_pairs_time_only_the_frameworks_with_an_unknown_row_at_a_point():
+    """At one point JAX's rows differ by 30% between processes and stay unknown while torch's are decided
+    after the first pairs; at another, the other way round: the added pairs time each point's undecided
+    framework alone, and a framework undecided nowhere gets no worker at all."""
+    host = Host(1.0)
+    started: list[str] = []
+    timed: list[tuple[str, str]] = []
+    noisy = {("jax", "sync_points"), ("torch", "launch_overhead")}
+
+    class HalfNoisy(FakeWorker):
+        def __init__(self, fw, side, host):
+            super().__init__(fw, side, host)
+            started.append(fw)
+
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            if op == "time":
+                timed.append((self.fw, args[0]))
+                if (self.fw, args[0]) in noisy:
+                    f = math.exp(np.random.default_rng(500 + self.host.t).normal(0, 0.3))
+                    for r in out["rows"]:
+                        r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+            return out
+
+    def run(scenarios):
+        started.clear()
+        timed.clear()
+        sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+        sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: HalfNoisy(fw, s, host))
+        res = interleave.run(sched, Plan(scenarios, "smoke", 1, pairs=4, max_pairs=8))
+        return {(r.framework, r.scenario): r.pairs for r in res.rows}, res
+
+    got, res = run(["sync_points", "launch_overhead"])
+    assert set(got.items()) == {(("torch", "sync_points"), 4), (("jax", "sync_points"), 8),
+                                (("torch", "launch_overhead"), 8), (("jax", "launch_overhead"), 4)}, got
+    assert all(r.verdict == "same" for r in res.rows if (r.framework, r.scenario) not in noisy)
+    assert {k: timed.count(k) for k in set(timed)} == {("torch", "sync_points"): 8, ("jax", "sync_points"): 16,
+                                                       ("torch", "launch_overhead"): 16, ("jax", "launch_overhead"): 8}
+    got, _ = run(["sync_points"])  # torch is decided everywhere: pairs 5-8 start JAX's workers alone
+    assert got == {("torch", "sync_points"): 4, ("jax", "sync_points"): 8}, got
+    assert started == ["torch", "jax"] * 8 + ["jax"] * 8
 
 
 def test_the_budget_stops_the_first_pairs_between_points_and_names_what_it_left():

@@ -14,7 +14,8 @@ for odd k (asv's interleaved rounds, A-B-B-A), so a drift that is linear over a 
 in the mean over pairs, and what the host did during a pair hits both of its processes. Per row, the
 per-process figure is the process's median of its repeats; the paired test is on the log ratios of
 the pairs (harness/regress/regress.py judge_pairs). Rows whose verdict is unknown get more pairs (fresh
-processes, the same A-B / B-A alternation) until decided, --max-pairs or the time budget. The budget also
+processes, the same A-B / B-A alternation; at each point only the frameworks with an unknown row there)
+until decided, --max-pairs or the time budget. The budget also
 ends the first pairs, between points, so that a run inside a time-limited call ends and writes its files:
 the first pairs time every point two pairs at a time, so that a budget too small for all of them leaves
 the later pairs short at some points (their rows judged on fewer pairs), not points untimed.
@@ -282,14 +283,16 @@ class Schedule:
     log: Callable[[str], None] = lambda _t: None
     now: Callable[[], float] = time.perf_counter
 
-    def start_pairs(self, ks: list[int]) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
-        """Pairs ks, every worker started side by side; {side name: {framework: its hello}} where a
-        framework is available only if every one of its workers started."""
+    def start_pairs(self, ks: list[int], frameworks: list[str] | None = None
+                    ) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
+        """Pairs ks, every worker (of frameworks, default all) started side by side; {side name: {framework:
+        its hello}} where a framework is available only if every one of its workers started."""
+        fws = self.frameworks if frameworks is None else frameworks
         pairs = []
         for k in ks:
             sides = [self.sides[i] for i in self.order(k)]
-            procs = [{fw: self.make_worker(fw, s) for fw in self.frameworks} for s in sides]
-            pairs.append(Pair(k, sides, procs, SideGroups(sides, self.frameworks, self.world_size, self.timeout_s)))
+            procs = [{fw: self.make_worker(fw, s) for fw in fws} for s in sides]
+            pairs.append(Pair(k, sides, procs, SideGroups(sides, fws, self.world_size, self.timeout_s)))
         work = [(p.sides[j].name, fw, w) for p in pairs for j, proc in enumerate(p.processes) for fw, w in proc.items()]
 
         def hello(w: Any) -> dict[str, Any]:
@@ -308,12 +311,13 @@ class Schedule:
         return pairs, env
 
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
-                    wanted: Callable[[str, int], bool], running: list[str], cfg: Any, answers: Answers,
+                    wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
-        processes run one after the other (A-B, B-A, ...), one framework at a time. Once stop() says so,
-        no further point starts (a started one runs through all its pairs, so that its rows stay paired);
-        the points left are returned."""
+        processes run one after the other (A-B, B-A, ...), one framework at a time. wanted(scenario,
+        point): True for every running framework, else the frameworks wanted there (none: the point is
+        not timed). Once stop() says so, no further point starts (a started one runs through all its
+        pairs, so that its rows stay paired); the points left are returned."""
         left: list[tuple[str, int]] = []
         for scn in scenarios:
             idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
@@ -337,13 +341,15 @@ class Schedule:
                     left += [(scn.name, i) for i in idx[n:]]
                     break
                 params = points[scn.name][i]
+                want = wanted(scn.name, i)
+                fws_point = [fw for fw in fws_run if want is True or fw in want]
                 for pi, pair in enumerate(pairs):
                     procs = rank_procs[pi] if rank_procs is not None else pair.processes
                     # decided before either side of the pair runs, so that both run the same repeats
                     todo = {fw: planned(cfg, answers.get((scn.name, i, fw), [[], []])) if pair.k >= processes.PLAN_AFTER
-                            else cfg for fw in fws_run}
+                            else cfg for fw in fws_point}
                     for j, (side, proc) in enumerate(zip(pair.sides, procs)):
-                        fws = fws_run if j == 0 else fws_run[::-1]  # mirrored: each framework's gap cancels over pairs
+                        fws = fws_point if j == 0 else fws_point[::-1]  # mirrored: each framework's gap cancels
                         for fw in fws:
                             self.log(f"{scn.name} · {params.get('label', '') or i} · pair {pair.k + 1} · "
                                      f"{side.name} · {fw}")
@@ -496,7 +502,11 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     k, stopped = plan.pairs, (f"{budget}; {len(left)} point(s) not timed" if left else
                               f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else "")
     while not left and not short:
-        open_points = {(r.scenario, r.point) for r in rows if r.verdict == "unknown"}
+        # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed
+        open_points: dict[tuple[str, int], set[str]] = {}
+        for r in rows:
+            if r.verdict == "unknown":
+                open_points.setdefault((r.scenario, r.point), set()).add(r.framework)
         if not open_points:
             break
         if k >= plan.max_pairs:
@@ -507,11 +517,13 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
             break
         ks = list(range(k, min(k + ADDED, plan.max_pairs)))
         schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}: "
-                     f"{len(open_points)} point(s) with unknown rows")
-        more, _ = schedule.start_pairs(ks)
+                     f"{len(open_points)} point(s) with unknown rows "
+                     f"({sum(map(len, open_points.values()))} framework(s) to time)")
+        needed = [fw for fw in running if any(fw in fws for fws in open_points.values())]
+        more, _ = schedule.start_pairs(ks, needed)  # no worker for a framework with nothing left to decide
         try:
-            schedule.time_points(more, scns, points, lambda s, i: (s, i) in open_points, running, cfg, answers,
-                                 plan.seed, stop=spent)
+            schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()), needed, cfg,
+                                 answers, plan.seed, stop=spent)
         finally:
             schedule.close(more)
         k += len(ks)
