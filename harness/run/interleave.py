@@ -15,10 +15,10 @@ in the mean over pairs, and what the host did during a pair hits both of its pro
 per-process figure is the process's median of its repeats; the paired test is on the log ratios of
 the pairs (harness/regress/regress.py judge_pairs). Rows whose verdict is unknown get more pairs (fresh
 processes, the same A-B / B-A alternation; at each point only the frameworks with an unknown row there)
-until decided, --max-pairs or the time budget. The budget also
-ends the first pairs, between points, so that a run inside a time-limited call ends and writes its files:
-the first pairs time every point two pairs at a time, so that a budget too small for all of them leaves
-the later pairs short at some points (their rows judged on fewer pairs), not points untimed.
+until decided, --max-pairs or the time budget. The budget also ends the first pairs, between points, so
+that a run inside a time-limited call ends and writes its files: the first pairs time every point two
+pairs at a time, so that a budget too small for all of them leaves the later pairs short at some points
+(their rows judged on fewer pairs), not points untimed.
 """
 from __future__ import annotations
 
