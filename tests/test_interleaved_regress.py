@@ -272,7 +272,7 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     assert res.pairs == 7 and "--max-pairs 7" in res.stopped
     assert interleave.looks(2, 7) == 4 and rates == [0.05 / 4] * 4  # after pairs 2, 4, 6 and 7
     assert [t for t in logged if t.startswith("pair")] == [
-        f"pair{s}: 1 point(s) with unknown rows (1 framework(s) to time)" for s in ("s 3-4", "s 5-6", " 7")]
+        f"pair{s}: 1 point(s) with unknown rows (1 request(s) a process)" for s in ("s 3-4", "s 5-6", " 7")]
     assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 3 + ["baseline", "candidate"]
 
 

@@ -27,7 +27,7 @@ def _spin(s: float) -> None:
         pass
 
 
-def test_measure_records_the_seconds_inside_timed_repeats_apart_from_untimed_work():
+def test_measure_records_the_seconds_inside_timed_repeats_apart_from_untimed_work(virtual_clock):
     b = FakeAsyncBackend(latency=2e-3)
     m = measure(b.enqueue, b, CFG, before=lambda: _spin(3e-3), check=lambda out: _spin(5e-3))
     done = m.samples["device_done"]
@@ -59,7 +59,7 @@ def test_measure_splits_the_rest_of_its_time_into_warm_up_set_up_checks_and_agre
     assert measure(b.enqueue, b, cfg).before_s == 0.0  # no set-up, none counted
 
 
-def test_a_repeat_of_several_calls_counts_every_call():
+def test_a_repeat_of_several_calls_counts_every_call(virtual_clock):
     b = FakeAsyncBackend(latency=1e-3)
     m = measure(b.enqueue, b, CFG, calls=3)
     assert m.timed_s == pytest.approx(3 * sum(m.samples["device_done"]), rel=1e-9)

@@ -71,6 +71,7 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
                        "(poisoning), checks, the rank groups' agreement after each repeat, and the rest (each "
                        "variant's state and its freeing, the sync census, the synchronizing around each repeat)."
                        if parts else "")))
+
         def rest(p: dict[str, Any]) -> str:  # the rows' time that no part names: state, census, syncs, freeing
             known = [p.get(k) for k in ("rows_s", "timed_s", *parts)]
             if not all(isinstance(x, (int, float)) for x in known):

@@ -518,7 +518,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         ks = list(range(k, min(k + ADDED, plan.max_pairs)))
         schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}: "
                      f"{len(open_points)} point(s) with unknown rows "
-                     f"({sum(map(len, open_points.values()))} framework(s) to time)")
+                     f"({sum(map(len, open_points.values()))} request(s) a process)")
         needed = [fw for fw in running if any(fw in fws for fws in open_points.values())]
         more, _ = schedule.start_pairs(ks, needed)  # no worker for a framework with nothing left to decide
         try:
