@@ -193,7 +193,7 @@ SENSITIVITY_MIN_SPREAD = 0.05  # the host loop must have varied this much within
 SENSITIVITY_MIN_DF = 3  # residual degrees of freedom of the fit: fewer cannot show a row to be insensitive
 # The most of the host's change a row shows, d log(time) / d log(host loop), where its own cannot be
 # fitted: pairs of one row's processes whose loops differ by over 40% in the committed H200 runs give a
-# 99th percentile per framework of 0.90 to 1.47 (docs/probes/elasticity.py, docs/regress.md). A fitted
+# 99th percentile per framework of 0.90 to 1.47 (docs/probes/elasticity.md, docs/regress.md). A fitted
 # upper bound is held to it too: a few processes' fit does not show a row more sensitive than that.
 ELASTICITY_MAX = 1.5
 
