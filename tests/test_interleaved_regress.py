@@ -571,6 +571,18 @@ def test_an_older_files_loop_stands_in_only_where_nothing_better_speaks():
     assert r.verdict == "regression", r
 
 
+def test_the_calibrations_factor_counts_the_hosts_two_speeds_too():
+    """Older files whose hosts differ (tiny ops 1.6x slower) and ran at two speeds (start-up loops 6 and
+    9 ms, then 9.6 and 14.4 ms): a host-bound row 2.5x slower may have met the slow speed in one run and
+    the fast in the other (2.4x, to the power of env.ELASTICITY_MAX), so it is unknown, as it is where the
+    tiny ops agree; a host this much slower cannot make a row more surely a regression."""
+    base, cand = _row("async", [1e-3] * 2, []), _row("async", [2.5e-3] * 2, [], seed=1)
+    for tiny in (1.6e-5, 1e-5):
+        (r,) = regress(_calibrated(doc([base]), [6e-3, 9e-3], 1e-5),
+                       _calibrated(doc([cand]), [9.6e-3, 14.4e-3], tiny)).rows
+        assert r.verdict == "unknown" and "ms during the runs" in r.host, (tiny, r)
+
+
 # -- end to end: real worker processes of two sides -------------------------------------------------
 
 

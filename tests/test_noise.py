@@ -128,7 +128,7 @@ def test_a_slower_host_is_said_and_host_bound_rows_it_can_explain_are_unknown():
 
     said = io.StringIO()
     render(res, base, cand, Console(file=said, width=200))
-    assert "an interleaved run of the two trees or interpreters (--baseline-tree" in said.getvalue()  # what decides it
+    assert "an interleaved run of the two trees or interpreters (--baseline-tree" in said.getvalue()  # what can decide it
     got = {x: regress(base, _calibrated([row("torch", "async", samples(x * 1e-3, seed=2))], 9e-6)).rows[0].verdict
            for x in (1.9, 2.5)}
     assert got == {1.9: "unknown", 2.5: "regression"}, got  # 1.9x: beyond the host in step, within 1.84x

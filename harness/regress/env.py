@@ -5,9 +5,10 @@ Host speed: each worker process of a run measured a tiny op per framework and a 
 (harness/measure/calibrate.py). The candidate's host factor is the geometric mean, over those measures, of
 the candidate's median over the baseline's. The calibration's own noise is its spread between the
 processes of one run (the larger of the two runs'), and never less than HOST_FLOOR. Where the factor
-is outside that noise the machines differ: the header says by how much, and host-bound rows are
-judged on their ratio divided by the factor (a host 30% slower makes a launch-bound row 30% slower
-without any change of code).
+is outside that noise the machines differ: the header says by how much, and a host-bound row of files
+without their rows' own host loops whose change that factor can explain (raised to ELASTICITY_MAX, and
+the host's two speeds where it ran at two) is unknown (a host 30% slower makes a launch-bound row 30%
+slower without any change of code).
 """
 from __future__ import annotations
 

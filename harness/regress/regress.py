@@ -28,7 +28,8 @@ timing    r = candidate median / baseline median on one clock (device_done by de
             noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
                          the repeats cannot resolve a change of that size
             unchanged    otherwise
-            unknown      the host's change explains it: "host speed changed (X ms → Y ms; ...)"
+            unknown      the host's change explains it: "host speed changed (X ms → Y ms; ...)", or
+                         "(the candidate's host N% slower by the two runs' calibrations; ...)" in older files
 numbers   the worst relative error of the timed outputs against the reference (check.max_rel_err),
           judged only where both runs drew the same inputs (same params and seed) and checked against
           the float64 reference (not a framework's own baseline output): "worse" when the
@@ -87,7 +88,8 @@ class Row:
     numbers: str = ""  # worse | better | same | "" (not judged)
     status: str = ""  # "ok → oom: why" when the status changed
     why: list[str] = field(default_factory=list)  # what made the verdict: time, numbers, outputs, status
-    host: str = ""  # where the verdict is unknown: "host speed changed (X ms → Y ms; its sensitivity)"
+    host: str = ""  # where the verdict is unknown: "host speed changed (X ms → Y ms; its sensitivity)", or
+    # in older files "(the candidate's host N% slower by the two runs' calibrations; ...)"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -266,12 +268,15 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
         slower = row.timing == "regression"
         if eff is not None:
             e, account = eff.explainable(slower), eff.describe()
-        else:
+        else:  # the calibrations' factor, and the host's two speeds where it ran at two (either may meet a row)
             f = host or 1.0
-            e = (max(f, 1.0) if slower else min(f, 1.0)) ** ELASTICITY_MAX
+            swing = speeds[1] / speeds[0] if speeds else 1.0
+            e = (max(f, swing, 1.0) if slower else min(f, 1 / swing, 1.0)) ** ELASTICITY_MAX
+            two = (f"; the host ran at {1e3 * speeds[0]:.1f} and {1e3 * speeds[1]:.1f} ms during the runs"
+                   if speeds else "")
             account = (f"host speed changed (the candidate's host {100 * abs(f - 1):.0f}% "
-                       f"{'slower' if f > 1 else 'faster'} by the two runs' calibrations; its sensitivity to the host "
-                       "not measurable)")
+                       f"{'slower' if f > 1 else 'faster'} by the two runs' calibrations{two}; its sensitivity to "
+                       "the host not measurable)")
         if judge_timing(row.lo / e, row.hi / e, threshold) != row.timing:
             row.timing, row.host = "unknown", account
             row.why.append("host")

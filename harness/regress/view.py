@@ -72,8 +72,8 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
     n = res.counts()  # the verdict, last
     if n["unknown"]:  # what decides them: both sides under the same host (harness/run/interleave.py)
         console.print("  the unknown rows' changes can be the host's: an interleaved run of the two trees or "
-                      "interpreters (--baseline-tree, --baseline-python) times both sides under the same host "
-                      "and decides them", highlight=False, markup=False)
+                      "interpreters (--baseline-tree or --baseline-python) times both sides under the same host "
+                      "and can decide them", highlight=False, markup=False)
     console.print(f"compared {_n(len(res.rows), 'row')}: [red]{_n(n['regression'], 'regression')}[/red], "
                   f"[green]{_n(n['improvement'], 'improvement')}[/green], {n['unchanged']} unchanged, "
                   f"[yellow]{n['noisy']} noisy[/yellow], [magenta]{n['unknown']} unknown[/magenta] (a change the "
