@@ -319,6 +319,22 @@ def test_added_pairs_time_only_the_frameworks_with_an_unknown_row_at_a_point():
     assert started == ["torch", "jax"] * 8 + ["jax"] * 8
 
 
+def test_added_pairs_start_single_workers_and_rank_groups_only_for_the_frameworks_open_there():
+    """A framework open only at a rank scenario's points gets rank groups and no single worker; one open
+    only elsewhere gets single workers and no rank groups; one open nowhere gets neither."""
+    open_points = {("sync_points", 0): {"jax"}, ("collectives", 2): {"torch"}, ("ranks", 0): {"torch", "jax"}}
+    plain, ranked = interleave.needed(open_points, {"collectives", "ranks"}, ["torch", "cupy", "jax"])
+    assert (plain, ranked) == (["jax"], ["torch", "jax"])
+    assert interleave.needed({("collectives", 0): {"jax"}}, {"collectives"}, ["torch", "jax"]) == ([], ["jax"])
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch", "cupy", "jax"], 60.0, world_size=2,
+                     make_worker=lambda fw, s: FakeWorker(fw, s, Host(1.0)))
+    pairs, _ = sched.start_pairs([4, 5], ["jax"], ["torch"])
+    assert [list(proc) for pair in pairs for proc in pair.processes] == [["jax"]] * 4
+    assert [pair.groups.frameworks for pair in pairs] == [["torch"], ["torch"]]
+    sched.close(pairs)
+
+
 def test_the_budget_stops_the_first_pairs_between_points_and_names_what_it_left():
     """A run that must end inside a time-limited call: once --budget is spent no further point starts,
     the point that started keeps its stage's pairs (its rows stay paired and judged), the points left are

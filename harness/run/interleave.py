@@ -283,16 +283,18 @@ class Schedule:
     log: Callable[[str], None] = lambda _t: None
     now: Callable[[], float] = time.perf_counter
 
-    def start_pairs(self, ks: list[int], frameworks: list[str] | None = None
+    def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None
                     ) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
-        """Pairs ks, every worker (of frameworks, default all) started side by side; {side name: {framework:
-        its hello}} where a framework is available only if every one of its workers started."""
+        """Pairs ks, every worker (of frameworks, default all) started side by side, and rank groups ready
+        to start at the first rank scenario (of ranked, default frameworks); {side name: {framework: its
+        hello}} where a framework is available only if every one of its workers started."""
         fws = self.frameworks if frameworks is None else frameworks
+        ranked = fws if ranked is None else ranked
         pairs = []
         for k in ks:
             sides = [self.sides[i] for i in self.order(k)]
             procs = [{fw: self.make_worker(fw, s) for fw in fws} for s in sides]
-            pairs.append(Pair(k, sides, procs, SideGroups(sides, fws, self.world_size, self.timeout_s)))
+            pairs.append(Pair(k, sides, procs, SideGroups(sides, ranked, self.world_size, self.timeout_s)))
         work = [(p.sides[j].name, fw, w) for p in pairs for j, proc in enumerate(p.processes) for fw, w in proc.items()]
 
         def hello(w: Any) -> dict[str, Any]:
@@ -333,7 +335,8 @@ class Schedule:
                     got = list(ex.map(lambda p: p.groups.for_scenario(scn, p.processes, running, {}), pairs))
                 rank_procs = [g.processes for g in got]
                 fws_run = [fw for fw in running if all(fw in g.available for g in got)]
-                for fw in sorted(set(running) - set(fws_run)):  # its rows keep the pairs of other stages, if any
+                asked = set(pairs[0].groups.frameworks) if pairs else set()
+                for fw in sorted((set(running) & asked) - set(fws_run)):  # its rows keep other stages' pairs
                     self.log(f"{scn.name} · {fw}: a rank group did not start in pair(s) "
                              f"{', '.join(str(p.k + 1) for p in pairs)}: its rows are not timed in them")
             for n, i in enumerate(idx):
@@ -387,6 +390,17 @@ def looks(pairs: int, max_pairs: int) -> int:
     max_pairs. Fewer looks split the false-discovery rate less (Bonferroni), which is the other reason
     to add pairs two at a time."""
     return 1 + math.ceil(max(max_pairs - pairs, 0) / ADDED)
+
+
+def needed(open_points: dict[tuple[str, int], set[str]], rank_scenarios: set[str], running: list[str]
+           ) -> tuple[list[str], list[str]]:
+    """(frameworks whose single workers added pairs need, frameworks whose rank groups they need): those
+    with an unknown row at a point of a scenario without ranks, and of one with ranks, in running's order."""
+    def at(ranks: bool) -> list[str]:
+        return [fw for fw in running if any(fw in fws for (s, _), fws in open_points.items()
+                                            if (s in rank_scenarios) == ranks)]
+
+    return at(False), at(True)
 
 
 def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
@@ -519,11 +533,12 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}: "
                      f"{len(open_points)} point(s) with unknown rows "
                      f"({sum(map(len, open_points.values()))} request(s) a process)")
-        needed = [fw for fw in running if any(fw in fws for fws in open_points.values())]
-        more, _ = schedule.start_pairs(ks, needed)  # no worker for a framework with nothing left to decide
+        plain, ranked = needed(open_points, {s.name for s in scns if getattr(s, "ranks", False)}, running)
+        more, _ = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
         try:
-            schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()), needed, cfg,
-                                 answers, plan.seed, stop=spent)
+            schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()),
+                                 [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
+                                 stop=spent)
         finally:
             schedule.close(more)
         k += len(ks)
