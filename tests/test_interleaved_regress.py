@@ -68,9 +68,23 @@ class FakeWorker:
         pass
 
 
+def _sides() -> list[Side]:
+    """Baseline and candidate: this tree and this interpreter on both sides (a side is mutated by a run)."""
+    return [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+
+
+def _process_factor(out: dict, sd: float, seed: int) -> dict:
+    """A time request's answer with every repeat of its rows times one factor, the process's own
+    (lognormal, sd on the log scale): noise between processes, none added within one."""
+    f = math.exp(np.random.default_rng(seed).normal(0, sd))
+    for r in out["rows"]:
+        r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+    return out
+
+
 def fake_run(step: float, order=interleave.pair_order, slow=None, pairs: int = 6, fws=("torch",)):
     host = Host(step, slow)
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, list(fws), 60.0, world_size=2, make_worker=lambda fw, s: FakeWorker(fw, s, host),
                      order=order)
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=pairs, max_pairs=pairs))
@@ -110,7 +124,7 @@ def test_a_framework_that_starts_on_the_baseline_and_not_on_the_candidate_fails_
             return super().request(op, *args, **kw)
 
     host = Host(1.0)
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: Broken(fw, s, host))
     plan = Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2)
     res = interleave.run(sched, plan)
@@ -140,12 +154,10 @@ def test_unknown_rows_get_more_pairs_until_decided():
         def request(self, op, *args, **kw):
             out = super().request(op, *args, **kw)
             if op == "time":  # a process's own factor, 4%: two pairs cannot call it the same, more can
-                f = math.exp(np.random.default_rng(100 + self.host.t).normal(0, 0.04))
-                for r in out["rows"]:
-                    r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+                _process_factor(out, 0.04, 100 + self.host.t)
             return out
 
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=20))
     assert all(r.verdict == "same" for r in res.rows) and 2 < res.pairs < 20 and not res.stopped
@@ -175,7 +187,7 @@ def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
                     r["timing"] |= {"timed_s": 0.002, "phase_s": 0.01, "served_s": 0.02}
             return out
 
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Timed(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
     for d in res.docs:
@@ -216,7 +228,7 @@ def test_pairs_after_the_first_two_run_the_repeats_where_the_variance_is_the_sam
                     t["repeats_s"], t["phase_s"] = 0.02, 2.0  # a repeat costs 1 ms, a process's row 2 s
                 return out
 
-        sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+        sides = _sides()
         sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Costed(fw, s, host))
         interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=4))
         return seen
@@ -259,13 +271,11 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
         def request(self, op, *args, **kw):
             out = super().request(op, *args, **kw)
             if op == "time":  # 30% between processes: no row is decided within six pairs
-                f = math.exp(np.random.default_rng(300 + self.host.t).normal(0, 0.3))
-                for r in out["rows"]:
-                    r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+                _process_factor(out, 0.3, 300 + self.host.t)
             return out
 
     logged: list[str] = []
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host),
                      log=logged.append)
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=7))
@@ -295,15 +305,13 @@ def test_added_pairs_time_only_the_frameworks_with_an_unknown_row_at_a_point():
             if op == "time":
                 timed.append((self.fw, args[0]))
                 if (self.fw, args[0]) in noisy:
-                    f = math.exp(np.random.default_rng(500 + self.host.t).normal(0, 0.3))
-                    for r in out["rows"]:
-                        r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+                    _process_factor(out, 0.3, 500 + self.host.t)
             return out
 
     def run(scenarios):
         started.clear()
         timed.clear()
-        sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+        sides = _sides()
         sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: HalfNoisy(fw, s, host))
         res = interleave.run(sched, Plan(scenarios, "smoke", 1, pairs=4, max_pairs=8))
         return {(r.framework, r.scenario): r.pairs for r in res.rows}, res
@@ -326,7 +334,7 @@ def test_added_pairs_start_single_workers_and_rank_groups_only_for_the_framework
     plain, ranked = interleave.needed(open_points, {"collectives", "ranks"}, ["torch", "cupy", "jax"])
     assert (plain, ranked) == (["jax"], ["torch", "jax"])
     assert interleave.needed({("collectives", 0): {"jax"}}, {"collectives"}, ["torch", "jax"]) == ([], ["jax"])
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch", "cupy", "jax"], 60.0, world_size=2,
                      make_worker=lambda fw, s: FakeWorker(fw, s, Host(1.0)))
     pairs, _ = sched.start_pairs([4, 5], ["jax"], ["torch"])
@@ -355,7 +363,7 @@ def test_the_budget_stops_the_first_pairs_between_points_and_names_what_it_left(
                 now[0] += 10.0  # every process takes 10 s of the budget
             return super().request(op, *args, **kw)
 
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: Slow(fw, s, host),
                      now=lambda: now[0])
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=30.0)
@@ -405,7 +413,7 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
             return super().request(op, *args, **kw)
 
     logged: list[str] = []
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Slow(fw, s, host),
                      now=lambda: now[0], log=logged.append)
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=130.0)
@@ -661,7 +669,7 @@ def test_each_sides_processes_share_a_point_cache_of_their_own(monkeypatch):
             return super().request(op, *args, **kw)
 
     host = Host(1.0)
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: CacheWorker(fw, s, host))
     interleave.run(sched, Plan(["sync_points", "launch_overhead"], "smoke", 1, pairs=2, max_pairs=2))
     (base,), (cand,) = seen["baseline"], seen["candidate"]
@@ -681,7 +689,7 @@ def test_real_workers_make_a_points_inputs_in_their_sides_cache(monkeypatch):
     real_clear = point_cache.clear
     monkeypatch.setattr(interleave.point_cache, "clear",
                         lambda root=None: held.append(sorted(os.listdir(root))) or real_clear(root))
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sides = _sides()
     res = interleave.run(Schedule(sides, ["torch"], 120.0, world_size=2),
                          Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2))
     assert res.rows and len(held) == 2, held  # one point, two sides
