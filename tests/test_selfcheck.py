@@ -107,3 +107,18 @@ def test_harness_clock_agrees_with_the_frameworks_own_tool(fw):
     assert info["available"] and len(rows) == 3
     for r in rows:
         assert r["verdict"] == "agree", r
+
+
+@pytest.mark.parametrize("cap_gib, elements", [(21.2, 1 << 30), (11.88, 1 << 29), (3.2, 1 << 27), (None, 1 << 30)])
+def test_the_clock_kernels_arrays_fit_the_memory_cap(cap_gib, elements):
+    """4 GiB arrays on an H200's 0.15 cap (21 GB); 2 GiB on an H100's (11.9 GiB), where 4 GiB ran out."""
+    from types import SimpleNamespace
+
+    from harness.backends.base import Backend
+
+    b = SimpleNamespace(on_gpu=True, memory_cap={"bytes": None if cap_gib is None else int(cap_gib * 2**30)})
+    got = Backend.clock_elements(b)
+    assert got == elements
+    if cap_gib is not None:  # x, y, the sum and the one before it, float32
+        assert 4 * 4 * got <= cap_gib * 2**30 < 4 * 4 * 2 * got or got == 1 << 30
+    assert Backend.clock_elements(SimpleNamespace(on_gpu=False, memory_cap={"bytes": 1 << 40})) == 1 << 20

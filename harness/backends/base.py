@@ -229,6 +229,17 @@ class Backend(ABC):
         """Fixed device-bound kernels for `selfcheck`: name -> zero-argument call returning its output."""
         return {}
 
+    def clock_elements(self, arrays: int = 4) -> int:
+        """Elements of each float32 array of the selfcheck's elementwise kernels: 2^30 (4 GiB, so that each
+        kernel runs >= 1 ms on an H200) where `arrays` of them fit in this framework's memory cap, else the
+        largest power of two that does; 2^20 off the GPU. Why: a fixed 4 GiB ran out of an 80 GB card's cap."""
+        if not self.on_gpu:
+            return 1 << 20
+        cap = self.memory_cap.get("bytes")
+        if not cap:
+            return 1 << 30
+        return min(1 << 30, 1 << (max(int(cap) // (4 * arrays), 1).bit_length() - 1))
+
     def own_benchmark(self, call: Any) -> dict[str, Any] | None:
         """The framework's own benchmark tool on ``call``, if it has one: {"tool": its name, "tool_s": median
         seconds of one call timed alone (synchronized before and after, as the harness times it),

@@ -195,8 +195,7 @@ class JaxBackend(Backend):
 
     def clock_kernels(self) -> dict[str, Any]:
         jax, jnp = self.fw, self.fw.numpy
-        n = 4096 if self.on_gpu else 256
-        big = 1 << (30 if self.on_gpu else 20)  # 4 GiB per array: each kernel >= 1 ms on an H200
+        n, big = (4096 if self.on_gpu else 256), self.clock_elements()  # x, y, the sum and the one before it
         k = jax.random.split(jax.random.key(0), 4)
         a, b = (jax.device_put(jax.random.normal(i, (n, n)), self.device) for i in k[:2])
         x, y = (jax.device_put(jax.random.normal(i, (big,)), self.device) for i in k[2:])
