@@ -430,6 +430,81 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
                              "than 4 pairs"), said
 
 
+def test_a_stop_during_the_timing_keeps_what_both_sides_timed_and_names_the_rest():
+    """SIGTERM (a job's limit, `timeout`) landing in a request: the workers close, the point timed on both
+    sides is judged, the point it cut between the sides keeps its timed side in that side's file and is
+    named on the other, the point never reached is listed, both files are incomplete, and the exit code
+    is 143, as a stopped compare's."""
+    from harness.regress.view import render_paired
+    from harness.run import stops
+
+    host, closed = Host(1.0), []
+
+    class Stopping(FakeWorker):
+        def request(self, op, *args, **kw):
+            if op == "time" and host.t == 5:  # device_creation's second point: the baseline has timed it
+                raise stops.Stopped("SIGTERM")
+            return super().request(op, *args, **kw)
+
+        def close(self, grace=0.0):
+            closed.append((self.side.name, self.fw))
+
+    sides = _sides()
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Stopping(fw, s, host))
+    plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=2, max_pairs=8)
+    try:
+        res = interleave.run(sched, plan)
+    finally:
+        stops.resume()
+    assert res.signal == "SIGTERM" and res.stopped == "stopped (SIGTERM); 1 point(s) not timed", res.stopped
+    assert sorted(closed) == [("baseline", "torch")] * 2 + [("candidate", "torch")] * 2  # no pair was added
+    assert {(r.scenario, r.point) for r in res.rows} == {("device_creation", 0)} and all(r.pairs == 2 for r in res.rows)
+    second = _label("device_creation", 1)
+    assert (f"device_creation/{second}/torch",
+            "not timed on the candidate side: stopped (SIGTERM) during this point") in res.not_comparable
+    assert ("sync_points/torch", "not timed: stopped (SIGTERM) before this point") in res.not_comparable
+    base, cand = res.docs
+    for d in res.docs:
+        assert not d["complete"] and [nr["scenario"] for nr in d["not_run"]] == ["sync_points"]
+    at_1 = [[r for r in d["scenarios"]["device_creation"]["rows"] if r["point"] == 1] for d in res.docs]
+    assert at_1[0] and all(r["status"] == "ok" for r in at_1[0])  # the baseline's process is kept
+    assert at_1[1] and all(r["status"] == "skipped" and "candidate side" in r["reason"] for r in at_1[1])
+    said: list[str] = []
+    assert render_paired(res, sides, plan, said.append) == 143
+    assert "STOPPED: stopped (SIGTERM); 1 point(s) not timed" in said[-1], said
+
+
+def test_sigterm_to_a_real_run_writes_both_sides_files_and_exits_143(tmp_path):
+    """The lost H100 self-regress of 2026-12-05: `timeout` sent SIGTERM and nothing was written."""
+    import signal
+
+    backend_or_skip("torch")
+    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "harness", "regress", "--baseline-tree", str(ROOT), "--scenarios",
+                          "launch_overhead,sync_points", "--frameworks", "torch", "--size", "smoke", "--seed", "3",
+                          "--pairs", "2", "--max-pairs", "2", "--out", str(tmp_path)],
+                         cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in p.stderr:  # the second scenario's first request (scenarios run in their order: sync_points first)
+            seen.append(line)
+            if "launch_overhead · 0 · pair 1 · baseline" in line:
+                p.send_signal(signal.SIGTERM)
+                break
+        out, err = p.communicate(timeout=300)
+    finally:
+        p.kill()
+    err = "".join(seen) + err
+    assert p.returncode == 143, out + err[-3000:]
+    assert "harness: stopped (SIGTERM) during the timing: what was timed is in" in err, err[-3000:]
+    assert "STOPPED: stopped (SIGTERM)" in out.splitlines()[-1], out
+    docs = sorted((load(q) for q in tmp_path.glob("*.json")), key=lambda d: d["interleaved"]["side"])
+    assert [d["interleaved"]["side"] for d in docs] == ["baseline", "candidate"]
+    for d in docs:
+        assert not d["complete"]
+        assert all(r["status"] == "ok" for r in d["scenarios"]["sync_points"]["rows"])
+
+
 def _label(scenario: str, i: int) -> str:
     from scenarios import get
 

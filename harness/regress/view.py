@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import signal
 from typing import Any
 
 from harness.regress.regress import Regress
@@ -128,8 +129,9 @@ def paired_line(r: Any) -> str:
 
 def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     """The changed and unknown rows of an interleaved run, one line each, the summary line last; the
-    exit code: 1 where a row is different and slower (or failed in the candidate), or where --budget
-    left points untimed (the run was cut short, as compare's exit 1 says too), else 0."""
+    exit code: 128 + the signal's number where a stop ended the run (as compare's), 1 where a row is
+    different and slower (or failed in the candidate), or where --budget left points untimed (the run
+    was cut short, as compare's exit 1 says too), else 0."""
     say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
         f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · "
@@ -163,8 +165,11 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     slower = sum(r.slower for r in res.rows)
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
         f"{counts['different']} different ({slower} slower), {counts['same']} same, {counts['unknown']} unknown"
-        + (f"; INCOMPLETE: {res.stopped}" if res.not_timed
+        + (f"; STOPPED: {res.stopped}" if res.signal
+           else f"; INCOMPLETE: {res.stopped}" if res.not_timed
            else f"; first pairs cut: {res.stopped}" if res.short
            else f"; stopped adding pairs: {res.stopped}" if res.stopped and counts["unknown"] else "")
         + (f"; {len(res.lost)} framework(s) failed on the candidate" if res.lost else ""))
+    if res.signal:
+        return 128 + signal.Signals[res.signal].value
     return 1 if slower or res.lost or res.not_timed else 0

@@ -197,6 +197,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
     os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
     from harness.run import stops
+    from harness.run.stops import Stopped
 
     with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
         try:
@@ -216,7 +217,8 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
                 plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
                             a.clock)
-                res = run_interleaved(schedule, plan)
+                res = run_interleaved(schedule, plan)  # returns with stops deferred where one ended the timing
+                stops.defer()  # timed: a signal from here on waits until both sides' files are written
         except SideError as e:
             raise UsageError(str(e)) from None
         finally:
@@ -224,12 +226,25 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 os.environ.pop(MEMORY_FRACTION_ENV, None)
             else:
                 os.environ[MEMORY_FRACTION_ENV] = old_fraction
-    paths = []
-    for side, doc in zip(sides, res.docs):
-        doc["command"] = ["python -m harness", *argv]
-        name = claim_name(out, doc)
-        path, rescued = write_or_rescue(doc, out, name, claimed=True)
-        release_folder(out, name)
-        paths.append(path)
-        print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
-    return render_paired(res, sides, plan, print)
+        paths = []
+        for side, doc in zip(sides, res.docs):
+            doc["command"] = ["python -m harness", *argv]
+            name = claim_name(out, doc)
+            path, rescued = write_or_rescue(doc, out, name, claimed=True)
+            release_folder(out, name)
+            paths.append(path)
+            print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
+        late = stops.resume()  # a signal that came while the files were written, after the timing was done
+        code = 0
+        try:
+            if late is None:
+                code = render_paired(res, sides, plan, print)
+        except (KeyboardInterrupt, Stopped) as e:
+            stops.defer()
+            late = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
+        if res.signal or late:
+            sig = res.signal or late
+            print(f"harness: stopped ({sig}) {'during the timing' if res.signal else 'after the timing'}: what was "
+                  f"timed is in {' and '.join(map(str, paths))}", file=sys.stderr, flush=True)
+            return 128 + signal.Signals[sig].value
+        return code

@@ -432,8 +432,9 @@ class Outcome:
     wall_s: float
     stopped: str  # why more pairs were not run ("" where every row was decided)
     lost: list[tuple[str, str]] = field(default_factory=list)  # started on the baseline, not on the candidate: why
-    not_timed: int = 0  # points the time budget left untimed (harness/run/interleave.py Schedule.time_points)
+    not_timed: int = 0  # points the time budget or a stop left untimed (harness/run/interleave.py Schedule.time_points)
     short: int = 0  # points the time budget left with fewer than the first pairs (timed and judged on fewer)
+    signal: str | None = None  # the signal (SIGINT, SIGTERM) that stopped the run; what it had timed is judged
 
 
 @dataclass
@@ -452,14 +453,24 @@ class Plan:
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
-    """Time plan's scenarios on both sides, pair by pair; judge; add pairs while rows are unknown."""
+    """Time plan's scenarios on both sides, pair by pair; judge; add pairs while rows are unknown. A stop
+    (Ctrl-C, SIGTERM) once the workers are up ends the timing, and the outcome holds what was timed, with
+    stops deferred (harness/run/stops.py), so that the caller writes both sides' files before honouring it."""
     with side_caches(schedule.sides):
         return _run(schedule, plan)
+
+
+def _stop_name(e: BaseException) -> str:
+    from harness.run import stops
+
+    stops.defer()  # what was timed is judged and written before the stop is honoured
+    return "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
 
 
 def _run(schedule: Schedule, plan: Plan) -> Outcome:
     from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
     from harness.regress.regress import judge_pairs
+    from harness.run.stops import Stopped
     from harness.measure.timing import preset
     from scenarios import get as get_scenario
 
@@ -482,40 +493,55 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     machine: list[dict[str, Any]] = [{}, {}]
     running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
     short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
+    left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
+    stopped_by: str | None = None  # the signal that stopped the timing
     try:
-        # ADDED pairs at a time over every point: a budget that cannot afford every first pair leaves the
-        # later ones short, not points untimed (the running pairs' workers stay up between the stages)
-        stages = [pairs[i:i + ADDED] for i in range(0, len(pairs), ADDED)]
-        left = schedule.time_points(stages[0], scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
-                                    stop=spent)
-        for stage in stages[1:]:
-            if left or short:
-                break
-            schedule.log(f"pair{'s' if len(stage) > 1 else ''} "
-                         f"{'-'.join(str(p.k + 1) for p in stage[::len(stage) - 1 or 1])} over every point")
-            short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers, plan.seed,
-                                         stop=spent)
-    finally:
-        schedule.log("closing the workers")
-        schedule.close(pairs)
+        try:
+            # ADDED pairs at a time over every point: a budget that cannot afford every first pair leaves the
+            # later ones short, not points untimed (the running pairs' workers stay up between the stages)
+            stages = [pairs[i:i + ADDED] for i in range(0, len(pairs), ADDED)]
+            left = schedule.time_points(stages[0], scns, points, lambda _s, _i: True, running, cfg, answers,
+                                        plan.seed, stop=spent)
+            for stage in stages[1:]:
+                if left or short:
+                    break
+                schedule.log(f"pair{'s' if len(stage) > 1 else ''} "
+                             f"{'-'.join(str(p.k + 1) for p in stage[::len(stage) - 1 or 1])} over every point")
+                short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers,
+                                             plan.seed, stop=spent)
+        finally:
+            schedule.log("closing the workers")
+            schedule.close(pairs)
+    except (KeyboardInterrupt, Stopped) as e:
+        stopped_by = _stop_name(e)
+    why_cut = budget if stopped_by is None else f"stopped ({stopped_by})"
+    if stopped_by is not None:  # the points no process reached, on either side
+        reached = {(name, i) for (name, i, _), per_side in answers.items() if any(per_side)}
+        left = [(s.name, i) for s in scns for i in range(len(points[s.name])) if (s.name, i) not in reached]
     # by framework: one that did not start on a side was never to be timed, and keeps its own reason
-    not_timed = {(name, i, fw): f"not timed: {budget} before this point" for name, i in left for fw in running}
+    not_timed = {(name, i, fw): f"not timed: {why_cut} before this point" for name, i in left for fw in running}
     not_run, left_out = [], set()  # as compare lists what its budget did not reach: the files are incomplete
     for scn in scns:
         cut, n = sum(name == scn.name for name, _ in left), len(points[scn.name])
         if cut == n:
             left_out.add(scn.name)
         if cut:
-            not_run.append({"scenario": scn.name, "why": f"{budget} before it started" if cut == n else
-                            f"{budget} before {cut} of its {n} points were timed (their rows are skipped)"})
+            not_run.append({"scenario": scn.name, "why": f"{why_cut} before it started" if cut == n else
+                            f"{why_cut} before {cut} of its {n} points were timed (their rows are skipped)"})
+    if stopped_by is not None:  # a point the stop cut between its two sides: the side it did not reach
+        for (name, i, fw), per_side in answers.items():
+            if any(per_side) and not all(per_side):
+                side = schedule.sides[per_side.index([])].name
+                not_timed[(name, i, fw)] = f"not timed on the {side} side: stopped ({stopped_by}) during this point"
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
     # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
     fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
     rows, nc = _rows(answers, scns, points, plan.clock)
     judge_pairs(rows, plan.threshold, plan.confidence, fdr)
-    k, stopped = plan.pairs, (f"{budget}; {len(left)} point(s) not timed" if left else
-                              f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else "")
-    while not left and not short:
+    k, stopped = plan.pairs, (f"{why_cut}; {len(left)} point(s) not timed" if left else
+                              f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else
+                              why_cut if stopped_by else "")
+    while not left and not short and stopped_by is None:
         # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed
         open_points: dict[tuple[str, int], set[str]] = {}
         for r in rows:
@@ -534,13 +560,18 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                      f"{len(open_points)} point(s) with unknown rows "
                      f"({sum(map(len, open_points.values()))} request(s) a process)")
         plain, ranked = needed(open_points, {s.name for s in scns if getattr(s, "ranks", False)}, running)
-        more, _ = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
+        more: list[Pair] = []
         try:
-            schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()),
-                                 [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
-                                 stop=spent)
-        finally:
-            schedule.close(more)
+            try:
+                more, _ = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
+                schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()),
+                                     [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
+                                     stop=spent)
+            finally:
+                schedule.close(more)
+        except (KeyboardInterrupt, Stopped) as e:
+            stopped_by = _stop_name(e)
+            stopped = f"stopped ({stopped_by})"
         k += len(ks)
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, plan.confidence, fdr)
@@ -554,7 +585,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
             if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
     return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
-                   len(left), len(short))
+                   len(left), len(short), stopped_by)
 
 
 def _now() -> Any:
@@ -584,7 +615,9 @@ def _rows(answers: Answers, scns: list[Any], points: dict[str, list[dict[str, An
             if name != scn.name:
                 continue
             label = points[name][i].get("label", "") or ""
-            merged = [merge_side(a) if a else {"status": "error", "reason": "not timed"} for a in per_side]
+            if not all(per_side):  # a stop between the point's two sides: nothing to pair (the run lists it)
+                continue
+            merged = [merge_side(a) for a in per_side]
             for v in scn.variants:
                 what = "/".join(filter(None, (name, label, fw, v.name)))
                 got = [_variant(m, v.name) for m in merged]
