@@ -430,6 +430,29 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
                              "than 4 pairs"), said
 
 
+def test_a_failed_row_or_request_is_named_in_the_progress_where_it_happens():
+    """The H100 self-regress spent 131 s on each JAX request that ran out of memory, and its log said nothing."""
+    host, said = Host(1.0), []
+
+    class Failing(FakeWorker):
+        def request(self, op, *args, **kw):
+            if op == "time" and self.fw == "jax" and self.side.name == "baseline":
+                raise interleave.WorkerError("no answer in 120 s (group killed)\nthe rest", "timeout")
+            out = super().request(op, *args, **kw)
+            if op == "time" and self.side.name == "candidate":
+                out["rows"][0].update(status="oom", reason="RESOURCE_EXHAUSTED: Out of memory\nallocation summary")
+            return out
+
+    sched = Schedule(_sides(), ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: Failing(fw, s, host),
+                     log=said.append)
+    interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
+    oom = [line for line in said if "row(s) oom" in line]
+    assert oom and all(line.endswith(": RESOURCE_EXHAUSTED: Out of memory") for line in oom), said
+    assert sorted(line.split(":")[0].strip() for line in oom) == ["jax", "jax", "torch", "torch"], oom  # 2 pairs
+    failed = [line for line in said if "jax failed (timeout" in line]
+    assert len(failed) == 1 and failed[0].endswith("no answer in 120 s (group killed)"), said  # not asked again
+
+
 def test_a_stop_during_the_timing_keeps_what_both_sides_timed_and_names_the_rest():
     """SIGTERM (a job's limit, `timeout`) landing in a request: the workers close, the point timed on both
     sides is judged, the point it cut between the sides keeps its timed side in that side's file and is

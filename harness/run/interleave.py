@@ -367,8 +367,14 @@ class Schedule:
                                                        timeout=self.timeout_s)
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
+                                self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): "
+                                         f"{_first_line(str(e))}")
                                 continue
                             slot.append(processes.round_trip(got, time.perf_counter() - t0))
+                            bad = [r for r in got.get("rows") or () if r.get("status") not in ("ok", "skipped")]
+                            if bad:  # said where it happens: a log that goes on as if nothing failed hides where the time went
+                                self.log(f"  {fw}: {len(bad)} row(s) {'/'.join(sorted({r['status'] for r in bad}))} "
+                                         f"({time.perf_counter() - t0:.1f} s): {_first_line(bad[0].get('reason', ''))}")
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
@@ -380,6 +386,11 @@ class Schedule:
         every = [w for p in pairs for proc in p.processes for w in proc.values()] + [p.groups for p in pairs]
         with ThreadPoolExecutor(max(1, len(every))) as ex:
             list(ex.map(lambda w: w.close(grace), every))
+
+
+def _first_line(text: str, width: int = 160) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 ADDED = 2  # pairs added at a look: an A-B and a B-A pair, so that a drift linear over them cancels in each step
