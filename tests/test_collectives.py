@@ -105,3 +105,31 @@ def test_jax_out_of_place_writes_into_its_receive_buffer_and_keeps_its_send_buff
         assert recv.is_deleted(), f"{op}: the receive buffer was not donated (the call allocated its output)"
         assert state["out"].addressable_data(0).unsafe_buffer_pointer() == at, f"{op}: the output moved"
         assert not x.is_deleted(), f"{op}: the send buffer was consumed"
+
+
+def test_jax_poison_lets_the_last_samples_buffers_go_before_making_the_new_ones():
+    """Held across, JAX's fresh ring would cost two (2 x 20 x 256 MiB a rank at a 256 MiB all_reduce, more
+    than a small --gpu-memory-fraction gives a process of an 80 GB card); torch and CuPy rewrite theirs in place."""
+    from harness import backends
+    from harness.workers.execute import load_impl
+
+    b = backends.get("jax")
+    ok, why = b.available()
+    if not ok:
+        pytest.skip(why)
+    jb = b.load()
+    impl, scn = load_impl("collectives", "jax"), get("collectives")
+    params = dict(op="all_reduce", bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
+    state = impl.prepare(scn.make_inputs(params), params, jb.device)
+    impl.poison(state)
+    assert len(state["ring"]) == C.calls(params) > 1
+    held, copy, last = [], state["copy"], [*state["ring"], state["out"]]
+
+    def counting(a):  # how many of the last sample's buffers the state still holds while each new one is made
+        held.append(sum(any(b is o for o in last) for b in [*state["ring"], state["out"]]))
+        return copy(a)
+
+    state["copy"] = counting
+    impl.poison(state)
+    assert held and set(held) == {0}, held
+    assert len(state["ring"]) == C.calls(params) and state["out"] is not None
