@@ -431,7 +431,8 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
 
 
 def test_a_failed_row_or_request_is_named_in_the_progress_where_it_happens():
-    """The H100 self-regress spent 131 s on each JAX request that ran out of memory, and its log said nothing."""
+    """A request that fails after minutes (a pool out of memory, a rank group killed) is named where it
+    happens, with its seconds: a log that goes on as if it had been timed hides where the run's time went."""
     host, said = Host(1.0), []
 
     class Failing(FakeWorker):
@@ -498,7 +499,7 @@ def test_a_stop_during_the_timing_keeps_what_both_sides_timed_and_names_the_rest
 
 
 def test_sigterm_to_a_real_run_writes_both_sides_files_and_exits_143(tmp_path):
-    """The lost H100 self-regress of 2026-12-05: `timeout` sent SIGTERM and nothing was written."""
+    """`timeout` or a job's limit sends SIGTERM to a run that has timed for minutes: what it timed is kept."""
     import signal
 
     backend_or_skip("torch")
