@@ -454,48 +454,114 @@ def test_a_failed_row_or_request_is_named_in_the_progress_where_it_happens():
     assert len(failed) == 1 and failed[0].endswith("no answer in 120 s (group killed)"), said  # not asked again
 
 
-def test_a_stop_during_the_timing_keeps_what_both_sides_timed_and_names_the_rest():
-    """SIGTERM (a job's limit, `timeout`) landing in a request: the workers close, the point timed on both
-    sides is judged, the point it cut between the sides keeps its timed side in that side's file and is
-    named on the other, the point never reached is listed, both files are incomplete, and the exit code
-    is 143, as a stopped compare's."""
-    from harness.regress.view import render_paired
+def _signalled(run):
+    """run() inside stops.handling(), as the command runs it, and the stop state cleared afterwards."""
     from harness.run import stops
+
+    try:
+        with stops.handling():
+            return run()
+    finally:
+        stops.S.first = stops.S.late = None
+        stops.S.mode = "raise"
+
+
+def test_a_stop_during_the_timing_keeps_what_both_sides_timed_and_names_the_rest():
+    """SIGTERM (a job's limit, `timeout`) landing in a request: every worker closes, the point timed on both
+    sides is judged, the point it reached names what it cut (a framework's other side, a framework not
+    started there), the point never reached is listed, both files are incomplete, and the exit code is
+    143, as a stopped compare's."""
+    import signal
+
+    from harness.regress.view import render_paired
 
     host, closed = Host(1.0), []
 
     class Stopping(FakeWorker):
         def request(self, op, *args, **kw):
-            if op == "time" and host.t == 5:  # device_creation's second point: the baseline has timed it
-                raise stops.Stopped("SIGTERM")
+            if op == "time" and host.t == 9:  # device_creation's second point, after the baseline's torch
+                os.kill(os.getpid(), signal.SIGTERM)  # its handler raises Stopped here, as in a real run
             return super().request(op, *args, **kw)
 
         def close(self, grace=0.0):
-            closed.append((self.side.name, self.fw))
+            closed.append((self.side.name, self.fw, grace))
 
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Stopping(fw, s, host))
+    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s: Stopping(fw, s, host))
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=2, max_pairs=8)
-    try:
-        res = interleave.run(sched, plan)
-    finally:
-        stops.resume()
+    res = _signalled(lambda: interleave.run(sched, plan))
     assert res.signal == "SIGTERM" and res.stopped == "stopped (SIGTERM); 1 point(s) not timed", res.stopped
-    assert sorted(closed) == [("baseline", "torch")] * 2 + [("candidate", "torch")] * 2  # no pair was added
+    assert len(closed) == 8 and {g for *_, g in closed} == {1.0}  # 2 pairs x 2 sides x 2, not waited for
     assert {(r.scenario, r.point) for r in res.rows} == {("device_creation", 0)} and all(r.pairs == 2 for r in res.rows)
     second = _label("device_creation", 1)
     assert (f"device_creation/{second}/torch",
             "not timed on the candidate side: stopped (SIGTERM) during this point") in res.not_comparable
+    assert (f"device_creation/{second}/jax", "not timed here: stopped (SIGTERM) during this point") in res.not_comparable
     assert ("sync_points/torch", "not timed: stopped (SIGTERM) before this point") in res.not_comparable
-    base, cand = res.docs
     for d in res.docs:
-        assert not d["complete"] and [nr["scenario"] for nr in d["not_run"]] == ["sync_points"]
+        assert not d["complete"] and [nr["scenario"] for nr in d["not_run"]] == ["device_creation", "sync_points"]
     at_1 = [[r for r in d["scenarios"]["device_creation"]["rows"] if r["point"] == 1] for d in res.docs]
-    assert at_1[0] and all(r["status"] == "ok" for r in at_1[0])  # the baseline's process is kept
-    assert at_1[1] and all(r["status"] == "skipped" and "candidate side" in r["reason"] for r in at_1[1])
+    torch_1 = [[r for r in rows if r["framework"] == "torch"] for rows in at_1]
+    assert torch_1[0] and all(r["status"] == "ok" for r in torch_1[0])  # the baseline's process is kept
+    assert torch_1[1] and all(r["status"] == "skipped" and "candidate side" in r["reason"] for r in torch_1[1])
+    assert all(r["status"] == "skipped" and "stopped (SIGTERM)" in r["reason"]
+               for rows in at_1 for r in rows if r["framework"] == "jax")
     said: list[str] = []
     assert render_paired(res, sides, plan, said.append) == 143
     assert "STOPPED: stopped (SIGTERM); 1 point(s) not timed" in said[-1], said
+
+
+def test_a_stop_in_the_added_pairs_keeps_the_first_pairs_and_closes_the_added_ones():
+    import signal
+
+    host, started, closed = Host(1.0), [], []
+
+    class Noisy(FakeWorker):  # processes that differ by 20%: two pairs leave the rows unknown
+        def __init__(self, *a):
+            super().__init__(*a)
+            started.append(self)
+
+        def request(self, op, *args, **kw):
+            if op == "time" and host.t == 4:  # pair 3's first request
+                os.kill(os.getpid(), signal.SIGTERM)
+            out = super().request(op, *args, **kw)
+            return _process_factor(out, 0.2, host.t) if op == "time" else out
+
+        def close(self, grace=0.0):
+            closed.append(self)
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
+    res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=8)))
+    assert res.signal == "SIGTERM" and res.stopped == "stopped (SIGTERM)" and res.not_timed == 0
+    assert len(started) == 8 and sorted(map(id, closed)) == sorted(map(id, started))  # pairs 1-2, then 3-4
+    assert all(d["complete"] for d in res.docs) and all(r.pairs == 2 for r in res.rows)
+
+
+def test_a_stop_while_the_workers_start_closes_every_one_started():
+    import signal
+
+    from harness.run import stops
+
+    made, closed = [], []
+
+    class Starting(FakeWorker):
+        def __init__(self, *a):
+            super().__init__(*a)
+            made.append(self)
+
+        def request(self, op, *args, **kw):
+            if op == "hello" and self.side.name == "candidate" and self.fw == "jax":
+                os.kill(os.getpid(), signal.SIGTERM)
+            return super().request(op, *args, **kw)
+
+        def close(self, grace=0.0):
+            closed.append(self)
+
+    sched = Schedule(_sides(), ["torch", "jax"], 60.0, world_size=2,
+                     make_worker=lambda fw, s: Starting(fw, s, Host(1.0)))
+    with pytest.raises(stops.Stopped):
+        _signalled(lambda: sched.start_pairs([0, 1]))
+    assert len(made) == 8 and sorted(map(id, closed)) == sorted(map(id, made))
 
 
 def test_sigterm_to_a_real_run_writes_both_sides_files_and_exits_143(tmp_path):

@@ -238,7 +238,8 @@ class Backend(ABC):
         cap = self.memory_cap.get("bytes")
         if not cap:
             return 1 << 30
-        return min(1 << 30, 1 << (max(int(cap) // (4 * arrays), 1).bit_length() - 1))
+        room = int(cap) - (256 << 20)  # the GEMM's operands and the allocator's own slack beside them
+        return min(1 << 30, 1 << (max(room // (4 * arrays), 1).bit_length() - 1))
 
     def own_benchmark(self, call: Any) -> dict[str, Any] | None:
         """The framework's own benchmark tool on ``call``, if it has one: {"tool": its name, "tool_s": median

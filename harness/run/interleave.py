@@ -304,8 +304,12 @@ class Schedule:
                 return {"available": False, "why": f"failed to start: {e}", "env": {}, "on_gpu": False,
                         "status": e.status}
 
-        with ThreadPoolExecutor(max(1, len(work))) as ex:
-            infos = list(ex.map(lambda x: hello(x[2]), work))
+        try:
+            with ThreadPoolExecutor(max(1, len(work))) as ex:
+                infos = list(ex.map(lambda x: hello(x[2]), work))
+        except BaseException:  # a stop while they start: none is left running without its parent's say
+            self.close(pairs, 1.0)
+            raise
         env: dict[str, dict[str, Any]] = {s.name: {} for s in self.sides}
         for (name, fw, _), info in zip(work, infos):
             if fw not in env[name] or (env[name][fw]["available"] and not info["available"]):
@@ -320,6 +324,8 @@ class Schedule:
         point): True for every running framework, else the frameworks wanted there (none: the point is
         not timed). Once stop() says so, no further point starts (a started one runs through all its
         pairs, so that its rows stay paired); the points left are returned."""
+        from harness.regress.regress import FAILED
+
         left: list[tuple[str, int]] = []
         for scn in scenarios:
             idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
@@ -371,10 +377,11 @@ class Schedule:
                                          f"{_first_line(str(e))}")
                                 continue
                             slot.append(processes.round_trip(got, time.perf_counter() - t0))
-                            bad = [r for r in got.get("rows") or () if r.get("status") not in ("ok", "skipped")]
+                            bad = [r for r in got.get("rows") or () if r.get("status") in FAILED + ("wrong",)]
                             if bad:  # said where it happens: a log that goes on as if nothing failed hides where the time went
+                                why = bad[0].get("reason") or (bad[0].get("check") or {}).get("worst", "")
                                 self.log(f"  {fw}: {len(bad)} row(s) {'/'.join(sorted({r['status'] for r in bad}))} "
-                                         f"({time.perf_counter() - t0:.1f} s): {_first_line(bad[0].get('reason', ''))}")
+                                         f"({time.perf_counter() - t0:.1f} s): {_first_line(why)}")
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
@@ -481,6 +488,7 @@ def _stop_name(e: BaseException) -> str:
 def _run(schedule: Schedule, plan: Plan) -> Outcome:
     from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
     from harness.regress.regress import judge_pairs
+    from harness.run import stops
     from harness.run.stops import Stopped
     from harness.measure.timing import preset
     from scenarios import get as get_scenario
@@ -507,43 +515,49 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
     stopped_by: str | None = None  # the signal that stopped the timing
     try:
-        try:
-            # ADDED pairs at a time over every point: a budget that cannot afford every first pair leaves the
-            # later ones short, not points untimed (the running pairs' workers stay up between the stages)
-            stages = [pairs[i:i + ADDED] for i in range(0, len(pairs), ADDED)]
-            left = schedule.time_points(stages[0], scns, points, lambda _s, _i: True, running, cfg, answers,
-                                        plan.seed, stop=spent)
-            for stage in stages[1:]:
-                if left or short:
-                    break
-                schedule.log(f"pair{'s' if len(stage) > 1 else ''} "
-                             f"{'-'.join(str(p.k + 1) for p in stage[::len(stage) - 1 or 1])} over every point")
-                short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers,
-                                             plan.seed, stop=spent)
-        finally:
-            schedule.log("closing the workers")
-            schedule.close(pairs)
+        # ADDED pairs at a time over every point: a budget that cannot afford every first pair leaves the
+        # later ones short, not points untimed (the running pairs' workers stay up between the stages)
+        stages = [pairs[i:i + ADDED] for i in range(0, len(pairs), ADDED)]
+        left = schedule.time_points(stages[0], scns, points, lambda _s, _i: True, running, cfg, answers,
+                                    plan.seed, stop=spent)
+        for stage in stages[1:]:
+            if left or short:
+                break
+            schedule.log(f"pair{'s' if len(stage) > 1 else ''} "
+                         f"{'-'.join(str(p.k + 1) for p in stage[::len(stage) - 1 or 1])} over every point")
+            short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers,
+                                         plan.seed, stop=spent)
     except (KeyboardInterrupt, Stopped) as e:
         stopped_by = _stop_name(e)
+    finally:
+        stops.defer()  # from here a signal waits at the next safe point: what was timed is judged and kept first
+        schedule.log("closing the workers")
+        schedule.close(pairs, 1.0 if stopped_by else 10.0)  # a stopped run's busy worker is not waited for
     why_cut = budget if stopped_by is None else f"stopped ({stopped_by})"
+    reached: set[tuple[str, int]] = set()
     if stopped_by is not None:  # the points no process reached, on either side
         reached = {(name, i) for (name, i, _), per_side in answers.items() if any(per_side)}
         left = [(s.name, i) for s in scns for i in range(len(points[s.name])) if (s.name, i) not in reached]
     # by framework: one that did not start on a side was never to be timed, and keeps its own reason
     not_timed = {(name, i, fw): f"not timed: {why_cut} before this point" for name, i in left for fw in running}
+    for name, i in sorted(reached):  # at a point the stop reached: a framework it cut, or the side it did not reach
+        for fw in running:
+            per_side = answers.get((name, i, fw), [[], []])
+            if not all(per_side):
+                where = f"on the {schedule.sides[per_side.index([])].name} side" if any(per_side) else "here"
+                not_timed[(name, i, fw)] = f"not timed {where}: stopped ({stopped_by}) during this point"
     not_run, left_out = [], set()  # as compare lists what its budget did not reach: the files are incomplete
     for scn in scns:
-        cut, n = sum(name == scn.name for name, _ in left), len(points[scn.name])
-        if cut == n:
+        n = len(points[scn.name])
+        never = {i for name, i in left if name == scn.name}
+        cut = len(never | {i for name, i, _ in not_timed if name == scn.name})
+        if len(never) == n:
             left_out.add(scn.name)
         if cut:
-            not_run.append({"scenario": scn.name, "why": f"{why_cut} before it started" if cut == n else
-                            f"{why_cut} before {cut} of its {n} points were timed (their rows are skipped)"})
-    if stopped_by is not None:  # a point the stop cut between its two sides: the side it did not reach
-        for (name, i, fw), per_side in answers.items():
-            if any(per_side) and not all(per_side):
-                side = schedule.sides[per_side.index([])].name
-                not_timed[(name, i, fw)] = f"not timed on the {side} side: stopped ({stopped_by}) during this point"
+            not_run.append({"scenario": scn.name, "why": f"{why_cut} before it started" if len(never) == n else
+                            f"{why_cut} before {cut} of its {n} points were timed (their rows are skipped)"
+                            if stopped_by is None else
+                            f"{why_cut}: {cut} of its {n} points not timed in full (rows not timed say why)"})
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
     # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
     fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
@@ -566,6 +580,11 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         if spent():
             stopped = budget
             break
+        late = stops.resume()  # a signal while the rows were judged stops the run here, before more pairs
+        if late is not None:
+            stops.defer()
+            stopped_by, stopped = late, f"stopped ({late})"
+            break
         ks = list(range(k, min(k + ADDED, plan.max_pairs)))
         schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}: "
                      f"{len(open_points)} point(s) with unknown rows "
@@ -573,16 +592,16 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         plain, ranked = needed(open_points, {s.name for s in scns if getattr(s, "ranks", False)}, running)
         more: list[Pair] = []
         try:
-            try:
-                more, _ = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
-                schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()),
-                                     [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
-                                     stop=spent)
-            finally:
-                schedule.close(more)
+            more, _ = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
+            schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()),
+                                 [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
+                                 stop=spent)
         except (KeyboardInterrupt, Stopped) as e:
             stopped_by = _stop_name(e)
             stopped = f"stopped ({stopped_by})"
+        finally:
+            stops.defer()
+            schedule.close(more, 1.0 if stopped_by else 10.0)
         k += len(ks)
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, plan.confidence, fdr)
