@@ -97,6 +97,14 @@ def slots(p: Params) -> int:
     return calls(p) if p["op"] in GROWS else 1
 
 
+def device_bytes(p: Params) -> int:
+    """What a rank holds at p, at least: JAX's buffers, the most of the three (input, receive buffer,
+    zeros, output, and the in-place fill with its ring of slots(p)): 25 x 256 MiB at a 256 MiB all_reduce."""
+    n, c, item = R.size_of(p), count(p), np.dtype(p["dtype"]).itemsize
+    out, size = out_count(p["op"], c, n), in_place(p["op"], c, n, 0)[0]
+    return item * (c + 3 * out + size * (1 + slots(p)))
+
+
 def in_place_why(variant: str, p: Params, lacks: Mapping[str, str] | None = None) -> str | None:
     """Why `variant` does not run at p's operation (NCCL's and, in `lacks`, the framework's own gaps)."""
     if variant != "in_place":
@@ -251,4 +259,5 @@ SCENARIO = Scenario(
     rank_ceilings=True,
     calls=calls,
     rank_time="mean",
+    device_bytes=device_bytes,
 )

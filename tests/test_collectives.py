@@ -133,3 +133,26 @@ def test_jax_poison_lets_the_last_samples_buffers_go_before_making_the_new_ones(
     impl.poison(state)
     assert held and set(held) == {0}, held
     assert len(state["ring"]) == C.calls(params) and state["out"] is not None
+
+
+def test_device_bytes_counts_the_buffers_a_rank_keeps():
+    """25 buffers at a 256 MiB all_reduce (input, receive, zeros, output, fill and 20 in the ring), 6 at a
+    broadcast (one in its ring); the largest framework's, JAX's, at a small size too."""
+    from harness import backends
+    from harness.workers.execute import load_impl
+
+    mib = 1 << 20
+    assert C.device_bytes(dict(op="all_reduce", bytes=256 * mib, dtype="float32", world_size=2)) == 25 * 256 * mib
+    assert C.device_bytes(dict(op="broadcast", bytes=256 * mib, dtype="float32", world_size=2)) == 6 * 256 * mib
+    b = backends.get("jax")
+    ok, why = b.available()
+    if not ok:
+        pytest.skip(why)
+    jb = b.load()
+    impl, scn = load_impl("collectives", "jax"), get("collectives")
+    for op in [o for o in C.OPS if o != "barrier"]:
+        params = dict(op=op, bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
+        state = impl.prepare(scn.make_inputs(params), params, jb.device)
+        impl.poison(state)
+        kept = [state[k] for k in ("x", "recv", "zeros", "out", "fill")] + state["ring"]
+        assert sum(a.nbytes for a in kept) == C.device_bytes(params), op

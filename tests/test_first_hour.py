@@ -238,3 +238,41 @@ def test_regress_collapses_rows_skipped_in_both_runs_and_ends_with_its_verdict()
     assert said == ["  not comparable: 6 rows skipped in both runs (3 x CuPy needs a CUDA GPU; "
                     "3 x needs a CUDA device)"]
     assert lines[-1].startswith("compared 1 row: 0 regressions") and lines[-1].endswith("6 not comparable")
+
+
+# -- a memory cap below what a point holds is refused before the run ---------------------------------
+
+
+def test_a_cap_below_what_a_point_holds_is_refused_before_the_run(monkeypatch, tmp_path):
+    """The H100 self-regress's 0.04 (3.2 GiB) against collectives' 6.25 GiB a rank at 256 MiB: refused up
+    front with what would hold it, not found out minutes into the point; off a GPU nothing is asked."""
+    from harness.run import parser
+    from harness.run.parser import UsageError
+
+    monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
+    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 80 << 30)
+    with pytest.raises(UsageError, match=r"^collectives at reduce 256 MiB holds at least 6\.25 GiB a process .*"
+                                         r"--gpu-memory-fraction 0\.04 gives 3\.20 GiB of this GPU's 80\.0: use "
+                                         r"--gpu-memory-fraction 0\.09 or more \(fewer pairs\)$"):
+        cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["sync_points", "collectives"], "full",
+                                 " (fewer pairs)")
+    cmd_compare.start_checks(tmp_path, 0.09, ["torch", "jax"], 1, ["sync_points", "collectives"], "full")
+    cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["sync_points"], "full")  # no such point
+    cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["collectives"], "smoke")
+    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: None)  # no GPU answers
+    cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["collectives"], "full")
+
+
+def test_an_interleaved_regress_whose_default_cap_cannot_hold_a_point_says_so_and_writes_nothing(
+        monkeypatch, tmp_path, capsys):
+    from harness.run import cli, parser
+
+    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 80 << 30)
+    monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
+    code = cli.main(["regress", "--baseline-tree", ".", "--scenarios", "collectives", "--frameworks", "torch",
+                     "--size", "full", "--seed", "1", "--out", str(tmp_path / "out"),
+                     "--budget", "0.01", "--timeout", "30"])  # were it not refused: over in seconds, not a full run
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "--gpu-memory-fraction 0.04 gives 3.20 GiB" in err[0] and "the default for 4 pairs side by side" in err[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -23,15 +23,16 @@ from harness.run.options import EXAMPLES
 
 
 def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int,
-                 scenarios: Sequence[str] | None = None) -> None:
-    """What every run checks before any work: memory caps that fit (Run.check_memory_fits), planted faults,
-    a writable --out.
+                 scenarios: Sequence[str] | None = None, size: str | None = None, hint: str = "") -> None:
+    """What every run checks before any work: memory caps that fit (Run.check_memory_fits: together, and
+    each above what the run's largest point at `size` holds), planted faults, a writable --out.
     scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
     from harness.workers import faults
     from harness.results.files import OutputError, check_writable
+    from harness.run.parser import gpu_memory_bytes
     from harness.run.runner import Run
 
-    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present)
+    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, gpu_memory_bytes, hint)
     try:
         faults.planted()
         check_writable(out)
@@ -49,8 +50,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     a.gpu_memory_fraction = Run.memory_fraction(a.gpu_memory_fraction, a.processes, a.frameworks)
     gpu = gpu_present()
     scenarios = a.scenarios if a.scenarios is not None else list(default_run(gpu))
-    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios)
     size = a.size if a.size != "auto" else ("full" if gpu else "smoke")
+    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios, size)
     examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
     opts = CompareOptions(scenarios=scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,

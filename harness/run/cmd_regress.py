@@ -116,7 +116,7 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
     processes = _processes(base)  # like with like
-    start_checks(out, fraction, frameworks, processes, scenarios)
+    start_checks(out, fraction, frameworks, processes, scenarios, base["size"])
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
@@ -184,7 +184,9 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     # 70% of the GPU for their pools leaves room for their CUDA contexts
     fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
                                             int(70 / (2 * a.pairs * (2 if ranks else 1))) / 100)
-    start_checks(out, fraction, frameworks, 1)
+    start_checks(out, fraction, frameworks, 1, scenarios, size,
+                 "" if a.gpu_memory_fraction else f" (the default for {a.pairs} pairs side by side; with fewer "
+                 "--pairs it is larger)")
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
     from harness.workers import faults
 

@@ -100,11 +100,15 @@ class Run:
 
     @staticmethod
     def check_memory_fits(fraction: float | None, frameworks: list[str], n_processes: int,
-                          scenarios: Sequence[str] | None, gpu_present: Callable[[], bool]) -> None:
+                          scenarios: Sequence[str] | None, gpu_present: Callable[[], bool],
+                          size: str | None = None, gpu_memory: Callable[[], int | None] = lambda: None,
+                          hint: str = "") -> None:
         """UsageError where the frameworks' caps would not fit in the GPU together (fraction None: the one
-        $TRIPTYCH_GPU_MEMORY_FRACTION or the default gives). scenarios: those selected (None: any may
-        run); rank groups are counted only where one needs them. JAX's pools are counted only where
-        gpu_present() (asked last: it runs nvidia-smi)."""
+        $TRIPTYCH_GPU_MEMORY_FRACTION or the default gives), or where a cap is below what a selected
+        scenario's point at `size` holds a process (Scenario.device_bytes; gpu_memory(): the GPU's bytes,
+        None off a GPU). scenarios: those selected (None: any may run); rank groups are counted only where
+        one needs them. JAX's pools are counted only where gpu_present() (asked last: it runs nvidia-smi).
+        hint: what the caller's own options can do about a cap too small (regress: fewer pairs)."""
         if fraction is None:
             try:
                 fraction = memory_fraction()
@@ -126,6 +130,31 @@ class Run:
             raise UsageError(f"{where} x {pool_processes} {'/'.join(keepers)} processes ({held}, each keeping its "
                              f"pool) is {fraction * pool_processes:.2f} of the GPU: use --gpu-memory-fraction "
                              f"{math.floor(100 / pool_processes) / 100:g} or fewer --processes")
+        need = Run.largest_need(scenarios, size) if size is not None else None
+        total = gpu_memory() if need is not None else None
+        if need is not None and total and fraction * total < need[0]:
+            gib = 2.0**30
+            raise UsageError(f"{need[1]} at {need[2]} holds at least {need[0] / gib:.2f} GiB a process (the buffers "
+                             f"its impls keep); {where} gives {fraction * total / gib:.2f} GiB of this GPU's "
+                             f"{total / gib:.1f}: use --gpu-memory-fraction {math.ceil(100 * need[0] / total) / 100 + 0.01:.2f}"
+                             f" or more{hint}")
+
+    @staticmethod
+    def largest_need(scenarios: Sequence[str] | None, size: str) -> tuple[int, str, str] | None:
+        """(bytes, scenario, point label) of the selected point that holds the most a process
+        (Scenario.device_bytes), or None where no selected scenario says."""
+        from scenarios import ORDER
+
+        best = None
+        for name in scenarios if scenarios is not None else ORDER:
+            scn = get_scenario(name)
+            if scn.device_bytes is None or size not in scn.sizes:
+                continue
+            for i, p in enumerate(scn.points(size)):
+                b = int(scn.device_bytes(p))
+                if best is None or b > best[0]:
+                    best = (b, name, p.get("label") or str(i))
+        return best
 
     # -- the run ------------------------------------------------------------------------------------
 
