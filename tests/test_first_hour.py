@@ -267,12 +267,12 @@ def test_an_interleaved_regress_whose_default_cap_cannot_hold_a_point_says_so_an
         monkeypatch, tmp_path, capsys):
     from harness.run import cli, parser
 
-    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 80 << 30)
+    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 40 << 30)  # a 40 GB card
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
     code = cli.main(["regress", "--baseline-tree", ".", "--scenarios", "collectives", "--frameworks", "torch",
                      "--size", "full", "--seed", "1", "--out", str(tmp_path / "out"),
                      "--budget", "0.01", "--timeout", "30"])  # were it not refused: over in seconds, not a full run
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert "--gpu-memory-fraction 0.04 gives 3.20 GiB" in err[0] and "the default for 4 pairs side by side" in err[0]
+    assert "--gpu-memory-fraction 0.08 gives 3.20 GiB" in err[0] and "the default for 2 pairs side by side" in err[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

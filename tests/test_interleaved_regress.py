@@ -404,13 +404,21 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
     complete, no pair added, and the exit code 0 (the run says what was short)."""
     from harness.regress.view import render_paired
 
-    host, now = Host(1.0), [0.0]
+    host, now, alive = Host(1.0), [0.0], [0, 0]
 
     class Slow(FakeWorker):
+        def __init__(self, *a):
+            super().__init__(*a)
+            alive[0] += 1
+            alive[1] = max(alive)
+
         def request(self, op, *args, **kw):
             if op == "time":
                 now[0] += 10.0
             return super().request(op, *args, **kw)
+
+        def close(self, grace=0.0):
+            alive[0] -= 1
 
     logged: list[str] = []
     sides = _sides()
@@ -419,7 +427,9 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=130.0)
     res = interleave.run(sched, plan)  # pairs 1-2 over three points: 120 s; pairs 3-4 start one point
     assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 4
-    assert "pairs 3-4 over every point" in logged and not [t for t in logged if t.endswith("unknown rows")]
+    assert "pairs 3-4 over every point: starting their workers" in logged
+    assert not [t for t in logged if t.endswith("unknown rows")]
+    assert alive == [0, 4]  # a stage's two pairs at a time (their memory cap is sized so), all closed at the end
     got = {(r.scenario, r.point): r.pairs for r in res.rows}
     assert got == {("device_creation", 0): 4, ("device_creation", 1): 2, ("sync_points", 0): 2}, got
     assert res.not_timed == 0 and all(d["complete"] for d in res.docs)

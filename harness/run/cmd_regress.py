@@ -160,7 +160,8 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
 
     from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV
     from harness.run.cmd_compare import start_checks
-    from harness.run.interleave import Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
+    from harness.run.interleave import (ADDED, Plan, Schedule, Side, SideError, check_python, run as run_interleaved,
+                                        tree)
     from harness.regress.view import render_paired
     from harness.results.results import claim_name, release_folder, write_or_rescue
     from scenarios import DEFAULT_RUN, get
@@ -180,13 +181,12 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     seed = a.seed if a.seed is not None else random.randrange(2**32)
     out = a.out if a.out is not None else DEFAULT_OUT
     ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
-    # every pair's processes live side by side (and as many rank groups where a scenario has ranks):
-    # 70% of the GPU for their pools leaves room for their CUDA contexts
+    # the pairs of a stage live side by side (ADDED at most: harness/run/interleave.py), each side a worker
+    # and, where a scenario has ranks, a rank group: 70% of the GPU for their pools leaves room for the contexts
     fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
-                                            int(70 / (2 * a.pairs * (2 if ranks else 1))) / 100)
+                                            int(70 / (2 * min(a.pairs, ADDED) * (2 if ranks else 1))) / 100)
     start_checks(out, fraction, frameworks, 1, scenarios, size,
-                 "" if a.gpu_memory_fraction else f" (the default for {a.pairs} pairs side by side; with fewer "
-                 "--pairs it is larger)")
+                 "" if a.gpu_memory_fraction else f" (the default for {min(a.pairs, ADDED)} pairs side by side)")
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
     from harness.workers import faults
 

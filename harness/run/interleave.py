@@ -507,25 +507,29 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     points = {s.name: s.points(plan.size) for s in scns}  # the seed is the requests' own (harness/workers/protocol.py)
     cfg = plan.cfg or preset(plan.size)
     answers: Answers = {}
-    schedule.log(f"starting the workers of {plan.pairs} pairs")
-    pairs, env = schedule.start_pairs(list(range(plan.pairs)))
+    # ADDED pairs at a time over every point, each stage in workers of its own: a budget that cannot afford
+    # every first pair leaves the later ones short, not points untimed, and no more than ADDED pairs' processes
+    # (and pools) are alive at once (cmd_regress sizes their memory cap so)
+    stages = [list(range(plan.pairs))[i:i + ADDED] for i in range(0, plan.pairs, ADDED)]
+    schedule.log(f"starting the workers of {len(stages[0])} pairs")
+    pairs, env = schedule.start_pairs(stages[0])
     machine: list[dict[str, Any]] = [{}, {}]
     running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
     short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
     left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
     stopped_by: str | None = None  # the signal that stopped the timing
     try:
-        # ADDED pairs at a time over every point: a budget that cannot afford every first pair leaves the
-        # later ones short, not points untimed (the running pairs' workers stay up between the stages)
-        stages = [pairs[i:i + ADDED] for i in range(0, len(pairs), ADDED)]
-        left = schedule.time_points(stages[0], scns, points, lambda _s, _i: True, running, cfg, answers,
+        left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers,
                                     plan.seed, stop=spent)
-        for stage in stages[1:]:
+        for ks in stages[1:]:
             if left or short:
                 break
-            schedule.log(f"pair{'s' if len(stage) > 1 else ''} "
-                         f"{'-'.join(str(p.k + 1) for p in stage[::len(stage) - 1 or 1])} over every point")
-            short = schedule.time_points(stage, scns, points, lambda _s, _i: True, running, cfg, answers,
+            schedule.close(pairs)
+            pairs = []
+            schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(k + 1) for k in ks[::len(ks) - 1 or 1])} "
+                         "over every point: starting their workers")
+            pairs, _ = schedule.start_pairs(ks, running, running)  # a worker that fails to start fails its rows
+            short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers,
                                          plan.seed, stop=spent)
     except (KeyboardInterrupt, Stopped) as e:
         stopped_by = _stop_name(e)
