@@ -259,6 +259,13 @@ def test_a_cap_below_what_a_point_holds_is_refused_before_the_run(monkeypatch, t
     cmd_compare.start_checks(tmp_path, 0.09, ["torch", "jax"], 1, ["sync_points", "collectives"], "full")
     cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["sync_points"], "full")  # no such point
     cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["collectives"], "smoke")
+    # a 24 GB card at compare's default: the fraction that holds the point, and as many processes as its JAX
+    # pools (a worker and a rank group each) leave room for
+    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 24 << 30)
+    with pytest.raises(UsageError, match=r"0\.15 gives 3\.60 GiB of this GPU's 24\.0: use --gpu-memory-fraction "
+                                         r"0\.28 or more with --processes 1 or fewer$"):
+        cmd_compare.start_checks(tmp_path, 0.15, ["torch", "jax"], 2, ["collectives"], "full")
+    cmd_compare.start_checks(tmp_path, 0.28, ["torch", "jax"], 1, ["collectives"], "full")
     monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: None)  # no GPU answers
     cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["collectives"], "full")
 

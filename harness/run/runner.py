@@ -133,11 +133,12 @@ class Run:
         need = Run.largest_need(scenarios, size) if size is not None else None
         total = gpu_memory() if need is not None else None
         if need is not None and total and fraction * total < need[0]:
-            gib = 2.0**30
+            gib, enough = 2.0**30, math.ceil(100 * need[0] / total) / 100 + 0.01
+            most = math.floor(1 / (enough * pool_processes / n_processes) + 1e-9) if keepers else n_processes
+            fewer = f" with --processes {most} or fewer" if most < n_processes else ""
             raise UsageError(f"{need[1]} at {need[2]} holds at least {need[0] / gib:.2f} GiB a process (the buffers "
                              f"its impls keep); {where} gives {fraction * total / gib:.2f} GiB of this GPU's "
-                             f"{total / gib:.1f}: use --gpu-memory-fraction {math.ceil(100 * need[0] / total) / 100 + 0.01:.2f}"
-                             f" or more{hint}")
+                             f"{total / gib:.1f}: use --gpu-memory-fraction {enough:.2f} or more{fewer}{hint}")
 
     @staticmethod
     def largest_need(scenarios: Sequence[str] | None, size: str) -> tuple[int, str, str] | None:
