@@ -97,12 +97,16 @@ def slots(p: Params) -> int:
     return calls(p) if p["op"] in GROWS else 1
 
 
-def device_bytes(p: Params) -> int:
-    """What a rank holds at p, at least: JAX's buffers, the most of the three (input, receive buffer,
-    zeros, output, and the in-place fill with its ring of slots(p)): 25 x 256 MiB at a 256 MiB all_reduce."""
+def device_bytes(p: Params, framework: str) -> int:
+    """What a rank holds at p, at least: input, output, zeros, and the in-place fill with its ring of
+    slots(p) (24 x 256 MiB at a 256 MiB all_reduce); JAX also a receive buffer, and in place at reduce_scatter
+    the chunk each call returns beside its donated buffer, this call's and the one the harness still holds."""
     n, c, item = R.size_of(p), count(p), np.dtype(p["dtype"]).itemsize
     out, size = out_count(p["op"], c, n), in_place(p["op"], c, n, 0)[0]
-    return item * (c + 3 * out + size * (1 + slots(p)))
+    held = c + 2 * out + size * (1 + slots(p))
+    if framework == "jax":
+        held += out + (2 * out if p["op"] == "reduce_scatter" else 0)
+    return item * held
 
 
 def in_place_why(variant: str, p: Params, lacks: Mapping[str, str] | None = None) -> str | None:

@@ -172,11 +172,11 @@ class Scenario:
     # Devices one process must see (gpu_links copies between two): with fewer, its rows are skipped with
     # that reason; `list` says so.
     devices: int = 1
-    # params -> the device bytes one process (a rank) holds at that point, at least: the buffers its impls
-    # keep at once, the largest framework's, before a call's own temporaries. compare and regress refuse a
+    # (params, framework) -> the device bytes one process (a rank) of that framework holds at that point, at
+    # least: the buffers its impl keeps at once, before a call's own temporaries. compare and regress refuse a
     # memory cap below the largest of a run's points before they start (harness/run/runner.py), instead of
     # finding out minutes into the point. None: small enough for any cap.
-    device_bytes: Callable[[Params], int] | None = None
+    device_bytes: Callable[[Params, str], int] | None = None
 
     @property
     def baseline(self) -> Variant:

@@ -136,23 +136,43 @@ def test_jax_poison_lets_the_last_samples_buffers_go_before_making_the_new_ones(
 
 
 def test_device_bytes_counts_the_buffers_a_rank_keeps():
-    """25 buffers at a 256 MiB all_reduce (input, receive, zeros, output, fill and 20 in the ring), 6 at a
-    broadcast (one in its ring); the largest framework's, JAX's, at a small size too."""
+    """24 buffers at a 256 MiB all_reduce (input, output, zeros, fill and 20 in the ring) in torch and CuPy,
+    25 in JAX (its receive buffer), 27 in JAX at reduce_scatter on one rank (two returned chunks); and on
+    the CPU, what JAX's rank really holds in a sample, counted by the buffers alive, not by the state's keys."""
+    import gc
+
     from harness import backends
     from harness.workers.execute import load_impl
 
-    mib = 1 << 20
-    assert C.device_bytes(dict(op="all_reduce", bytes=256 * mib, dtype="float32", world_size=2)) == 25 * 256 * mib
-    assert C.device_bytes(dict(op="broadcast", bytes=256 * mib, dtype="float32", world_size=2)) == 6 * 256 * mib
+    mib = 256 << 20
+    at = lambda op, n: dict(op=op, bytes=mib, dtype="float32", world_size=n)  # noqa: E731
+    assert [C.device_bytes(at("all_reduce", 2), fw) for fw in ("torch", "cupy", "jax")] == [24 * mib] * 2 + [25 * mib]
+    assert C.device_bytes(at("broadcast", 2), "torch") == 5 * mib and C.device_bytes(at("broadcast", 2), "jax") == 6 * mib
+    assert C.device_bytes(at("all_gather", 2), "jax") == 11 * mib  # a receive buffer of two ranks' chunks
+    assert C.device_bytes(at("reduce_scatter", 1), "jax") == 27 * mib
     b = backends.get("jax")
     ok, why = b.available()
     if not ok:
         pytest.skip(why)
+    import jax
+
     jb = b.load()
     impl, scn = load_impl("collectives", "jax"), get("collectives")
+
+    def held() -> int:  # bytes of the distinct buffers alive in this process
+        gc.collect()
+        return sum({a.unsafe_buffer_pointer(): a.nbytes for a in jax.live_arrays()}.values())
+
     for op in [o for o in C.OPS if o != "barrier"]:
-        params = dict(op=op, bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
-        state = impl.prepare(scn.make_inputs(params), params, jb.device)
-        impl.poison(state)
-        kept = [state[k] for k in ("x", "recv", "zeros", "out", "fill")] + state["ring"]
-        assert sum(a.nbytes for a in kept) == C.device_bytes(params), op
+        params, most = dict(op=op, bytes=4096, dtype="float32", world_size=1, rank=0, seed=1), 0
+        for variant in ("run_out_of_place", "run_in_place"):  # one process runs both: the point needs the larger
+            base = held()
+            state = impl.prepare(scn.make_inputs(params), params, jb.device)
+            impl.poison(state)
+            last = getattr(impl, variant)(state)  # the harness holds a call's outputs until the next returns
+            jb.synchronize(last)
+            now = getattr(impl, variant)(state)
+            jb.synchronize(now)
+            most = max(most, held() - base - 4)  # less the barrier's one element
+            del state, last, now
+        assert most == C.device_bytes(params, "jax"), (op, most)

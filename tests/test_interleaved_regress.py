@@ -605,6 +605,45 @@ def test_sigterm_to_a_real_run_writes_both_sides_files_and_exits_143(tmp_path):
         assert all(r["status"] == "ok" for r in d["scenarios"]["sync_points"]["rows"])
 
 
+def test_pairs_3_4_start_no_workers_once_the_budget_is_spent_and_a_framework_whose_worker_fails_keeps_its_pairs():
+    """Each stage starts its own workers: none where the budget is already spent (every point keeps pairs
+    1-2), and a framework whose worker does not start in a later stage keeps its earlier pairs there,
+    neither failed nor judged on a missing side."""
+    from harness.regress.view import render_paired
+
+    host, now, made = Host(1.0), [0.0], []
+
+    class Slow(FakeWorker):
+        def __init__(self, *a):
+            super().__init__(*a)
+            made.append((self.side.name, self.fw))
+
+        def request(self, op, *args, **kw):
+            if op == "hello" and (self.side.name, self.fw) == ("candidate", "jax") and \
+                    made.count(("candidate", "jax")) > 2:  # a third candidate JAX worker: pairs 3-4's
+                return {"available": False, "why": "planted: out of memory at start", "env": {}, "on_gpu": False}
+            if op == "time":
+                now[0] += 10.0
+            return super().request(op, *args, **kw)
+
+    logged: list[str] = []
+    sides = _sides()
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Slow(fw, s, host),
+                     now=lambda: now[0], log=logged.append)
+    plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=4, budget_s=120.0)
+    res = interleave.run(sched, plan)  # pairs 1-2 over three points: 120 s, the whole budget
+    assert len(made) == 4 and not [t for t in logged if "pairs 3-4" in t], logged
+    assert res.short == 3 and res.not_timed == 0 and all(r.pairs == 2 for r in res.rows)
+    assert render_paired(res, sides, plan, logged.append) == 0
+    made.clear()
+    now[0], logged[:] = 0.0, []
+    sched.frameworks = ["torch", "jax"]
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=4))
+    assert "jax: a worker of pairs 3-4 did not start: its rows are not timed in them" in logged, logged
+    assert {r.framework: r.pairs for r in res.rows} == {"torch": 4, "jax": 2}
+    assert not [r for r in res.rows if r.status] and render_paired(res, sides, plan, logged.append) == 0
+
+
 def _label(scenario: str, i: int) -> str:
     from scenarios import get
 

@@ -23,16 +23,18 @@ from harness.run.options import EXAMPLES
 
 
 def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int,
-                 scenarios: Sequence[str] | None = None, size: str | None = None, hint: str = "") -> None:
+                 scenarios: Sequence[str] | None = None, size: str | None = None, world_size: int | None = None,
+                 label: str = "", processes_option: bool = True) -> None:
     """What every run checks before any work: memory caps that fit (Run.check_memory_fits: together, and
     each above what the run's largest point at `size` holds), planted faults, a writable --out.
     scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
     from harness.workers import faults
     from harness.results.files import OutputError, check_writable
-    from harness.run.parser import gpu_memory_bytes
+    from harness.run import parser
     from harness.run.runner import Run
 
-    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, gpu_memory_bytes, hint)
+    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, parser.gpu_memory_bytes,
+                          world_size, label, processes_option)
     try:
         faults.planted()
         check_writable(out)
@@ -51,7 +53,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     gpu = gpu_present()
     scenarios = a.scenarios if a.scenarios is not None else list(default_run(gpu))
     size = a.size if a.size != "auto" else ("full" if gpu else "smoke")
-    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios, size)
+    start_checks(a.out, a.gpu_memory_fraction, a.frameworks, a.processes, scenarios, size, a.world_size)
     examples = a.examples if a.examples is not None else EXAMPLES.get(size, EXAMPLES["full"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**32)
     opts = CompareOptions(scenarios=scenarios, frameworks=a.frameworks, size=size, examples=examples, seed=seed,

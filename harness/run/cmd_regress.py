@@ -116,7 +116,7 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
     processes = _processes(base)  # like with like
-    start_checks(out, fraction, frameworks, processes, scenarios, base["size"])
+    start_checks(out, fraction, frameworks, processes, scenarios, base["size"], processes_option=False)
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
                           examples=int(base.get("examples") or 1), seed=base["seed"],
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
@@ -133,6 +133,24 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     if stopped is not None:
         raise CandidateStopped(stopped, path)
     return _load(path, "--candidate"), str(path)
+
+
+def _fraction_for_the_largest_point(fraction: float, pools: int, scenarios: list[str], size: str,
+                                    frameworks: list[str], world_size: int | None) -> float:
+    """The interleaved run's default cap, raised to what its largest point holds a process (with a margin of
+    a hundredth of the GPU for a call's temporaries) where its pools still fit in 90% of the GPU; as it was
+    otherwise (the start checks then say what would hold the point). On a GPU only."""
+    import math
+
+    from harness.run.parser import gpu_memory_bytes
+    from harness.run.runner import Run
+
+    total = gpu_memory_bytes()
+    need = Run.largest_need(scenarios, size, frameworks, world_size) if total else None
+    if need is None:
+        return fraction
+    enough = math.ceil(100 * need[0] / total) / 100 + 0.01
+    return enough if fraction < enough and enough * pools <= 0.9 else fraction
 
 
 def _processes(doc: dict[str, Any]) -> int:
@@ -183,10 +201,13 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
     # the pairs of a stage live side by side (ADDED at most: harness/run/interleave.py), each side a worker
     # and, where a scenario has ranks, a rank group: 70% of the GPU for their pools leaves room for the contexts
-    fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION,
-                                            int(70 / (2 * min(a.pairs, ADDED) * (2 if ranks else 1))) / 100)
-    start_checks(out, fraction, frameworks, 1, scenarios, size,
-                 "" if a.gpu_memory_fraction else f" (the default for {min(a.pairs, ADDED)} pairs side by side)")
+    pools = 2 * min(a.pairs, ADDED) * (2 if ranks else 1)
+    fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION, int(70 / pools) / 100)
+    if a.gpu_memory_fraction is None:
+        fraction = _fraction_for_the_largest_point(fraction, pools, scenarios, size, frameworks, a.world_size)
+    start_checks(out, fraction, frameworks, 1, scenarios, size, a.world_size, processes_option=False,
+                 label="" if a.gpu_memory_fraction else f"the default cap, {fraction:g} of the GPU for each of "
+                                                        f"{pools} processes side by side,")
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
     from harness.workers import faults
 

@@ -526,10 +526,16 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                 break
             schedule.close(pairs)
             pairs = []
-            schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(k + 1) for k in ks[::len(ks) - 1 or 1])} "
-                         "over every point: starting their workers")
-            pairs, _ = schedule.start_pairs(ks, running, running)  # a worker that fails to start fails its rows
-            short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers,
+            if spent():  # no stage starts that could time nothing: every point keeps the pairs it has
+                short = [(s.name, i) for s in scns for i in range(len(points[s.name]))]
+                break
+            named = f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(k + 1) for k in ks[::len(ks) - 1 or 1])}"
+            schedule.log(f"{named} over every point: starting their workers")
+            pairs, env_k = schedule.start_pairs(ks, running, running)
+            fws_k = [fw for fw in running if all(env_k[s.name][fw]["available"] for s in schedule.sides)]
+            for fw in sorted(set(running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
+                schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
+            short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, cfg, answers,
                                          plan.seed, stop=spent)
     except (KeyboardInterrupt, Stopped) as e:
         stopped_by = _stop_name(e)

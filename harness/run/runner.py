@@ -102,21 +102,23 @@ class Run:
     def check_memory_fits(fraction: float | None, frameworks: list[str], n_processes: int,
                           scenarios: Sequence[str] | None, gpu_present: Callable[[], bool],
                           size: str | None = None, gpu_memory: Callable[[], int | None] = lambda: None,
-                          hint: str = "") -> None:
+                          world_size: int | None = None, label: str = "", processes_option: bool = True) -> None:
         """UsageError where the frameworks' caps would not fit in the GPU together (fraction None: the one
-        $TRIPTYCH_GPU_MEMORY_FRACTION or the default gives), or where a cap is below what a selected
-        scenario's point at `size` holds a process (Scenario.device_bytes; gpu_memory(): the GPU's bytes,
-        None off a GPU). scenarios: those selected (None: any may run); rank groups are counted only where
-        one needs them. JAX's pools are counted only where gpu_present() (asked last: it runs nvidia-smi).
-        hint: what the caller's own options can do about a cap too small (regress: fewer pairs)."""
+        $TRIPTYCH_GPU_MEMORY_FRACTION or the default gives), or where the cap is below what a selected
+        scenario's point at `size` holds a process of a selected framework (Scenario.device_bytes, at
+        world_size, default the run's; gpu_memory(): the GPU's bytes, None off a GPU, where nothing is
+        asked). scenarios: those selected (None: any may run); rank groups are counted only where one needs
+        them. JAX's pools are counted only where gpu_present() (asked last: it runs nvidia-smi). label: how
+        the message names a cap the caller chose itself; processes_option: whether --processes is the
+        caller's to suggest."""
         if fraction is None:
             try:
                 fraction = memory_fraction()
             except Unavailable as e:
                 raise UsageError(str(e)) from None
-            where = f"{MEMORY_FRACTION_ENV}={fraction:g}"
+            where = label or f"{MEMORY_FRACTION_ENV}={fraction:g}"
         else:
-            where = f"--gpu-memory-fraction {fraction:g}"
+            where = label or f"--gpu-memory-fraction {fraction:g}"
         n_frameworks = len(frameworks)
         if fraction * n_frameworks > 1.0 + 1e-9:
             raise UsageError(f"{where} x {n_frameworks} frameworks is {fraction * n_frameworks:.2f} of the GPU: "
@@ -130,20 +132,26 @@ class Run:
             raise UsageError(f"{where} x {pool_processes} {'/'.join(keepers)} processes ({held}, each keeping its "
                              f"pool) is {fraction * pool_processes:.2f} of the GPU: use --gpu-memory-fraction "
                              f"{math.floor(100 / pool_processes) / 100:g} or fewer --processes")
-        need = Run.largest_need(scenarios, size) if size is not None else None
-        total = gpu_memory() if need is not None else None
-        if need is not None and total and fraction * total < need[0]:
-            gib, enough = 2.0**30, math.ceil(100 * need[0] / total) / 100 + 0.01
+        total = gpu_memory() if size is not None else None
+        need = Run.largest_need(scenarios, size, frameworks, world_size) if total else None
+        if need is not None and fraction * total < need[0]:
+            gib, enough = 2.0**30, math.ceil(100 * need[0] / total) / 100
             most = math.floor(1 / (enough * pool_processes / n_processes) + 1e-9) if keepers else n_processes
-            fewer = f" with --processes {most} or fewer" if most < n_processes else ""
-            raise UsageError(f"{need[1]} at {need[2]} holds at least {need[0] / gib:.2f} GiB a process (the buffers "
-                             f"its impls keep); {where} gives {fraction * total / gib:.2f} GiB of this GPU's "
-                             f"{total / gib:.1f}: use --gpu-memory-fraction {enough:.2f} or more{fewer}{hint}")
+            fewer = ("" if not processes_option or most >= n_processes else f" with --processes {most} or fewer"
+                     if most else f" (more than {'/'.join(keepers)}'s pools, a worker's and a rank group's, leave "
+                                  "room for: run the point without it)")
+            raise UsageError(f"{need[1]} at {need[2]} holds at least {need[0] / gib:.2f} GiB in a {NAMES[need[3]]} "
+                             f"process (the buffers its impl keeps at once); {where} gives {fraction * total / gib:.2f} "
+                             f"GiB of this GPU's {total / gib:.1f}: use --gpu-memory-fraction {enough:.2f} or more"
+                             f"{fewer}")
 
     @staticmethod
-    def largest_need(scenarios: Sequence[str] | None, size: str) -> tuple[int, str, str] | None:
-        """(bytes, scenario, point label) of the selected point that holds the most a process
-        (Scenario.device_bytes), or None where no selected scenario says."""
+    def largest_need(scenarios: Sequence[str] | None, size: str, frameworks: Sequence[str],
+                     world_size: int | None = None) -> tuple[int, str, str, str] | None:
+        """(bytes, scenario, point label, framework) of the selected point and framework whose process holds
+        the most (Scenario.device_bytes) at world_size (None: the run's default, the number of GPUs), or None
+        where no selected scenario says."""
+        from harness.workers.ranks import default_world_size
         from scenarios import ORDER
 
         best = None
@@ -151,10 +159,13 @@ class Run:
             scn = get_scenario(name)
             if scn.device_bytes is None or size not in scn.sizes:
                 continue
+            world = (world_size or default_world_size()) if scn.ranks else None
             for i, p in enumerate(scn.points(size)):
-                b = int(scn.device_bytes(p))
-                if best is None or b > best[0]:
-                    best = (b, name, p.get("label") or str(i))
+                at = p | {"world_size": p.get("world_size", world)} if world else p
+                for fw in frameworks:
+                    b = int(scn.device_bytes(at, fw))
+                    if best is None or b > best[0]:
+                        best = (b, name, p.get("label") or str(i), fw)
         return best
 
     # -- the run ------------------------------------------------------------------------------------
