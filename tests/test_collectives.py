@@ -82,10 +82,8 @@ def test_each_placement_has_its_own_floor_and_barrier_none():
     assert C.in_place_why("in_place", {"op": "all_to_all"}) is None  # JAX: donation, XLA buffers what it must
 
 
-@pytest.mark.parametrize("op", [o for o in C.OPS if o != "barrier"])
-def test_jax_out_of_place_writes_into_its_receive_buffer_and_keeps_its_send_buffer(op):
-    """nccl-tests' out-of-place layout in JAX: the receive buffer, made untimed, is donated and taken by
-    the output, so a call neither allocates its output nor frees the last; the send buffer stays."""
+def _jax_collectives():
+    """(JAX's loaded backend, its collectives impl, the scenario), or the test skipped with why."""
     from harness import backends
     from harness.workers.execute import load_impl
 
@@ -93,8 +91,14 @@ def test_jax_out_of_place_writes_into_its_receive_buffer_and_keeps_its_send_buff
     ok, why = b.available()
     if not ok:
         pytest.skip(why)
-    jb = b.load()
-    impl, scn = load_impl("collectives", "jax"), get("collectives")
+    return b.load(), load_impl("collectives", "jax"), get("collectives")
+
+
+@pytest.mark.parametrize("op", [o for o in C.OPS if o != "barrier"])
+def test_jax_out_of_place_writes_into_its_receive_buffer_and_keeps_its_send_buffer(op):
+    """nccl-tests' out-of-place layout in JAX: the receive buffer, made untimed, is donated and taken by
+    the output, so a call neither allocates its output nor frees the last; the send buffer stays."""
+    jb, impl, scn = _jax_collectives()
     params = dict(op=op, bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
     state = impl.prepare(scn.make_inputs(params), params, jb.device)
     impl.poison(state)
@@ -110,15 +114,7 @@ def test_jax_out_of_place_writes_into_its_receive_buffer_and_keeps_its_send_buff
 def test_jax_poison_lets_the_last_samples_buffers_go_before_making_the_new_ones():
     """Held across, JAX's fresh ring would cost two (2 x 20 x 256 MiB a rank at a 256 MiB all_reduce, more
     than a small --gpu-memory-fraction gives a process of an 80 GB card); torch and CuPy rewrite theirs in place."""
-    from harness import backends
-    from harness.workers.execute import load_impl
-
-    b = backends.get("jax")
-    ok, why = b.available()
-    if not ok:
-        pytest.skip(why)
-    jb = b.load()
-    impl, scn = load_impl("collectives", "jax"), get("collectives")
+    jb, impl, scn = _jax_collectives()
     params = dict(op="all_reduce", bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
     state = impl.prepare(scn.make_inputs(params), params, jb.device)
     impl.poison(state)
@@ -141,23 +137,14 @@ def test_device_bytes_counts_the_buffers_a_rank_keeps():
     the CPU, what JAX's rank really holds in a sample, counted by the buffers alive, not by the state's keys."""
     import gc
 
-    from harness import backends
-    from harness.workers.execute import load_impl
-
     mib = 256 << 20
     at = lambda op, n: dict(op=op, bytes=mib, dtype="float32", world_size=n)  # noqa: E731
     assert [C.device_bytes(at("all_reduce", 2), fw) for fw in ("torch", "cupy", "jax")] == [24 * mib] * 2 + [25 * mib]
     assert C.device_bytes(at("broadcast", 2), "torch") == 5 * mib and C.device_bytes(at("broadcast", 2), "jax") == 6 * mib
     assert C.device_bytes(at("all_gather", 2), "jax") == 11 * mib  # a receive buffer of two ranks' chunks
     assert C.device_bytes(at("reduce_scatter", 1), "jax") == 27 * mib
-    b = backends.get("jax")
-    ok, why = b.available()
-    if not ok:
-        pytest.skip(why)
+    jb, impl, scn = _jax_collectives()
     import jax
-
-    jb = b.load()
-    impl, scn = load_impl("collectives", "jax"), get("collectives")
 
     def held() -> int:  # bytes of the distinct buffers alive in this process
         gc.collect()
