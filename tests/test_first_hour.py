@@ -247,11 +247,11 @@ def test_a_cap_below_what_a_point_holds_is_refused_before_the_run(monkeypatch, t
     """An H100 self-regress capped each process at 0.04 (3.2 GiB) against collectives' 6.25 GiB a JAX rank
     at 256 MiB: refused up front with what would hold it, not found out minutes into the point; off a GPU
     nothing is asked."""
-    from harness.run import parser
+    from harness.measure import machine
     from harness.run.parser import UsageError
 
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
-    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 80 << 30)
+    monkeypatch.setattr(machine, "gpu_memory_bytes", lambda: 80 << 30)
     with pytest.raises(UsageError, match=r"^collectives at reduce 256 MiB holds at least 6\.25 GiB in a JAX process "
                                          r"\(the buffers its impl keeps at once\); --gpu-memory-fraction 0\.04 gives "
                                          r"3\.20 GiB of this GPU's 80\.0: use --gpu-memory-fraction 0\.08 or more$"):
@@ -265,33 +265,35 @@ def test_a_cap_below_what_a_point_holds_is_refused_before_the_run(monkeypatch, t
     cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["collectives"], "smoke")
     # a 24 GB card at compare's default: the fraction that holds the point, and as many processes as its JAX
     # pools (a worker and a rank group each) leave room for
-    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 24 << 30)
+    monkeypatch.setattr(machine, "gpu_memory_bytes", lambda: 24 << 30)
     with pytest.raises(UsageError, match=r"0\.15 gives 3\.60 GiB of this GPU's 24\.0: use --gpu-memory-fraction "
                                          r"0\.27 or more with --processes 1 or fewer$"):
         cmd_compare.start_checks(tmp_path, 0.15, ["torch", "jax"], 2, ["collectives"], "full", 2)
     cmd_compare.start_checks(tmp_path, 0.27, ["torch", "jax"], 1, ["collectives"], "full", 2)
-    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: None)  # no GPU answers
+    monkeypatch.setattr(machine, "gpu_memory_bytes", lambda: None)  # no GPU answers
     cmd_compare.start_checks(tmp_path, 0.04, ["torch", "jax"], 1, ["collectives"], "full")
 
 
 def test_an_interleaved_regress_raises_its_default_cap_to_the_largest_point_where_its_pools_fit(monkeypatch):
     """Its 8 processes side by side get 0.08 by default; 0.09 holds collectives' 6.25 GiB on an 80 GB card
     with a hundredth to spare (0.72 of the GPU in all); a 40 GB card would need 1.36: left as it was."""
-    from harness.run import cmd_regress, parser
+    from harness.measure import machine
+    from harness.run import cmd_regress
 
     raised = lambda: cmd_regress._fraction_for_the_largest_point(0.08, 8, ["collectives"], "full", ["jax"], 2)  # noqa
     for gib, fraction in ((80, 0.09), (40, 0.08), (141, 0.08)):
-        monkeypatch.setattr(parser, "gpu_memory_bytes", lambda gib=gib: gib << 30)
+        monkeypatch.setattr(machine, "gpu_memory_bytes", lambda gib=gib: gib << 30)
         assert raised() == pytest.approx(fraction), gib
-    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: None)
+    monkeypatch.setattr(machine, "gpu_memory_bytes", lambda: None)
     assert raised() == 0.08
 
 
 def test_an_interleaved_regress_whose_default_cap_cannot_hold_a_point_says_so_and_writes_nothing(
         monkeypatch, tmp_path, capsys):
-    from harness.run import cli, parser
+    from harness.measure import machine
+    from harness.run import cli
 
-    monkeypatch.setattr(parser, "gpu_memory_bytes", lambda: 40 << 30)  # a 40 GB card
+    monkeypatch.setattr(machine, "gpu_memory_bytes", lambda: 40 << 30)  # a 40 GB card
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: True)
     code = cli.main(["regress", "--baseline-tree", ".", "--scenarios", "collectives", "--frameworks", "torch,jax",
                      "--size", "full", "--seed", "1", "--out", str(tmp_path / "out"), "--world-size", "2",

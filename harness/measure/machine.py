@@ -75,6 +75,12 @@ def gpu_query() -> dict[str, Any]:
     return out
 
 
+def gpu_memory_bytes() -> int | None:
+    """The first GPU's memory by the driver, or None where nvidia-smi does not answer."""
+    total = (_smi("memory.total") or {}).get("memory.total", "")
+    return int(total) << 20 if total.isdigit() else None
+
+
 def _smi(fields: str) -> dict[str, str] | None:
     try:
         q = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],

@@ -30,10 +30,10 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
     scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
     from harness.workers import faults
     from harness.results.files import OutputError, check_writable
-    from harness.run import parser
+    from harness.measure import machine
     from harness.run.runner import Run
 
-    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, parser.gpu_memory_bytes,
+    Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, machine.gpu_memory_bytes,
                           world_size, label, processes_option)
     try:
         faults.planted()

@@ -140,16 +140,14 @@ def _fraction_for_the_largest_point(fraction: float, pools: int, scenarios: list
     """The interleaved run's default cap, raised to what its largest point holds a process (with a margin of
     a hundredth of the GPU for a call's temporaries) where its pools still fit in 90% of the GPU; as it was
     otherwise (the start checks then say what would hold the point). On a GPU only."""
-    import math
-
-    from harness.run.parser import gpu_memory_bytes
+    from harness.measure import machine
     from harness.run.runner import Run
 
-    total = gpu_memory_bytes()
+    total = machine.gpu_memory_bytes()
     need = Run.largest_need(scenarios, size, frameworks, world_size) if total else None
     if need is None:
         return fraction
-    enough = math.ceil(100 * need[0] / total) / 100 + 0.01
+    enough = Run.smallest_fraction(need[0], total) + 0.01
     return enough if fraction < enough and enough * pools <= 0.9 else fraction
 
 

@@ -479,10 +479,7 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
 
 
 def _stop_name(e: BaseException) -> str:
-    from harness.run import stops
-
-    stops.defer()  # what was timed is judged and written before the stop is honoured
-    return "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
+    return "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)  # the finally after it defers the next
 
 
 def _run(schedule: Schedule, plan: Plan) -> Outcome:

@@ -118,19 +118,6 @@ def gpu_present() -> bool:
     return q.returncode == 0 and "GPU" in q.stdout
 
 
-def gpu_memory_bytes() -> int | None:
-    """The smallest GPU's memory by the driver (nvidia-smi), or None where none answers."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        q = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True, timeout=20)
-        mib = [int(line) for line in q.stdout.split() if line.strip().isdigit()] if q.returncode == 0 else []
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return min(mib) << 20 if mib else None
-
-
 def build_parser() -> argparse.ArgumentParser:
     from scenarios import ORDER
 

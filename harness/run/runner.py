@@ -135,7 +135,7 @@ class Run:
         total = gpu_memory() if size is not None else None
         need = Run.largest_need(scenarios, size, frameworks, world_size) if total else None
         if need is not None and fraction * total < need[0]:
-            gib, enough = 2.0**30, math.ceil(100 * need[0] / total) / 100
+            gib, enough = 2.0**30, Run.smallest_fraction(need[0], total)
             most = math.floor(1 / (enough * pool_processes / n_processes) + 1e-9) if keepers else n_processes
             fewer = ("" if not processes_option or most >= n_processes else f" with --processes {most} or fewer"
                      if most else f" (more than {'/'.join(keepers)}'s pools, a worker's and a rank group's, leave "
@@ -144,6 +144,11 @@ class Run:
                              f"process (the buffers its impl keeps at once); {where} gives {fraction * total / gib:.2f} "
                              f"GiB of this GPU's {total / gib:.1f}: use --gpu-memory-fraction {enough:.2f} or more"
                              f"{fewer}")
+
+    @staticmethod
+    def smallest_fraction(need: int, total: int) -> float:
+        """The smallest --gpu-memory-fraction, in hundredths, whose cap holds `need` bytes of a `total`-byte GPU."""
+        return math.ceil(100 * need / total) / 100
 
     @staticmethod
     def largest_need(scenarios: Sequence[str] | None, size: str, frameworks: Sequence[str],
