@@ -98,6 +98,34 @@ def test_run_selfcheck_fails_a_planted_clock_bias(monkeypatch, tmp_path, bias, c
     assert all(r["verdict"] == ("agree" if code == 0 else "disagree") for r in rows), rows
 
 
+class _NoisyFirstWorker(_FakeWorker):
+    """Processes whose harness/tool ratio scatters by ±`amplitude` for the first `noisy` calls, ±0.5% after."""
+
+    noisy, amplitude = 4, 0.04
+
+    def request(self, op, timeout=None):
+        if op == "hello":
+            return super().request(op)
+        _FakeWorker.calls += 1
+        k = _FakeWorker.calls
+        jitter = 1 + (self.amplitude if k <= self.noisy else 0.005) * (-1) ** k
+        return [{"kernel": "sum_1024Mi_fp32", "on_gpu": True, "harness_s": 1e-3 * jitter, "harness_rel_iqr": 0.01,
+                 "harness_events_s": 1e-3, "tool": "fake tool", "tool_s": 1e-3, "tool_back_to_back_s": 1e-3}]
+
+
+@pytest.mark.parametrize("noisy,amplitude,processes,verdict",
+                         [(4, 0.04, 6, "agree"), (0, 0.04, 4, "agree"), (99, 0.15, 10, "too noisy")])
+def test_a_too_noisy_row_gets_more_processes_until_decided_or_the_cap(monkeypatch, noisy, amplitude, processes,
+                                                                       verdict):
+    """Four processes on a drifting host can be too few: one more at a time, up to MAX_PROCESSES."""
+    monkeypatch.setattr(selfcheck.W, "ProcessWorker", _NoisyFirstWorker)
+    monkeypatch.setattr(_NoisyFirstWorker, "noisy", noisy)
+    monkeypatch.setattr(_NoisyFirstWorker, "amplitude", amplitude)
+    monkeypatch.setattr(_FakeWorker, "calls", 0)
+    _, (row,), per_process = selfcheck.measure("torch")
+    assert (row["verdict"], row["processes"], len(per_process)) == (verdict, processes, processes)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", ["torch", "cupy"])
 def test_harness_clock_agrees_with_the_frameworks_own_tool(fw):
@@ -106,7 +134,9 @@ def test_harness_clock_agrees_with_the_frameworks_own_tool(fw):
     info, rows, _ = selfcheck.measure(fw)
     assert info["available"] and len(rows) == 3
     for r in rows:
-        assert r["verdict"] == "agree", r
+        assert r["verdict"] == "agree", (f"{fw} {r['kernel']}: {r['verdict']} over {r['processes']} processes, "
+                                         f"harness/tool ratios {[round(x, 4) for x in r['ratios']]}, "
+                                         f"interval {r['lo']:.4f}-{r['hi']:.4f}")
 
 
 @pytest.mark.parametrize("cap_gib, elements", [(21.2, 1 << 30), (11.88, 1 << 29), (3.2, 1 << 27), (None, 1 << 30)])
