@@ -23,7 +23,7 @@ divided by 20 (harness/measure/timing.py); the warm-up is the first call and at 
 beside it (timing.slowest_rank). The output checked is the sample's last call's: an in-place
 reduction changes its own input, so each in-place call of a sample takes the next of 20 buffers (as
 nccl-tests moves its buffers between iterations), refilled untimed before the sample, and the last
-call's output is exactly one call's.
+call's output is exactly one call's (at one rank a call changes nothing, and one buffer serves).
 
 The rows carry nccl-tests' columns: algbw = bytes / time with bytes the larger of a rank's send and
 receive buffers, busbw = algbw x 2(N-1)/N for all_reduce, x (N-1)/N for all_gather, reduce_scatter and
@@ -93,13 +93,15 @@ def in_place(op: str, c: int, n: int, r: int) -> tuple[int, slice, slice]:
 
 def slots(p: Params) -> int:
     """In-place buffers a rank cycles through in one sample: one per call where a call changes its own
-    input (so each call reduces fresh data), else one."""
-    return calls(p) if p["op"] in GROWS else 1
+    input (so each call reduces fresh data), else one. At one rank no call changes its input (a sum or an
+    exchange of one rank's data is that data), so one buffer: refilling 20 of 256 MiB before each sample
+    would be most of the row's wall time, and five of its six GiB, for calls that move nothing."""
+    return calls(p) if p["op"] in GROWS and R.size_of(p) > 1 else 1
 
 
 def device_bytes(p: Params, framework: str) -> int:
     """What a rank holds at p, at least: input, output, zeros, and the in-place fill with its ring of
-    slots(p) (24 x 256 MiB at a 256 MiB all_reduce); JAX also a receive buffer, and in place at reduce_scatter
+    slots(p) (24 x 256 MiB at a 256 MiB all_reduce on two or more ranks, 5 on one); JAX also a receive buffer, and in place at reduce_scatter
     the chunk each call returns beside its donated buffer, this call's and the one the harness still holds."""
     n, c, item = R.size_of(p), count(p), np.dtype(p["dtype"]).itemsize
     out, size = out_count(p["op"], c, n), in_place(p["op"], c, n, 0)[0]

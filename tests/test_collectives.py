@@ -70,7 +70,8 @@ def test_in_place_layout_is_nccl_tests(op):
         assert size == c and buf[take].size == c and list(buf[give]) == list(range(r * c // n, (r + 1) * c // n))
     else:
         assert size == c and buf[take].size == buf[give].size == c
-    assert C.slots({"op": op}) == (20 if op in C.GROWS else 1)
+    assert C.slots({"op": op, "world_size": 2}) == (20 if op in C.GROWS else 1)
+    assert C.slots({"op": op, "world_size": 1}) == 1  # one rank: no call changes its input
 
 
 def test_each_placement_has_its_own_floor_and_barrier_none():
@@ -117,6 +118,7 @@ def test_jax_poison_lets_the_last_samples_buffers_go_before_making_the_new_ones(
     jb, impl, scn = _jax_collectives()
     params = dict(op="all_reduce", bytes=4096, dtype="float32", world_size=1, rank=0, seed=1)
     state = impl.prepare(scn.make_inputs(params), params, jb.device)
+    state["slots"] = C.calls(params)  # the ring of two or more ranks, whose calls change their input
     impl.poison(state)
     assert len(state["ring"]) == C.calls(params) > 1
     held, copy, last = [], state["copy"], [*state["ring"], state["out"]]
@@ -132,8 +134,9 @@ def test_jax_poison_lets_the_last_samples_buffers_go_before_making_the_new_ones(
 
 
 def test_device_bytes_counts_the_buffers_a_rank_keeps():
-    """24 buffers at a 256 MiB all_reduce (input, output, zeros, fill and 20 in the ring) in torch and CuPy,
-    25 in JAX (its receive buffer), 27 in JAX at reduce_scatter on one rank (two returned chunks); and on
+    """24 buffers at a 256 MiB all_reduce on two ranks (input, output, zeros, fill and 20 in the ring) in torch
+    and CuPy, 25 in JAX (its receive buffer); on one rank a ring of one: 5, and 8 in JAX at reduce_scatter
+    (its receive buffer and two returned chunks); and on
     the CPU, what JAX's rank really holds in a sample, counted by the buffers alive, not by the state's keys."""
     import gc
 
@@ -142,7 +145,8 @@ def test_device_bytes_counts_the_buffers_a_rank_keeps():
     assert [C.device_bytes(at("all_reduce", 2), fw) for fw in ("torch", "cupy", "jax")] == [24 * mib] * 2 + [25 * mib]
     assert C.device_bytes(at("broadcast", 2), "torch") == 5 * mib and C.device_bytes(at("broadcast", 2), "jax") == 6 * mib
     assert C.device_bytes(at("all_gather", 2), "jax") == 11 * mib  # a receive buffer of two ranks' chunks
-    assert C.device_bytes(at("reduce_scatter", 1), "jax") == 27 * mib
+    assert C.device_bytes(at("all_reduce", 1), "torch") == 5 * mib
+    assert C.device_bytes(at("reduce_scatter", 1), "jax") == 8 * mib
     jb, impl, scn = _jax_collectives()
     import jax
 
