@@ -101,8 +101,9 @@ def slots(p: Params) -> int:
 
 def device_bytes(p: Params, framework: str) -> int:
     """What a rank holds at p, at least: input, output, zeros, and the in-place fill with its ring of
-    slots(p) (24 x 256 MiB at a 256 MiB all_reduce on two or more ranks, 5 on one); JAX also a receive buffer, and in place at reduce_scatter
-    the chunk each call returns beside its donated buffer, this call's and the one the harness still holds."""
+    slots(p) (24 x 256 MiB at a 256 MiB all_reduce on two or more ranks, 5 on one); JAX also a receive
+    buffer, and in place at reduce_scatter the chunk each call returns beside its donated buffer, this
+    call's and the one the harness still holds."""
     n, c, item = R.size_of(p), count(p), np.dtype(p["dtype"]).itemsize
     out, size = out_count(p["op"], c, n), in_place(p["op"], c, n, 0)[0]
     held = c + 2 * out + size * (1 + slots(p))

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -684,6 +685,36 @@ def test_false_discoveries_are_controlled_across_the_rows():
     assert all(r.verdict == "different" for r in real)
     assert not [r for r in null if r.verdict == "different"]
     assert sum(r.p <= 0.05 and abs(math.log(r.ratio)) >= math.log(1.1) for r in null) >= 3  # what BH spares
+
+
+def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
+    """Two pairs over 200 rows (as in the H200 self-regress of 7a8ba6f): at a few percent between pairs no
+    row could have been called different, so "0 different" there refutes nothing, and the summary says so;
+    at eight pairs a 1% spread finds a 10% change in every row. Planted 15% changes are found exactly
+    where the figure says they can be."""
+    from harness.regress.view import render_paired
+
+    rng = np.random.default_rng(11)
+    for pairs, could in ((2, 0), (8, 200)):
+        rows = _rows(rng, 200, pairs, 1.0, between=0.0, within=0.01)
+        if pairs == 2:  # one degree of freedom: a row whose two pairs agree by chance to 1e-4 would count
+            for r in rows:
+                r.cand[1] = r.cand[1] * (1.02 if r.cand[1] / r.base[1] >= r.cand[0] / r.base[0] else 1 / 1.02)
+        judge_pairs(rows, 0.10, 0.95)
+        assert sum(r.detectable <= 0.10 * (1 + 1e-9) for r in rows) == could, pairs
+        assert all(r.detectable >= 0.10 * (1 - 1e-9) for r in rows)  # never below the effect floor
+        res = SimpleNamespace(rows=rows, docs=[{"environment": {}}, {"environment": {}}], not_comparable=[],
+                              lost=[], wall_s=0.0, pairs=pairs, signal="", stopped="", not_timed=0, short=0)
+        said: list[str] = []
+        assert render_paired(res, _sides(), Plan(["sync_points"], "full", 1), said.append) == 0
+        power = next(line for line in said if line.startswith("power:"))
+        assert f"found different in {could} of 200 timed rows" in power
+        assert ("no row could" in power) == (could == 0), power
+    for pairs in (2, 3, 4, 6):  # a planted 15% change among 200 rows: different where detectable says it can be
+        rows = _rows(rng, 199, pairs, 1.0, between=0.0, within=0.01) + _rows(rng, 1, pairs, 1.15, 0.0, 0.01)
+        judge_pairs(rows, 0.10, 0.95)
+        planted = rows[-1]
+        assert (planted.verdict == "different") == (planted.detectable < 0.15), (pairs, planted.detectable)
 
 
 def test_a_failed_candidate_is_a_slower_difference():

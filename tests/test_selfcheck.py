@@ -135,8 +135,8 @@ def test_harness_clock_agrees_with_the_frameworks_own_tool(fw):
     assert info["available"] and len(rows) == 3
     for r in rows:
         assert r["verdict"] == "agree", (f"{fw} {r['kernel']}: {r['verdict']} over {r['processes']} processes, "
-                                         f"harness/tool ratios {[round(x, 4) for x in r['ratios']]}, "
-                                         f"interval {r['lo']:.4f}-{r['hi']:.4f}")
+                                         f"harness/tool ratios {[round(x, 4) for x in r.get('ratios', [])]}, "
+                                         f"interval {r.get('lo')} to {r.get('hi')}")
 
 
 @pytest.mark.parametrize("cap_gib, elements", [(21.2, 1 << 30), (11.88, 1 << 29), (3.2, 1 << 27), (None, 1 << 30)])

@@ -423,6 +423,9 @@ class Paired:
     q: float = 1.0  # Benjamini-Hochberg adjusted over the run's rows
     status: str = ""  # "ok → error: why" where a side failed
     why: str = ""  # what made an unknown or a different verdict
+    # The smallest change these pairs could have called different, by their measured spread, had the row
+    # been the run's only change (judge_pairs); inf below two pairs.
+    detectable: float = math.inf
 
     @property
     def pairs(self) -> int:
@@ -462,6 +465,22 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
     return ratio, ratio * math.exp(-half), ratio * math.exp(half), float(2 * stats.t.sf(abs(t), n - 1))
 
 
+def detectable(base: list[float], cand: list[float], threshold: float, alpha: float) -> float:
+    """The smallest relative change that pairs with this spread could call different at a paired t test's
+    level alpha (a lone change under Benjamini-Hochberg: FDR / rows), and at least the effect floor;
+    inf below two pairs. Why: a run that could not have found a change must not read as one that found
+    none (at two pairs over ~200 rows, a t of about 12,700 is needed)."""
+    x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
+    n = len(x)
+    if n < 2:
+        return math.inf
+    from scipy import stats
+
+    se = float(np.std(x, ddof=1)) / math.sqrt(n)
+    log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, n - 1)) * se)
+    return math.expm1(log) if log < 700 else math.inf  # beyond a float: no change that pairs can show
+
+
 def bh_adjust(ps: list[float]) -> list[float]:
     """Benjamini-Hochberg adjusted p values (a row is different at FDR q where its adjusted p <= q)."""
     m = len(ps)
@@ -487,6 +506,7 @@ def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: fl
     timed = [r for r in rows if not r.status]
     for r in timed:
         r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
+        r.detectable = detectable(r.base, r.cand, threshold, fdr / max(len(timed), 1))
     for r, q in zip(timed, bh_adjust([r.p for r in timed])):
         r.q = q
         floor = math.log1p(threshold)

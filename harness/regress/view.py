@@ -161,6 +161,13 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
                          for side, p in zip(sides, phases))
         say(f"timed share: {timed:.1f} s inside timed repeats of the run's {res.wall_s:.0f} s "
             f"({100 * timed / res.wall_s:.0f}%); {each}")
+    timed_rows = [r for r in res.rows if not r.status]
+    could = sum(r.detectable <= plan.threshold * (1 + 1e-9) for r in timed_rows)
+    if timed_rows:  # what the run could have found: a verdict of no change means little where nothing could be
+        say(f"power: a change of {100 * plan.threshold:g}% could have been found different in {could} of "
+            f"{_n(len(timed_rows), 'timed row')} (by each row's spread between pairs, had it been the only change)"
+            + ("; no row could: this run cannot show that nothing changed: more pairs (--pairs, --budget)"
+               if not could else ""))
     counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}
     slower = sum(r.slower for r in res.rows)
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
