@@ -710,6 +710,8 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
         power = next(line for line in said if line.startswith("power:"))
         assert f"found different in {could} of 200 timed rows" in power
         assert ("no row could" in power) == (could == 0), power
+        finds = [line for line in said if line.startswith("unknown")]
+        assert (not finds and could) or finds and all(" · finds no change" in line or " · finds ≥" in line for line in finds), finds[:2]
     for pairs in (2, 3, 4, 6):  # a planted 15% change among 200 rows: different where detectable says it can be
         rows = _rows(rng, 199, pairs, 1.0, between=0.0, within=0.01) + _rows(rng, 1, pairs, 1.15, 0.0, 0.01)
         judge_pairs(rows, 0.10, 0.95)

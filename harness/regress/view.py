@@ -120,6 +120,8 @@ def paired_line(r: Any) -> str:
         return f"{r.verdict:<9}  {what}  {r.status} ({r.why})" + ("  SLOWER" if r.slower else "")
     change = f"{_pct(r.ratio)} [{_pct(r.lo)}, {_pct(r.hi)}]" if r.ratio is not None else "—"
     line = f"{r.verdict:<9}  {what}  {change}  p {r.p:.2g} · BH {r.q:.2g} · {_n(r.pairs, 'pair')}"
+    if r.verdict == "unknown":  # what these pairs could have found: the smallest change (Paired.detectable)
+        line += " · finds " + (f"≥{100 * r.detectable:.0f}%" if r.detectable < 100 else "no change")
     if r.verdict == "different":
         line += "  SLOWER" if r.slower else "  faster"
     elif r.why:
