@@ -692,8 +692,18 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
     row could have been called different, so "0 different" there refutes nothing, and the summary says so;
     at eight pairs a 1% spread finds a 10% change in every row. Planted 15% changes are found exactly
     where the figure says they can be."""
-    from harness.regress.view import render_paired
+    from scipy import stats
 
+    from harness.regress.regress import detectable
+    from harness.regress.view import paired_line, render_paired
+
+    x = np.log([1.05, 1.12, 0.98, 1.07])  # the figure itself: two-sided t at alpha over the pairs' spread
+    want = math.expm1(stats.t.ppf(1 - 0.001 / 2, 3) * np.std(x, ddof=1) / 2)
+    assert detectable([1.0] * 4, np.exp(x).tolist(), 0.10, 0.001) == pytest.approx(want) and want > 0.10
+    assert detectable([1.0, 1.0], [1.0, 1.0], 0.10, 0.001) == pytest.approx(0.10)  # no spread: the floor
+    for base, cand, alpha in (([0.0, 1.0], [1.0, 1.0], 0.001), ([1.0, 1.0, 1.0], [math.inf, 1.0, 1.0], 0.001),
+                              ([1.0], [1.1], 0.001), ([1.0, 1.0], [1.1, 1.2], 1.5)):
+        assert detectable(base, cand, 0.10, alpha) == math.inf, (base, cand, alpha)  # nothing to go by
     rng = np.random.default_rng(11)
     for pairs, could in ((2, 0), (8, 200)):
         rows = _rows(rng, 200, pairs, 1.0, between=0.0, within=0.01)
@@ -708,10 +718,13 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
         said: list[str] = []
         assert render_paired(res, _sides(), Plan(["sync_points"], "full", 1), said.append) == 0
         power = next(line for line in said if line.startswith("power:"))
-        assert f"found different in {could} of 200 timed rows" in power
+        assert f"called different in {could} of 200 timed rows" in power
         assert ("no row could" in power) == (could == 0), power
-        finds = [line for line in said if line.startswith("unknown")]
-        assert (not finds and could) or finds and all(" · finds no change" in line or " · finds ≥" in line for line in finds), finds[:2]
+    unknown = Paired("s", "", "torch", "v", [1.0] * 4, np.exp(x).tolist(), verdict="unknown", ratio=1.05, lo=0.9,
+                     hi=1.2, detectable=0.254)
+    assert paired_line(unknown).endswith("· would call 25% different")
+    unknown.detectable = math.inf
+    assert paired_line(unknown).endswith("· too few pairs to call any change different")
     for pairs in (2, 3, 4, 6):  # a planted 15% change among 200 rows: different where detectable says it can be
         rows = _rows(rng, 199, pairs, 1.0, between=0.0, within=0.01) + _rows(rng, 1, pairs, 1.15, 0.0, 0.01)
         judge_pairs(rows, 0.10, 0.95)

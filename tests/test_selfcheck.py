@@ -126,6 +126,24 @@ def test_a_too_noisy_row_gets_more_processes_until_decided_or_the_cap(monkeypatc
     assert (row["verdict"], row["processes"], len(per_process)) == (verdict, processes, processes)
 
 
+def test_a_framework_lost_in_an_added_process_fails_the_selfcheck(monkeypatch, tmp_path):
+    """Too noisy after four processes, then unavailable in the sixth: a failure, not a skip that passes."""
+
+    class Vanishing(_NoisyFirstWorker):
+        def request(self, op, timeout=None):
+            if op == "hello" and _FakeWorker.calls >= 5:
+                return {"available": False, "why": "planted: gone", "on_gpu": True, "env": {}}
+            return super().request(op)
+
+    monkeypatch.setattr(selfcheck.W, "ProcessWorker", Vanishing)
+    monkeypatch.setattr(_NoisyFirstWorker, "noisy", 99)
+    monkeypatch.setattr(_FakeWorker, "calls", 0)
+    with pytest.raises(selfcheck.W.WorkerError, match="became unavailable after 5 process"):
+        selfcheck.measure("torch")
+    monkeypatch.setattr(_FakeWorker, "calls", 0)
+    assert selfcheck.run_selfcheck(["torch"], tmp_path) == 1
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", ["torch", "cupy"])
 def test_harness_clock_agrees_with_the_frameworks_own_tool(fw):

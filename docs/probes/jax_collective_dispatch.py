@@ -11,7 +11,7 @@ harness times the rows: 20 back-to-back calls, host wall time to block_until_rea
 refilled untimed before each sample; the ways take their samples in turn (one sample each a round), so a
 change of the host's speed reaches all of them alike. Median and quartiles over the rounds.
   in_chain     donate the input; one buffer, each call donating the last call's output (the impl's broadcast)
-  in_ring      donate the input; 20 buffers, one a call (the impl's all_reduce)
+  in_ring      donate the input; 20 buffers, one a call (the impl's all_reduce on two or more ranks)
   out_chain    (x, recv) with recv donated and kept: each call donates the last call's output (the impl)
   out_ring     as out_chain, 20 receive buffers, one a call: no call donates a buffer still being written
   out_keep     (x, recv), recv kept but not donated: XLA allocates every output

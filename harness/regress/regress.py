@@ -423,8 +423,8 @@ class Paired:
     q: float = 1.0  # Benjamini-Hochberg adjusted over the run's rows
     status: str = ""  # "ok → error: why" where a side failed
     why: str = ""  # what made an unknown or a different verdict
-    # The smallest change these pairs could have called different, by their measured spread, had the row
-    # been the run's only change (judge_pairs); inf below two pairs.
+    # The smallest change these pairs would call different if measured as such, by their spread, had the
+    # row been the run's only change (detectable); inf where none could be.
     detectable: float = math.inf
 
     @property
@@ -466,18 +466,22 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
 
 
 def detectable(base: list[float], cand: list[float], threshold: float, alpha: float) -> float:
-    """The smallest relative change that pairs with this spread could call different at a paired t test's
-    level alpha (a lone change under Benjamini-Hochberg: FDR / rows), and at least the effect floor;
-    inf below two pairs. Why: a run that could not have found a change must not read as one that found
-    none (at two pairs over ~200 rows, a t of about 12,700 is needed)."""
-    x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
-    n = len(x)
-    if n < 2:
+    """The smallest relative change (slower; a faster one needs its inverse) that pairs with this spread
+    would call different when measured as such, at a two-sided paired t test's level alpha: judge_pairs'
+    rate, already split over the looks, over its rows (a lone change under Benjamini-Hochberg); at least
+    the effect floor; inf below two pairs, where the spread is not finite, or at an alpha outside (0, 1).
+    Why: a run that could not have found a change must not read as one that found none."""
+    n = min(len(base), len(cand))
+    if n < 2 or not 0 < alpha < 1:
         return math.inf
     from scipy import stats
 
-    se = float(np.std(x, ddof=1)) / math.sqrt(n)
-    log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, n - 1)) * se)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a median of 0 or inf: caught as not finite below
+        x = np.log(np.asarray(cand[:n], dtype=np.float64) / np.asarray(base[:n], dtype=np.float64))
+        need = float(stats.t.ppf(1 - alpha / 2, n - 1)) * float(np.std(x, ddof=1)) / math.sqrt(n)
+    if not math.isfinite(need):  # a median of 0 or inf in a pair: nothing to go by
+        return math.inf
+    log = max(math.log1p(threshold), need)
     return math.expm1(log) if log < 700 else math.inf  # beyond a float: no change that pairs can show
 
 

@@ -121,7 +121,8 @@ def paired_line(r: Any) -> str:
     change = f"{_pct(r.ratio)} [{_pct(r.lo)}, {_pct(r.hi)}]" if r.ratio is not None else "—"
     line = f"{r.verdict:<9}  {what}  {change}  p {r.p:.2g} · BH {r.q:.2g} · {_n(r.pairs, 'pair')}"
     if r.verdict == "unknown":  # what these pairs could have found: the smallest change (Paired.detectable)
-        line += " · finds " + (f"≥{100 * r.detectable:.0f}%" if r.detectable < 100 else "no change")
+        line += (f" · would call {100 * r.detectable:.0f}% different" if r.detectable < 100
+                 else " · too few pairs to call any change different")
     if r.verdict == "different":
         line += "  SLOWER" if r.slower else "  faster"
     elif r.why:
@@ -166,8 +167,9 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     timed_rows = [r for r in res.rows if not r.status]
     could = sum(r.detectable <= plan.threshold * (1 + 1e-9) for r in timed_rows)
     if timed_rows:  # what the run could have found: a verdict of no change means little where nothing could be
-        say(f"power: a change of {100 * plan.threshold:g}% could have been found different in {could} of "
-            f"{_n(len(timed_rows), 'timed row')} (by each row's spread between pairs, had it been the only change)"
+        say(f"power: a change of {100 * plan.threshold:g}%, measured as such, would have been called different in "
+            f"{could} of {_n(len(timed_rows), 'timed row')} (by each row's spread between pairs, had it been the "
+            "only change)"
             + ("; no row could: this run cannot show that nothing changed: more pairs (--pairs, --budget)"
                if not could else ""))
     counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}

@@ -18,12 +18,14 @@ half-width of ~3%. The verdict on a GPU:
   so with probability at most 2.5%.
 - "too noisy": the interval's half-width exceeds MAX_HALF (5%): the run cannot tell a good clock from a
   bad one, and does not pass.
-- "agree" otherwise. An agreeing row's geometric-mean ratio is within (1 + AGREE)(1 + MAX_HALF) - 1 = 8.2%
-  of 1, so a clock that is 10% off never passes.
+- "agree" otherwise. An agreeing row's measured geometric-mean ratio is within (1 + AGREE)(1 + MAX_HALF)
+  - 1 = 8.2% of 1, so a clock measured 10% off never passes.
 While a GPU row is "too noisy", one more process is added, up to MAX_PROCESSES, as Pinpoint adds attempts
 while its answer is unknown: a shared host's speed drifts within a minute, so four processes are sometimes
-too few to decide. Each look keeps its bounds ("agree" stays within 8.2%; "disagree" at most 2.5% per look
-for a true difference within 3%).
+too few to decide. Every row is judged again at each look. The measured bound above holds at every look;
+the chances grow with the looks: for a true difference within 3%, "disagree" has at most 2.5% a look
+(about 3% over all of them, simulated); a clock truly 10% off reads "agree" with about 2-3% at four
+processes and 3-8% with the added ones, where the processes spread by 3-4% (simulated).
 """
 from __future__ import annotations
 
@@ -103,6 +105,9 @@ def measure(fw: str, processes: int = PROCESSES, max_processes: int = MAX_PROCES
             answer = w.request("hello", timeout=600)
             info = info or answer
             if not answer["available"]:
+                if per_process:  # it ran in the processes before: gone now is a failure, not a skip
+                    raise W.WorkerError(f"{fw} became unavailable after {len(per_process)} process(es): "
+                                        f"{answer.get('why', '')}")
                 return answer, [], []
             per_process.append(w.request("selfcheck", timeout=900))
         finally:
