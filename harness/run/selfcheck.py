@@ -24,7 +24,7 @@ While a GPU row is "too noisy", one more process is added, up to MAX_PROCESSES, 
 while its answer is unknown: a shared host's speed drifts within a minute, so four processes are sometimes
 too few to decide. Every row is judged again at each look. The measured bound above holds at every look;
 the chances grow with the looks: for a true difference within 3%, "disagree" has at most 2.5% a look
-(about 3% over all of them, simulated); a clock truly 10% off reads "agree" with about 2-3% at four
+(about 2.5% over all of them, simulated); a clock truly 10% off reads "agree" with about 2-3% at four
 processes and 3-8% with the added ones, where the processes spread by 3-4% (simulated).
 """
 from __future__ import annotations
