@@ -688,7 +688,7 @@ def test_false_discoveries_are_controlled_across_the_rows():
 
 
 def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
-    """Two pairs over 200 rows (as in the H200 self-regress of 7a8ba6f): at a few percent between pairs no
+    """Two pairs over 200 rows (a self-regress cut short by its budget): at a few percent between pairs no
     row could have been called different, so "0 different" there refutes nothing, and the summary says so;
     at eight pairs a 1% spread finds a 10% change in every row. Planted 15% changes are found exactly
     where the figure says they can be."""
