@@ -262,7 +262,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 code = render_paired(res, sides, plan, print)
         except (KeyboardInterrupt, Stopped) as e:
             stops.defer()
-            late = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
+            late = stops.name_of(e)
         if res.signal or late:
             sig = res.signal or late
             print(f"harness: stopped ({sig}) {'during the timing' if res.signal else 'after the timing'}: what was "

@@ -478,10 +478,6 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
         return _run(schedule, plan)
 
 
-def _stop_name(e: BaseException) -> str:
-    return "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)  # the finally after it defers the next
-
-
 def _run(schedule: Schedule, plan: Plan) -> Outcome:
     from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
     from harness.regress.regress import judge_pairs
@@ -535,7 +531,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
             short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, cfg, answers,
                                          plan.seed, stop=spent)
     except (KeyboardInterrupt, Stopped) as e:
-        stopped_by = _stop_name(e)
+        stopped_by = stops.name_of(e)
     finally:
         stops.defer()  # from here a signal waits at the next safe point: what was timed is judged and kept first
         schedule.log("closing the workers")
@@ -604,7 +600,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                                  [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
                                  stop=spent)
         except (KeyboardInterrupt, Stopped) as e:
-            stopped_by = _stop_name(e)
+            stopped_by = stops.name_of(e)
             stopped = f"stopped ({stopped_by})"
         finally:
             stops.defer()

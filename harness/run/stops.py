@@ -38,6 +38,11 @@ def _exception(name: str) -> BaseException:
     return KeyboardInterrupt() if name == "SIGINT" else Stopped(name)
 
 
+def name_of(e: BaseException) -> str:
+    """The signal that a KeyboardInterrupt or a Stopped stands for (the inverse of _exception)."""
+    return "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
+
+
 def _handler(signum: int, frame: Any) -> None:
     name = signal.Signals(signum).name
     if S.mode == "raise":
