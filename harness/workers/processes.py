@@ -42,6 +42,7 @@ PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", 
 SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
+IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
 Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
 # The timing processes: per process {framework: worker (or rank group)}, in the order they time a point;
 # processes[0] also runs the equivalence. --processes says how many (CompareOptions.timing_processes).
@@ -82,20 +83,24 @@ def round_trip(answer: Timed, seconds: float) -> Timed:
 
 
 def repeats_where_the_variance_is(procs: list[tuple[list[float], float, float]], lo: int, hi: int) -> int | None:
-    """Kalibera and Jones' optimal repeats per process ("Rigorous benchmarking in reasonable time", 2013):
-    r = ceil(sqrt(c2 T1^2 / (c1 T2^2))), T1^2 the variance between repeats within a process, T2^2 the
-    variance between processes' means beyond what T1^2 explains, c1 the cost of one more repeat and c2
-    the cost of one more process (set-up, first call, warm-up, checks). Why: a repeat is cheap but
-    only averages out noise within its process; where the processes differ more, a new process buys
-    more certainty per second than more repeats in the same ones. procs: (the process's device_done
-    samples, its repeat loop's wall time, its whole wall time for the row); clipped to [lo, hi]; hi where
-    no variance between processes shows; None below two processes of two samples."""
+    """Kalibera and Jones' optimal repeats per process ("Rigorous benchmarking in reasonable time", 2013),
+    for the figure the harness keeps, a process's median: r = ceil(sqrt(c2 T1^2 / (c1 T2^2))), T1^2 / n the
+    sampling variance of a process's median of n repeats (pi/2 (IQR/1.349)^2 / n, the normal's, from the
+    repeats' quartiles), T2^2 the variance between processes' medians beyond it, c1 the cost of one more
+    repeat and c2 the cost of one more process (set-up, first call, warm-up, checks). Why: a repeat is
+    cheap but only averages out noise within its process; where the processes differ more, a new process
+    buys more certainty per second than more repeats in the same ones. Quartiles, not the sample variance:
+    one slow repeat in 200 (a host hiccup) would make the repeats look noisy and plan hi for a median it
+    barely moves. procs: (the process's device_done samples, its repeat loop's wall time, its whole wall
+    time for the row); clipped to [lo, hi]; hi where no variance between processes shows; None below two
+    processes of two samples."""
     procs = [(np.asarray(x, dtype=np.float64), r, w) for x, r, w in procs if len(x) >= 2]
     if len(procs) < 2:
         return None
-    t1 = float(np.mean([x.var(ddof=1) for x, _, _ in procs]))
+    t1 = float(np.mean([math.pi / 2 * (float(np.subtract(*np.percentile(x, [75, 25]))) / IQR_SIGMAS) ** 2
+                        for x, _, _ in procs]))
     n = float(np.mean([x.size for x, _, _ in procs]))
-    t2 = float(np.var([x.mean() for x, _, _ in procs], ddof=1)) - t1 / n
+    t2 = float(np.var([np.median(x) for x, _, _ in procs], ddof=1)) - t1 / n
     c1 = float(np.mean([r / x.size for x, r, _ in procs]))
     c2 = float(np.mean([max(w - r, 0.0) for _, r, w in procs]))
     if t2 <= 0 or c1 <= 0:
