@@ -7,7 +7,9 @@ Reads the two side files of interleaved runs (results/regress/<stamp>_interleave
   3. the repeats a later process would run under Kalibera and Jones' rule, on the repeats' variance and on
      their quartiles (harness/workers/processes.py), and the repeat loops each would leave;
   4. the repeat loops and the predicted spread at a cap on a process's repeats;
-  5. how the host loop measured beside each request differs between two requests, by their distance in time.
+  5. how the host loop measured beside each request differs between two requests, by their distance in time;
+  6. whether the warm-up (one call and at least 0.05 s) was done: a process's first repeat, and the median
+     of its first three, against the median of its repeats from the eleventh on, per scenario.
 Usage: python docs/probes/pair_spread.py results/regress/<stamp>_interleaved [...]
 """
 from __future__ import annotations
@@ -78,6 +80,7 @@ def main(folders: list[str]) -> None:
     plans: dict[str, list[int]] = collections.defaultdict(list)
     capped: dict[int, list[float]] = collections.defaultdict(list)
     host: list[tuple[float, float]] = []
+    first: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
     for folder in folders:
         base, cand = sides(folder)
         rb, rc = rows(base), rows(cand)
@@ -96,6 +99,8 @@ def main(folders: list[str]) -> None:
                     loops[c] += per * sum(min(x.size, c) for x in ps)
                 host += [(p["host_loop_at"], p["host_loop_s"]) for p in t["processes"]
                          if p.get("host_loop_at") and p.get("host_loop_s")]
+                first[row["scenario"]] += [(x[0] / np.median(x[10:]), np.median(x[:3]) / np.median(x[10:]))
+                                           for x in ps if x.size >= 20]
         for key, b in rb.items():
             c = rc.get(key)
             if c is None:
@@ -144,6 +149,12 @@ def main(folders: list[str]) -> None:
         if m.any():
             print(f"   {lo:3.0f} to {hi:3.0f} s apart: {int(m.sum()):6d} pairs of requests, sd {100 * np.std(dl[m]):5.1f}%, "
                   f"|ratio| over 20% in {100 * np.mean(np.abs(dl[m]) > math.log(1.2)):3.0f}%")
+
+    print("6. the first repeat (and the first three) against the median of the repeats from the eleventh on")
+    for scn, v in sorted(first.items()):
+        a = np.array(v)
+        print(f"   {scn:20s} {len(a):4d} processes: first {np.median(a[:, 0]):.3f} (q90 {np.percentile(a[:, 0], 90):.3f}), "
+              f"first three {np.median(a[:, 1]):.3f} (q90 {np.percentile(a[:, 1], 90):.3f})")
 
 
 if __name__ == "__main__":
