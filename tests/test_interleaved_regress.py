@@ -994,6 +994,12 @@ def test_usage_errors():
     assert r.returncode == 2 and "needs --baseline-tree or --baseline-python" in r.stderr
     r = _regress("--baseline-tree", ".", "--candidate-env", "TRIPTYCH_FAULT=*:torch:melt")
     assert r.returncode == 2 and "--candidate-env TRIPTYCH_FAULT: unknown kind 'melt'" in r.stderr, r.stderr
+    small = ("--scenarios", "launch_overhead", "--frameworks", "torch", "--size", "smoke", "--pairs", "2",
+             "--max-pairs", "2")  # were the check gone, a short run and not a refusal
+    r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_FAULT": "launch_overhead:torch:slow30:eager"})
+    assert r.returncode == 2 and "$TRIPTYCH_FAULT is set here and would reach both sides alike" in r.stderr, r.stderr
+    r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_FAULT_RANK": "1"})
+    assert r.returncode == 2 and "pass it with --candidate-env" in r.stderr, r.stderr
     r = _regress("--baseline-python", "/no/such/python")
     assert r.returncode == 2 and "/no/such/python: cannot run it" in r.stderr, r.stderr
     r = _regress("--baseline-tree", "no-such-ref-or-folder")

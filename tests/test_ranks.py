@@ -172,6 +172,33 @@ def test_a_failing_rank_ends_its_whole_group(monkeypatch, kind, status, words):
     assert set(rank_children()) == others
 
 
+def test_a_groups_own_fault_rank_decides_which_rank_gets_its_fault(monkeypatch):
+    # An interleaved regress gives the candidate's groups TRIPTYCH_FAULT and TRIPTYCH_FAULT_RANK of their own
+    # (--candidate-env): the group's own rank wins over this process's.
+    from harness.workers import ranks
+
+    seen = []
+
+    class Exited:  # a rank that exits at once: _start gives up after spawning every rank
+        pid = 0
+
+        def __init__(self, args, env=None, cwd=None, start_new_session=False):
+            seen.append(env)
+
+        def poll(self):
+            return 1
+
+    monkeypatch.setattr(ranks.subprocess, "Popen", Exited)
+    monkeypatch.setattr(RankGroup, "kill", lambda self: setattr(self, "_procs", []))
+    monkeypatch.setenv(FAULT_RANK_ENV, "0")
+    monkeypatch.delenv(faults.ENV, raising=False)
+    g = RankGroup("torch", 2)
+    g.env = {faults.ENV: "ranks:torch:raise:equiv", FAULT_RANK_ENV: "1"}
+    with pytest.raises(WorkerLost):
+        g._start()
+    assert [faults.ENV in e for e in seen] == [False, True]
+
+
 def test_params_for_another_world_size_are_refused():
     g = RankGroup("torch", 2)
     g._procs = [object()]  # started, as far as request() can tell: nothing is spawned

@@ -180,6 +180,8 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                                         tree)
     from harness.regress.view import render_paired
     from harness.results.results import claim_name, release_folder, write_or_rescue
+    from harness.workers import faults
+    from harness.workers.ranks import FAULT_RANK_ENV
     from scenarios import DEFAULT_RUN, get
 
     if a.baseline is not None or a.candidate is not None:
@@ -191,6 +193,12 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
         raise UsageError("--variants and --allow-version-change apply to result files, not to an interleaved run")
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
+    # both sides inherit this process's environment: a fault planted there would be planted on both alike
+    # and cancel out of every pair, so that a run meant to show it reads "no change"
+    for key in (faults.ENV, FAULT_RANK_ENV):
+        if key in os.environ:
+            raise UsageError(f"${key} is set here and would reach both sides alike: unset it and pass it with "
+                             f"--candidate-env (or --baseline-env)")
     scenarios = a.scenarios or list(DEFAULT_RUN)
     frameworks = a.frameworks or list(FRAMEWORKS)
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
@@ -207,8 +215,6 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                  label="" if a.gpu_memory_fraction else f"the default cap, {fraction:g} of the GPU for each of "
                                                         f"{pools} processes side by side,")
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
-    from harness.workers import faults
-
     for option, env in zip(("--baseline-env", "--candidate-env"), envs):
         if faults.ENV in env:
             try:

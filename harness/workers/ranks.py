@@ -98,9 +98,10 @@ class RankGroup(Handle):
         key = secrets.token_bytes(32)
         listener = Listener(("127.0.0.1", 0), authkey=key)
         ports = free_ports(1 + rendezvous_ports())
-        fault_rank = os.environ.get(FAULT_RANK_ENV)
+        inherited = os.environ | self.env  # a side's own TRIPTYCH_FAULT_RANK (interleaved regress) wins
+        fault_rank = inherited.get(FAULT_RANK_ENV)
         for r in range(self.world_size):
-            env = os.environ | self.env | rank_env(r, self.world_size, ports) | {
+            env = inherited | rank_env(r, self.world_size, ports) | {
                 PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}", KEY_ENV: key.hex()}
             if fault_rank is not None and fault_rank != str(r):
                 env.pop("TRIPTYCH_FAULT", None)
