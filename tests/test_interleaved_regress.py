@@ -645,6 +645,108 @@ def test_pairs_3_4_start_no_workers_once_the_budget_is_spent_and_a_framework_who
     assert not [r for r in res.rows if r.status] and render_paired(res, sides, plan, logged.append) == 0
 
 
+def test_a_worker_that_does_not_start_in_the_added_pairs_leaves_its_rows_their_earlier_pairs():
+    """As in a later stage of the first pairs: a start failure in pairs added for unknown rows is logged and
+    those rows keep the pairs they have, neither failed nor called different."""
+    from harness.regress.view import render_paired
+    from harness.workers.worker import WorkerLost
+
+    host, made, logged = Host(1.0), [], []
+
+    class Flaky(FakeWorker):  # processes 20% apart: two pairs leave the rows unknown, so pairs 3-4 are added
+        def __init__(self, *a):
+            super().__init__(*a)
+            made.append(self)
+            self.broken = self.side.name == "candidate" and len(made) > 4
+
+        def request(self, op, *args, **kw):
+            if self.broken:
+                raise WorkerLost("candidate torch worker did not call back (exit code 1)", "crashed")
+            out = super().request(op, *args, **kw)
+            return _process_factor(out, 0.2, host.t) if op == "time" else out
+
+    sides = _sides()
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Flaky(fw, s, host),
+                     log=logged.append)
+    plan = Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=4)
+    res = interleave.run(sched, plan)
+    assert "torch: a worker of pairs 3-4 did not start: its rows are not timed in them" in logged, logged
+    assert res.rows and not [r for r in res.rows if r.status or r.verdict == "different"]
+    assert all(r.pairs == 2 for r in res.rows) and render_paired(res, sides, plan, logged.append) == 0
+
+
+def test_a_framework_whose_rank_groups_start_on_the_baseline_and_not_on_the_candidate_fails_the_run(monkeypatch):
+    from harness.regress.view import render_paired
+
+    host = Host(1.0)
+
+    def group(self, fw, process):
+        side = self.sides[process]
+
+        class Group(FakeWorker):  # a rank group as the schedule sees one: it answers for all its ranks
+            def request(self, op, *args, **kw):
+                if op == "hello" and side.name == "candidate":
+                    return {"available": False, "why": "planted: rank 0 died", "env": {}, "on_gpu": False}
+                return super().request(op, *args, **kw)
+
+        return Group(fw, side, host)
+
+    monkeypatch.setattr(interleave.SideGroups, "make_group", group)
+    sides = _sides()
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: FakeWorker(fw, s, host))
+    plan = Plan(["sync_points", "ranks"], "smoke", 1, pairs=2, max_pairs=2)
+    res = interleave.run(sched, plan)
+    assert res.lost == [("torch", "its ranks rank group: planted: rank 0 died")], res.lost
+    said: list[str] = []
+    assert render_paired(res, sides, plan, said.append) == 1 and any("FAILED: torch" in t for t in said), said
+    for d in res.docs:
+        rows = d["scenarios"]["ranks"]["rows"]
+        assert rows and all(r["status"] == "skipped" and "did not start on the candidate side: planted" in r["reason"]
+                            for r in rows), rows
+
+
+def test_a_stop_as_the_added_pairs_begin_still_returns_what_was_timed():
+    """The signal lands in the first statement after stops.resume() (here: the log of the pairs to add)."""
+    import signal
+
+    host = Host(1.0)
+
+    class Noisy(FakeWorker):
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            return _process_factor(out, 0.3, host.t) if op == "time" else out
+
+    def log(text: str) -> None:
+        if "point(s) with unknown rows" in text:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host), log=log)
+    try:
+        res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6)))
+    except KeyboardInterrupt:
+        pytest.fail("the stop escaped run(): what both sides timed would not be written")
+    assert res.signal == "SIGINT" and res.rows and all(r.pairs == 2 for r in res.rows)
+    assert all(d["complete"] for d in res.docs)
+
+
+def test_a_stop_between_a_pairs_two_sides_leaves_no_half_pair_in_either_file():
+    host, calls = Host(1.0), [0]
+
+    class StopAtFour(FakeWorker):
+        def request(self, op, *args, **kw):
+            if op == "time":
+                calls[0] += 1
+                if calls[0] == 4:  # pair 2 runs B-A: its candidate process is done, its baseline's not
+                    raise KeyboardInterrupt
+            return super().request(op, *args, **kw)
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: StopAtFour(fw, s, host))
+    res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2)))
+    assert res.signal == "SIGINT" and all(r.pairs == 1 for r in res.rows)
+    for d in res.docs:
+        assert [len(r["timing"]["processes"]) for r in d["scenarios"]["sync_points"]["rows"]] == [1, 1]
+
+
 def _label(scenario: str, i: int) -> str:
     from scenarios import get
 

@@ -282,6 +282,8 @@ class Schedule:
     order: Callable[[int], tuple[int, int]] = pair_order
     log: Callable[[str], None] = lambda _t: None
     now: Callable[[], float] = time.perf_counter
+    # (rank scenario, framework) -> {side name: why} where that side's rank group did not start in some pair
+    groups_down: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None
                     ) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
@@ -345,6 +347,10 @@ class Schedule:
                 for fw in sorted((set(running) & asked) - set(fws_run)):  # its rows keep other stages' pairs
                     self.log(f"{scn.name} · {fw}: a rank group did not start in pair(s) "
                              f"{', '.join(str(p.k + 1) for p in pairs)}: its rows are not timed in them")
+                    for p in pairs:  # which side's, and why: a framework never timed at all is told apart (_run)
+                        for side, hello in zip(p.sides, p.groups.hellos):
+                            if not hello.get(fw, {}).get("available", True):
+                                self.groups_down.setdefault((scn.name, fw), {}).setdefault(side.name, hello[fw]["why"])
             for n, i in enumerate(idx):
                 if n and stop():
                     left += [(scn.name, i) for i in idx[n:]]
@@ -505,13 +511,16 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     # (and pools) are alive at once (cmd_regress sizes their memory cap so)
     stages = [list(range(plan.pairs))[i:i + ADDED] for i in range(0, plan.pairs, ADDED)]
     schedule.log(f"starting the workers of {len(stages[0])} pairs")
-    pairs, env = schedule.start_pairs(stages[0])
     machine: list[dict[str, Any]] = [{}, {}]
-    running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
     short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
     left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
     stopped_by: str | None = None  # the signal that stopped the timing
+    pairs: list[Pair] = []
+    env: dict[str, dict[str, Any]] | None = None
+    running: list[str] = []
     try:
+        pairs, env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
+        running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
         left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers,
                                     plan.seed, stop=spent)
         for ks in stages[1:]:
@@ -531,6 +540,8 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
             short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, cfg, answers,
                                          plan.seed, stop=spent)
     except (KeyboardInterrupt, Stopped) as e:
+        if env is None:  # stopped while the first workers started: nothing was timed, nothing is written
+            raise
         stopped_by = stops.name_of(e)
     finally:
         stops.defer()  # from here a signal waits at the next safe point: what was timed is judged and kept first
@@ -540,6 +551,11 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     reached: set[tuple[str, int]] = set()
     if stopped_by is not None:  # the points no process reached, on either side
         reached = {(name, i) for (name, i, _), per_side in answers.items() if any(per_side)}
+        for per_side in answers.values():  # a stop between a pair's two sides: the side ahead keeps no half pair
+            few = min(per_side, key=len)
+            if all(per_side) and len(per_side[0]) != len(per_side[1]) and "status" not in few[-1]:
+                for got in per_side:
+                    del got[len(few):]
         left = [(s.name, i) for s in scns for i in range(len(points[s.name])) if (s.name, i) not in reached]
     # by framework: one that did not start on a side was never to be timed, and keeps its own reason
     not_timed = {(name, i, fw): f"not timed: {why_cut} before this point" for name, i in left for fw in running}
@@ -583,20 +599,25 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         if spent():
             stopped = budget
             break
-        late = stops.resume()  # a signal while the rows were judged stops the run here, before more pairs
-        if late is not None:
-            stops.defer()
-            stopped_by, stopped = late, f"stopped ({late})"
-            break
         ks = list(range(k, min(k + ADDED, plan.max_pairs)))
-        schedule.log(f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}: "
-                     f"{len(open_points)} point(s) with unknown rows "
-                     f"({sum(map(len, open_points.values()))} request(s) a process)")
-        plain, ranked = needed(open_points, {s.name for s in scns if getattr(s, "ranks", False)}, running)
+        named = f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}"
+        ranked_scns = {s.name for s in scns if getattr(s, "ranks", False)}
+        plain, ranked = needed(open_points, ranked_scns, running)
         more: list[Pair] = []
-        try:
-            more, _ = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
-            schedule.time_points(more, scns, points, lambda s, i: open_points.get((s, i), set()),
+        try:  # from resume() on a signal raises: every statement after it is inside, so that it stops, not loses, the run
+            late = stops.resume()  # a signal while the rows were judged stops the run here, before more pairs
+            if late is not None:
+                stopped_by, stopped = late, f"stopped ({late})"
+                break
+            schedule.log(f"{named}: {len(open_points)} point(s) with unknown rows "
+                         f"({sum(map(len, open_points.values()))} request(s) a process)")
+            more, env_more = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
+            down = {fw for fw in plain if not all(env_more[s.name][fw]["available"] for s in schedule.sides)}
+            for fw in sorted(down):  # its rows keep the earlier pairs, as in a later stage of the first pairs
+                schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
+            schedule.time_points(more, scns, points,
+                                 lambda s, i: {fw for fw in open_points.get((s, i), set())
+                                               if s in ranked_scns or fw not in down},
                                  [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
                                  stop=spent)
         except (KeyboardInterrupt, Stopped) as e:
@@ -608,15 +629,25 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         k += len(ks)
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, plan.confidence, fdr)
+    base, cand = schedule.sides
+    lost_groups = []
+    for (name, fw), why in schedule.groups_down.items():  # a framework whose rank groups never timed this scenario
+        if any(any(per_side) for (n, _, f), per_side in answers.items() if (n, f) == (name, fw)):
+            continue  # timed in other pairs: its rows keep those (the log said where a group did not start)
+        where = "either side" if len(why) == 2 else f"the {next(iter(why))} side"
+        for i in range(len(points[name])):
+            not_timed.setdefault((name, i, fw), f"not timed: its rank group did not start on {where}: "
+                                                f"{next(iter(why.values()))}")
+        if base.name not in why:
+            lost_groups.append((fw, f"its {name} rank group: {why[cand.name]}"))
     docs = [_document(side, [s for s in scns if s.name not in left_out], points, answers, env[side.name], machine[j],
                       plan, started, j, not_timed, not_run) for j, side in enumerate(schedule.sides)]
     nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
           for s in schedule.sides if not env[s.name][fw]["available"]] + nc
     nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)
            for (name, i, fw), why in not_timed.items()]
-    base, cand = schedule.sides
     lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
-            if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]]
+            if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
     return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
                    len(left), len(short), stopped_by)
 

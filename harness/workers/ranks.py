@@ -325,6 +325,7 @@ class Groups:
         self.groups: list[dict[str, RankGroup]] = []
         self.fw_env: dict[str, Any] = {}
         self.available: list[str] = []
+        self.hellos: list[dict[str, Any]] = []  # per timing process {framework: its group's hello}
 
     def for_scenario(self, scn: Any, processes: list[dict[str, Any]], available: list[str],
                      fw_env: dict[str, Any]) -> Workers:
@@ -340,7 +341,7 @@ class Groups:
             every = [g for proc in self.groups for g in proc.values()]
             with ThreadPoolExecutor(len(every)) as pool:
                 infos = iter(list(pool.map(self._hello, every)))
-            per_process = [{fw: next(infos) for fw in proc} for proc in self.groups]
+            per_process = self.hellos = [{fw: next(infos) for fw in proc} for proc in self.groups]
             self.fw_env = {fw: next((p[fw] for p in per_process if not p[fw]["available"]), per_process[0][fw])
                            for fw in self.frameworks}
             self.available = [fw for fw in self.frameworks if self.fw_env[fw]["available"]]
