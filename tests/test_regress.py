@@ -86,6 +86,15 @@ def test_the_iqr_interval_is_infinite_with_one_repeat():
     assert judge_timing(0.0, float("inf"), 0.1) == "noisy"
 
 
+def test_unchanged_rules_a_change_of_the_threshold_out_both_ways():
+    assert judge_timing(0.95, 1.05, 0.10) == "unchanged"
+    assert judge_timing(0.92, 1.08, 0.10) == "unchanged"  # wider than the threshold, yet within it both ways
+    assert judge_timing(1.07, 1.17, 0.10) == "noisy"  # past the threshold on one side: not ruled out
+    assert judge_timing(0.86, 0.93, 0.10) == "noisy"
+    assert judge_timing(1.11, 1.20, 0.10) == "regression" and judge_timing(0.80, 0.90, 0.10) == "improvement"
+    assert judge_timing(float("nan"), float("nan"), 0.10) == "noisy"  # a bootstrap over zero medians
+
+
 # -- numbers and status ---------------------------------------------------------------------------
 
 

@@ -25,9 +25,10 @@ timing    r = candidate median / baseline median on one clock (device_done by de
           (their median) stand in for the row's own (env.stand_in) and the row follows the host.
             regression   the whole interval lies above 1 + threshold
             improvement  the whole interval lies below 1 / (1 + threshold)  (r and 1/r judged alike)
-            noisy        neither, and the interval is wider than the threshold (hi / lo > 1 + threshold):
-                         the repeats cannot resolve a change of that size
-            unchanged    otherwise
+            unchanged    the whole interval lies within [1 / (1 + threshold), 1 + threshold]: a change
+                         of the threshold's size is ruled out both ways
+            noisy        none of these (an interval too wide, or one that reaches past the threshold
+                         on one side): a change of that size is neither shown nor ruled out
             unknown      the host's change explains it: "host speed changed (X ms → Y ms; ...)", or
                          "(the candidate's host N% slower by the two runs' calibrations; ...)" in older files
 numbers   the worst relative error of the timed outputs against the reference (check.max_rel_err),
@@ -139,13 +140,18 @@ def ratio_ci_iqr(base: dict[str, Any], cand: dict[str, Any], confidence: float) 
 
 
 def judge_timing(lo: float, hi: float, threshold: float) -> str:
+    """The timing verdict of an interval [lo, hi] of the ratio (module docstring). Unchanged only where the
+    interval rules a change of the threshold out both ways (the equivalence half of a TOST, as the
+    interleaved "same"): an interval that reaches past it on one side neither shows nor rules it out."""
+    if not 0 < lo <= hi:  # NaN too: no interval, no verdict
+        return "noisy"
     if lo > 1 + threshold:
         return "regression"
     if hi < 1 / (1 + threshold):
         return "improvement"
-    if lo <= 0 or hi / lo > 1 + threshold:
-        return "noisy"
-    return "unchanged"
+    if lo >= 1 / (1 + threshold) and hi <= 1 + threshold:
+        return "unchanged"
+    return "noisy"
 
 
 def judge_numbers(base_err: float, cand_err: float, rtol: float | None) -> str:
