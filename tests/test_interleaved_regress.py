@@ -802,7 +802,9 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
     x = np.log([1.05, 1.12, 0.98, 1.07])  # the figure itself: two-sided t at alpha over the pairs' spread
     want = math.expm1(stats.t.ppf(1 - 0.001 / 2, 3) * np.std(x, ddof=1) / 2)
     assert detectable([1.0] * 4, np.exp(x).tolist(), 0.10, 0.001) == pytest.approx(want) and want > 0.10
-    assert detectable([1.0, 1.0], [1.0, 1.0], 0.10, 0.001) == pytest.approx(0.10)  # no spread: the floor
+    # no spread: the sign test decides, whose p at n pairs is 2 / 2^n whatever the change
+    assert detectable([1.0, 1.0], [1.0, 1.0], 0.10, 0.001) == math.inf
+    assert detectable([1.0] * 12, [1.0] * 12, 0.10, 0.001) == pytest.approx(0.10)  # 2 / 2^12 = 0.0005
     for base, cand, alpha in (([0.0, 1.0], [1.0, 1.0], 0.001), ([1.0, 1.0, 1.0], [math.inf, 1.0, 1.0], 0.001),
                               ([1.0], [1.1], 0.001), ([1.0, 1.0], [1.1, 1.2], 1.5)):
         assert detectable(base, cand, 0.10, alpha) == math.inf, (base, cand, alpha)  # nothing to go by
@@ -816,7 +818,8 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
         assert sum(r.detectable <= 0.10 * (1 + 1e-9) for r in rows) == could, pairs
         assert all(r.detectable >= 0.10 * (1 - 1e-9) for r in rows)  # never below the effect floor
         res = SimpleNamespace(rows=rows, docs=[{"environment": {}}, {"environment": {}}], not_comparable=[],
-                              lost=[], wall_s=0.0, pairs=pairs, signal="", stopped="", not_timed=0, short=0)
+                              lost=[], wall_s=0.0, pairs=pairs, signal="", stopped="", not_timed=0, short=0,
+                              level=0.95)
         said: list[str] = []
         assert render_paired(res, _sides(), Plan(["sync_points"], "full", 1), said.append) == 0
         power = next(line for line in said if line.startswith("power:"))
@@ -832,6 +835,49 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
         judge_pairs(rows, 0.10, 0.95)
         planted = rows[-1]
         assert (planted.verdict == "different") == (planted.detectable < 0.15), (pairs, planted.detectable)
+
+
+def test_pairs_whose_ratios_are_all_equal_decide_nothing_at_a_few_pairs():
+    """A coarse clock can make every pair's ratio the same: the t test has no spread to go by, and one
+    quantum must not decide a row at two pairs (the sign test's p is 2 / 2^n)."""
+    moved = Paired("s", "", "torch", "a", [1.0, 2.0], [1.12, 2.24])
+    still = Paired("s", "", "torch", "b", [1.0, 2.0], [1.0, 2.0])
+    judge_pairs([moved, still], 0.10, 0.95)
+    assert (moved.verdict, still.verdict) == ("unknown", "unknown") and moved.p == 0.5 and still.hi == math.inf
+
+
+def test_the_intervals_are_split_over_the_looks_as_the_rate_is():
+    """A row called same gets no more pairs, so each look is a chance to call a changed row same: the
+    intervals' level is split over the looks (Bonferroni), as the false-discovery rate is."""
+    from harness.regress.regress import paired_test
+
+    host = Host(1.0)
+
+    class Noisy(FakeWorker):
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            return _process_factor(out, 0.05, host.t) if op == "time" else out
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6))
+    assert res.level == pytest.approx(1 - 0.05 / 3)  # looks after pairs 2, 4 and 6
+    for r in res.rows:
+        assert (r.lo, r.hi) == pytest.approx(paired_test(r.base, r.cand, res.level)[1:3])
+
+
+def test_a_row_whose_clock_read_zero_gets_no_more_pairs_and_says_why():
+    from harness.regress.view import paired_line
+
+    res, host = fake_run(1.0, slow={("baseline", "on_device"): 0.0}, pairs=2)
+    zero = next(r for r in res.rows if r.variant == "on_device")
+    assert zero.verdict == "unknown" and not zero.decidable and "median of 0 or not finite" in zero.why
+    assert "would call" not in paired_line(zero) and "p nan" in paired_line(zero)
+    host.log.clear()
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2,
+                     make_worker=lambda fw, s: FakeWorker(fw, s, host))
+    host.slow = {("baseline", "on_device"): 0.0}
+    interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6))
+    assert len(host.log) == 4  # the other row is same after two pairs; this one is not re-timed
 
 
 def test_a_failed_candidate_is_a_slower_difference():

@@ -438,6 +438,12 @@ class Paired:
         return min(len(self.base), len(self.cand))
 
     @property
+    def decidable(self) -> bool:
+        """Do the pairs have figures to test (every process median finite and above 0)? More pairs do
+        not decide a row whose clock read 0 or nothing."""
+        return all(math.isfinite(v) and v > 0 for v in self.base + self.cand)
+
+    @property
     def slower(self) -> bool:
         if self.verdict != "different":
             return False
@@ -454,17 +460,21 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
     rank test's smallest two-sided p is 2 / 2^n (0.03 at 6 pairs), which Benjamini-Hochberg across a
     run's ~100 rows can never pass (it needs p <= FDR / rows for a lone change); the t test's p is
     continuous. The log makes a host's multiplicative effect additive, and a process's figure is the
-    median of its repeats, so that one stall inside a process does not reach the test."""
-    x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
-    n = len(x)
-    ratio = float(np.exp(np.mean(x))) if n else math.nan
-    if n < 2:
-        return ratio, 0.0, math.inf, 1.0
+    median of its repeats, so that one stall inside a process does not reach the test.
+    Pairs whose ratios are all equal (a clock whose ticks are coarse against the call) give the t test
+    no spread: then the sign test's p (2 / 2^n where they moved, 1 where they did not) and no interval,
+    rather than a p of 0 and an interval of no width that one quantum would decide."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # a median of 0 or inf: judge_pairs says so (decidable)
+        x = np.log(np.asarray(cand, dtype=np.float64) / np.asarray(base, dtype=np.float64))
+        n = len(x)
+        ratio = float(np.exp(np.mean(x))) if n else math.nan
+        if n < 2:
+            return ratio, 0.0, math.inf, 1.0
+        sd = float(np.std(x, ddof=1))
     from scipy import stats
 
-    sd = float(np.std(x, ddof=1))
     if sd == 0.0:
-        return ratio, ratio, ratio, (1.0 if np.mean(x) == 0 else 0.0)
+        return ratio, 0.0, math.inf, (1.0 if np.mean(x) == 0 else min(1.0, 2.0 ** (1 - n)))
     se = sd / math.sqrt(n)
     t = float(np.mean(x)) / se
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
@@ -484,9 +494,12 @@ def detectable(base: list[float], cand: list[float], threshold: float, alpha: fl
 
     with np.errstate(divide="ignore", invalid="ignore"):  # a median of 0 or inf: caught as not finite below
         x = np.log(np.asarray(cand[:n], dtype=np.float64) / np.asarray(base[:n], dtype=np.float64))
-        need = float(stats.t.ppf(1 - alpha / 2, n - 1)) * float(np.std(x, ddof=1)) / math.sqrt(n)
+        sd = float(np.std(x, ddof=1))
+        need = float(stats.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n)
     if not math.isfinite(need):  # a median of 0 or inf in a pair: nothing to go by
         return math.inf
+    if sd == 0.0:  # equal ratios: the sign test (paired_test), whose p depends on n alone
+        return threshold if 2.0 ** (1 - n) <= alpha else math.inf
     log = max(math.log1p(threshold), need)
     return math.expm1(log) if log < 700 else math.inf  # beyond a float: no change that pairs can show
 
@@ -509,10 +522,11 @@ def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: fl
 
     different  the paired test passes Benjamini-Hochberg at fdr and the ratio is beyond the effect
                floor (1 + threshold, or its inverse: asv's 1.1 at the default 10%)
-    same       the ratio's interval lies within the floor both ways: a change as large as the floor
-               is unlikely (Pinpoint's SAME; the equivalence half of a TOST)
-    unknown    neither: more pairs may decide it
-    A row that ran on one side and failed on the other is different whatever its times."""
+    same       the ratio's interval at `confidence` lies within the floor both ways: a change as large
+               as the floor is unlikely (Pinpoint's SAME; the equivalence half of a TOST)
+    unknown    neither: more pairs may decide it (not where a process median is 0 or not finite)
+    A row that ran on one side and failed on the other is different whatever its times. A run that
+    looks at its rows several times passes fdr and confidence already split over its looks."""
     timed = [r for r in rows if not r.status]
     for r in timed:
         r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
@@ -520,7 +534,9 @@ def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: fl
     for r, q in zip(timed, bh_adjust([r.p for r in timed])):
         r.q = q
         floor = math.log1p(threshold)
-        if q <= fdr and abs(math.log(r.ratio)) >= floor:
+        if not r.decidable:
+            r.verdict, r.why = "unknown", "a process median of 0 or not finite: nothing for pairs to decide"
+        elif q <= fdr and abs(math.log(r.ratio)) >= floor:
             r.verdict, r.why = "different", ""
         elif r.lo > 0 and r.hi < math.inf and abs(math.log(r.lo)) < floor and abs(math.log(r.hi)) < floor:
             r.verdict, r.why = "same", ""

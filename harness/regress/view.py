@@ -14,6 +14,8 @@ def _n(k: int, word: str) -> str:
 
 
 def _pct(r: float) -> str:
+    if math.isnan(r):
+        return "—"
     if not math.isfinite(r):
         return "∞"
     return f"{100 * (r - 1):+.1f}%"
@@ -120,6 +122,8 @@ def paired_line(r: Any) -> str:
         return f"{r.verdict:<9}  {what}  {r.status} ({r.why})" + ("  SLOWER" if r.slower else "")
     change = f"{_pct(r.ratio)} [{_pct(r.lo)}, {_pct(r.hi)}]" if r.ratio is not None else "—"
     line = f"{r.verdict:<9}  {what}  {change}  p {r.p:.2g} · BH {r.q:.2g} · {_n(r.pairs, 'pair')}"
+    if not r.decidable:
+        return f"{line}  ({r.why})"
     if r.verdict == "unknown":  # what these pairs could have found: the smallest change (Paired.detectable)
         line += (f" · would call {100 * r.detectable:.0f}% different" if r.detectable < 100
                  else " · too few pairs to call any change different")
@@ -138,6 +142,7 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
         f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · "
+        f"{100 * res.level:.4g}% intervals ({100 * plan.confidence:g}% split over the looks) · "
         "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order")
     from harness.regress.env import fw_version

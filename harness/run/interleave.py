@@ -459,6 +459,7 @@ class Outcome:
     not_timed: int = 0  # points the time budget or a stop left untimed (harness/run/interleave.py Schedule.time_points)
     short: int = 0  # points the time budget left with fewer than the first pairs (timed and judged on fewer)
     signal: str | None = None  # the signal (SIGINT, SIGTERM) that stopped the run; what it had timed is judged
+    level: float = 0.95  # the rows' intervals' confidence: the plan's, split over the run's looks
 
 
 @dataclass
@@ -580,8 +581,10 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     # every look at the rows may call one different: the false-discovery rate is split over the looks the
     # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
     fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
+    # and so may each look call one same, after which it gets no more pairs: its interval's level is split too
+    level = 1 - (1 - plan.confidence) / looks(plan.pairs, plan.max_pairs)
     rows, nc = _rows(answers, scns, points, plan.clock)
-    judge_pairs(rows, plan.threshold, plan.confidence, fdr)
+    judge_pairs(rows, plan.threshold, level, fdr)
     k, stopped = plan.pairs, (f"{why_cut}; {len(left)} point(s) not timed" if left else
                               f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else
                               why_cut if stopped_by else "")
@@ -589,7 +592,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed
         open_points: dict[tuple[str, int], set[str]] = {}
         for r in rows:
-            if r.verdict == "unknown":
+            if r.verdict == "unknown" and r.decidable:
                 open_points.setdefault((r.scenario, r.point), set()).add(r.framework)
         if not open_points:
             break
@@ -628,7 +631,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
             schedule.close(more, 1.0 if stopped_by else 10.0)
         k += len(ks)
         rows, nc = _rows(answers, scns, points, plan.clock)
-        judge_pairs(rows, plan.threshold, plan.confidence, fdr)
+        judge_pairs(rows, plan.threshold, level, fdr)
     base, cand = schedule.sides
     lost_groups = []
     for (name, fw), why in schedule.groups_down.items():  # a framework whose rank groups never timed this scenario
@@ -649,7 +652,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
             if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
     return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
-                   len(left), len(short), stopped_by)
+                   len(left), len(short), stopped_by, level)
 
 
 def _now() -> Any:
