@@ -64,7 +64,7 @@ def hazard_caught(claim: str, variant: str) -> Callable[[Mapping[str, dict], str
         numbers = {"wrong": c["wrong"], "checked": c["checked"], "world_size": n}
         if n < 2:
             return Verdict(claim, fw, "inconclusive", "one rank: nothing to get wrong", numbers)
-        word = "confirmed" if c["checked"] and c["wrong"] > 0 else "refuted"
+        word = "confirmed" if c["wrong"] > 0 else "refuted" if c["checked"] else "inconclusive"  # nothing checked: nothing seen
         return Verdict(claim, fw, word, f"{variant}: {c['wrong']} of {c['checked']} checked runs wrong at "
                                         f"world size {n}", numbers)
 

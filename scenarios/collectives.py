@@ -209,7 +209,7 @@ SCENARIO = Scenario(
     cheap_reference=lambda p: count(p) * R.size_of(p) <= 1 << 26,
     tolerance=Tolerance({"float32": (0.0, 0.0)}),  # integer-valued: every summation order is exact
     claims=(Claim("exact", "On integer-valued inputs every rank ends with the exact result, out of place and in "
-                           "place (nccl-tests' #wrong = 0).", _exact),),
+                           "place (nccl-tests' #wrong = 0).", _exact, communicates=True, reads_checks=True),),
     key_apis={
         "torch": ("dist.broadcast", "dist.reduce", "dist.all_reduce", "dist.all_gather_into_tensor",
                   "dist.reduce_scatter_tensor", "dist.all_to_all_single", "dist.barrier"),

@@ -205,7 +205,7 @@ SCENARIO = Scenario(
         Claim("bytes_2n1n", "Each step all-reduces every gradient once: a ring moves 2(N-1)/N x the gradient bytes "
                             "per rank (Patarasuk & Yuan 2009; nccl-tests' busbw).", _bytes, communicates=True),
         Claim("accumulation_is_large_batch", "Gradient accumulation reproduces the large batch (Goyal et al. 2017).",
-              _accumulation),
+              _accumulation, reads_checks=True),
         Claim("scaling", "Data parallelism over N ranks runs a fixed global batch's step about N times faster "
                          "(scaling efficiency above 0.8).", _scaling, gpu_only=True),
     ),

@@ -83,10 +83,11 @@ def _tf32_error(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
 
 def _tf32_speedup(rows: Mapping[str, dict], fw: str, p: Params) -> Verdict:
     f, t = rows["matched_fp32"]["timing"]["device_done"], rows["matched_tf32"]["timing"]["device_done"]
-    # Against noise: the slower end of TF32's spread against the faster end of float32's.
-    ratio = f["q1"] / t["q3"]
-    return _ratio("tf32_speedup", fw, ratio, 2.0, f"float32 / TF32 time, q1 over q3 ({f['median'] * 1e3:.3g} ms / "
-                  f"{t['median'] * 1e3:.3g} ms medians)", {"fp32_s": f["median"], "tf32_s": t["median"]})
+    # The medians' ratio: the harness redraws both medians and calls a ratio inside the noise inconclusive
+    # (harness/check/judging.py); quartiles, which it does not redraw, would turn spread into "refuted".
+    return _ratio("tf32_speedup", fw, f["median"] / t["median"], 2.0,
+                  f"float32 / TF32 median time ({f['median'] * 1e3:.3g} ms / {t['median'] * 1e3:.3g} ms)",
+                  {"fp32_s": f["median"], "tf32_s": t["median"]})
 
 
 def _ratio(claim: str, fw: str, value: float, threshold: float, what: str, nums: dict) -> Verdict:
@@ -128,7 +129,7 @@ SCENARIO = Scenario(
     claims=(
         Claim("default_precision", "By default a float32 matmul runs at TF32 in JAX and at full float32 in "
               "torch and CuPy.", _default_precision, gpu_only=True),
-        Claim("tf32_error", "TF32 costs three decimal digits: its median error against float64 is over 100x "
+        Claim("tf32_error", "TF32 costs over two decimal digits: its median error against float64 is over 100x "
               "full float32's.", _tf32_error, gpu_only=True),
         Claim("tf32_speedup", "TF32 makes the float32 matmul over twice as fast.", _tf32_speedup, gpu_only=True),
     ),

@@ -107,6 +107,10 @@ class Claim:
     streams, copies over the host link, its allocator and driver). On a CPU device the host is the device,
     so the harness answers "inconclusive" (not decidable on a CPU), with what the CPU's figures read in the
     evidence: a CPU neither confirms nor refutes it.
+
+    ``reads_checks``: the claim is about the timed outputs' checks (how many runs were wrong), so its judge
+    also gets the rows whose outputs were wrong (status "wrong"), which every other judge never sees: a
+    figure timed on wrong outputs decides nothing, but a wrong output is what such a claim is there to see.
     """
 
     id: str
@@ -114,6 +118,7 @@ class Claim:
     judge: Callable[[Mapping[str, dict], str, Params], Verdict]
     communicates: bool = False
     gpu_only: bool = False
+    reads_checks: bool = False
 
 
 @dataclass(frozen=True)

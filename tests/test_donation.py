@@ -118,3 +118,12 @@ def test_a_timed_jax_variant_dispatches_only_its_own_programs(variant):
     with jax_programs() as ran:
         b.synchronize(call(state))
     assert len(ran) == 2 and not eager_programs(ran), ran  # the head's copy and the step
+
+
+def test_same_time_asks_the_medians_to_be_within_five_percent_and_leaves_the_spread_to_the_noise_test():
+    from tests.conftest import judge_claim, synthetic_row
+
+    rows = [synthetic_row("new_buffer", 1.0e-3, iqr=0.5e-3), synthetic_row("in_place", 1.4e-3, iqr=0.5e-3)]
+    assert judge_claim("donation", "same_time", rows, {}).verdict == "refuted"  # +40%, however spread
+    rows = [synthetic_row("new_buffer", 1.0e-3), synthetic_row("in_place", 1.03e-3)]
+    assert judge_claim("donation", "same_time", rows, {}).verdict == "confirmed"

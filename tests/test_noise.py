@@ -192,5 +192,42 @@ def test_every_claim_about_moving_data_between_ranks_says_so():
     assert {("data_parallel", "overlap_hides_comm"), ("data_parallel", "no_sync_one_over_a"),
             ("data_parallel", "bytes_2n1n"), ("zero", "comm_model"), ("zero", "memory_model"),
             ("tensor_parallel", "megatron_f_g"), ("point_to_point", "read_before_wait"),
-            ("ranks", "forgotten_sharding")} <= talking
+            ("ranks", "forgotten_sharding"), ("collectives", "exact")} <= talking
     assert all(get(s).ranks for s, _ in talking)
+
+
+def _collective_row(variant: str, status: str, wrong: int) -> dict:
+    return {"scenario": "collectives", "framework": "torch", "variant": variant, "status": status, "ranks": 2,
+            "check": {"checked": 3, "wrong": wrong, "worst": "", "max_rel_err": 0.0, "against": "reference"}}
+
+
+def test_a_claim_about_the_checks_sees_the_wrong_rows_and_a_timing_claim_says_why_it_cannot_judge():
+    from harness.check.judging import judge_claims
+    from scenarios import get
+
+    p = {"op": "all_reduce", "bytes": 4096, "dtype": "float32", "world_size": 2}
+    rows = [_collective_row("out_of_place", "wrong", 3), _collective_row("in_place", "ok", 0)]
+    (exact,) = judge_claims(get("collectives"), p, rows)
+    assert exact["verdict"] == "refuted" and "out_of_place 3 of 3" in exact["evidence"], exact
+    rows = [dict(r, scenario="sync_points", check={}) for r in _rows(1e-3, 2e-3, 0.05).values()]
+    rows[1]["status"] = "wrong"
+    got = judge_with_noise(CLAIM, {r["variant"]: r for r in rows if r["status"] == "ok"}, "torch", {},
+                           wrong={rows[1]["variant"]})
+    assert got["verdict"] == "inconclusive" and "was timed on wrong outputs" in got["evidence"], got
+
+
+def test_a_gpu_claim_whose_variant_cannot_run_on_a_cpu_is_not_decidable_there():
+    gpu = Claim("faster", "async is faster", _faster_claim, gpu_only=True)
+    rows = _rows(1e-3, 2e-3, 0.05)
+    rows.pop(next(iter(rows)))
+    got = judge_with_noise(gpu, rows, "torch", {}, on_cpu=True)
+    assert got["verdict"] == "inconclusive" and got.get("not_decidable") == "cpu", got
+
+
+def test_a_rank_hazard_with_no_checked_run_is_not_refuted():
+    from scenarios._ranks import hazard_caught
+
+    judge = hazard_caught("read_before_wait", "read_before_wait")
+    row = {"ranks": 2, "check": {"wrong": 0, "checked": 0}}
+    assert judge({"read_before_wait": row}, "torch", {}).verdict == "inconclusive"
+    assert judge({"read_before_wait": row | {"check": {"wrong": 0, "checked": 3}}}, "torch", {}).verdict == "refuted"

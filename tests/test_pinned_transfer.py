@@ -290,3 +290,17 @@ def test_pageable_buffers_are_prefaulted_in_prepare(fw):
     for key in keys:
         ptr = state[key].data_ptr() if fw == "torch" else state[key].ctypes.data
         assert ptr % PT.PAGE == 0, f"{key} is not a buffer of its own, made by prefaulted()"
+
+
+def test_the_link_claims_judge_the_median_they_are_given_not_the_rows_stored_share():
+    """The noise test redraws a row's median and judges again: a share stored in the row would not move."""
+    floor, p = 1e-3, {"n": (64 << 20) // 4, "dtype": "float32", "label": "64 MiB"}
+    row = synthetic_row("h2d_pinned_non_blocking", floor / 0.97, pct=93.3, floor=floor)
+    v = judge_claim("pinned_transfer", "h2d_at_link", [row], p)
+    assert v.verdict == "confirmed" and v.numbers["best_pct"] == pytest.approx(97.0), v
+
+
+def test_a_hazard_with_no_checked_run_is_not_refuted():
+    row = synthetic_row("d2h_read_before_sync", 1e-3)
+    v = judge_claim("pinned_transfer", "read_before_sync_stale", [row], {"n": 1024, "dtype": "float32"})
+    assert v.verdict == "inconclusive", v

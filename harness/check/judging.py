@@ -27,24 +27,39 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
                  on_cpu: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Every claim's verdict per framework that ran; on_cpu: the frameworks whose device was a CPU."""
     verdicts = []
-    frameworks = sorted({r["framework"] for r in rows if r["status"] == "ok"}, key=FRAMEWORKS.index)
+    timed = ("ok", "wrong")
+    frameworks = sorted({r["framework"] for r in rows if r["status"] in timed}, key=FRAMEWORKS.index)
     for claim in scn.claims:
         for fw in frameworks:
-            by_variant = {r["variant"]: r for r in rows if r["framework"] == fw and r["status"] == "ok"}
+            mine = [r for r in rows if r["framework"] == fw]
+            by_variant = {r["variant"]: r for r in mine if r["status"] in (timed if claim.reads_checks else ("ok",))}
+            wrong = {r["variant"] for r in mine if r["status"] == "wrong"}
             verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw}
-                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu))
+                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu, wrong,
+                                               frozenset(v.name for v in scn.variants)))
     return verdicts
 
 
 def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params,
-                     on_cpu: bool = False) -> dict[str, Any]:
+                     on_cpu: bool = False, wrong: set[str] | frozenset[str] = frozenset(),
+                     variants: frozenset[str] | None = None) -> dict[str, Any]:
+    """One claim's verdict for one framework, tested against the run's noise. wrong: the variants whose timed
+    outputs were wrong (kept from every judge but a Claim.reads_checks one); variants: the scenario's, so
+    that a figure the judge missed is not called a variant that did not run."""
     ranks = world_size(by_variant, params)
     if claim.communicates and ranks is not None and ranks < 2:
         return {"verdict": "inconclusive", "evidence": "one rank, nothing communicated", "numbers": {"world_size": ranks}}
     try:
         v = claim.judge(by_variant, fw, params)
-    except KeyError as e:  # a variant the claim needs did not run for this framework
-        return {"verdict": "inconclusive", "evidence": f"variant {e} did not run", "numbers": {}}
+    except KeyError as e:  # a variant (or a figure) the claim needs is not there for this framework
+        missing = e.args[0] if e.args else ""
+        out: dict[str, Any] = {"verdict": "inconclusive", "numbers": {},
+                               "evidence": (f"variant {e} was timed on wrong outputs" if missing in wrong else
+                                            f"{e} was not measured" if variants is not None and missing not in variants
+                                            else f"variant {e} did not run")}
+        if claim.gpu_only and on_cpu:
+            out |= {"evidence": f"{NOT_ON_CPU} ({out['evidence']})", "not_decidable": "cpu"}
+        return out
     if claim.gpu_only and on_cpu:
         return {"verdict": "inconclusive", "evidence": f"{NOT_ON_CPU} (the CPU's figures: {v.evidence})",
                 "numbers": dict(v.numbers), "not_decidable": "cpu"}
