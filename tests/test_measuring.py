@@ -437,18 +437,24 @@ def test_with_a_device_digest_a_process_copies_to_the_host_only_outputs_it_has_n
         point_cache.stop(root)
 
 
-def test_the_vectorized_hierarchical_bootstrap_draws_what_the_loop_draws(monkeypatch):
-    """Six processes take the vectorized way (noise._vectorized); its medians have the distribution of
-    the loop over draws of processes, uneven repeat counts included."""
+def test_the_hierarchical_bootstrap_draws_the_median_of_the_chosen_processes_medians(monkeypatch):
+    """Its draws have the distribution of the plain two-level loop (draw processes, draw each one's repeats,
+    take each one's median, then their median), uneven repeat counts included, also when a process's draws
+    are made in several slices."""
     from harness.measure import noise
 
     procs = [np.array(x) for x in ([1.0, 2.0, 3.0], [10.0, 20.0], [4.0], [5.0, 6.0, 7.0, 8.0], [30.0], [0.5, 40.0])]
+    rng = np.random.default_rng(7)
+    loop = []
+    for _ in range(20_000):
+        chosen = [procs[i] for i in rng.integers(0, len(procs), len(procs))]
+        loop.append(np.median([np.median(p[rng.integers(0, p.size, p.size)]) for p in chosen]))
+    loop = np.array(loop)
+    monkeypatch.setattr(noise, "DRAW_MAX", 7)  # a slice of two draws at a time
     fast = noise.hierarchical_medians(procs, 40_000, seed=1)
-    monkeypatch.setattr(noise, "VECTORIZED_MAX", 0)
-    loop = noise.hierarchical_medians(procs, 40_000, seed=1)
-    assert fast.shape == loop.shape == (40_000,) and np.isfinite(fast).all()
+    assert fast.shape == (40_000,) and np.isfinite(fast).all()
     for v in (2.0, 3.5, 4.0, 5.5, 6.5, 9.0, 15.0):  # discrete values: a median off by one slot moves these
-        assert (fast <= v).mean() == pytest.approx((loop <= v).mean(), abs=0.012), v
+        assert (fast <= v).mean() == pytest.approx((loop <= v).mean(), abs=0.015), v
 
 
 def test_a_bit_exact_check_that_passes_is_one_comparison_and_one_that_fails_is_still_caught(monkeypatch):

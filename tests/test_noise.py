@@ -66,10 +66,22 @@ def test_a_rows_processes_pool_into_one_timing():
     a, b = samples(1e-3, n=10, seed=1), samples(1.1e-3, n=14, seed=2)
     t = pool_timing([Timing.from_dict(_timing(a)), Timing.from_dict(_timing(b, "time_cap"))]).to_dict()
     assert t["samples"]["device_done"] == a + b and t["device_done"]["n"] == 24
-    assert t["device_done"]["median"] == pytest.approx(float(np.median(a + b)))
+    assert t["device_done"]["median"] == pytest.approx((np.median(a) + np.median(b)) / 2)  # each process one vote
+    assert t["device_done"]["q1"] == pytest.approx(float(np.percentile(a + b, 25)))  # the spread: every repeat
     assert [(p["n"], p["stopped"]) for p in t["processes"]] == [(10, "noise"), (14, "time_cap")]
     assert t["noise"]["device_done"] > 0.02  # the 10% between the processes shows
     assert t["checked_repeats"] == 4 and "stopped" not in t
+
+
+def test_a_process_that_ran_more_repeats_gets_no_more_say_in_the_rows_figure():
+    """A process stops on time spent, so a faster one runs more repeats: pooled, its repeats would decide
+    the median. Each process's median counts once, in the figure and in its bootstrap alike."""
+    fast, slow = samples(1.0e-3, spread=0.01, n=100, seed=3), samples(1.5e-3, spread=0.01, n=50, seed=4)
+    t = pool_timing([Timing.from_dict(_timing(fast)), Timing.from_dict(_timing(slow))]).to_dict()
+    assert np.median(fast + slow) < 1.05e-3  # what the pooled repeats would say
+    assert t["device_done"]["median"] == pytest.approx(1.25e-3, rel=0.01)
+    draws = hierarchical_medians([np.asarray(fast), np.asarray(slow)], resamples=400)
+    assert 1.2e-3 < float(np.median(draws)) < 1.3e-3 and draws.min() >= 0.98e-3 and draws.max() <= 1.52e-3
 
 
 def _faster_claim(rows, fw, params) -> Verdict:

@@ -3,8 +3,9 @@
 Most of a timing's variance on a GPU host is between processes (where the allocator and the pinned or
 pageable pages landed, clocks, the host's state), not between the repeats of one process: pyperf
 and asv run each benchmark in several processes for this reason. A row is therefore timed in two or
-more worker processes, and its spread comes from a hierarchical bootstrap: resample the processes,
-then the repeats within each chosen process, and take the pooled median.
+more worker processes; its figure is the median of the processes' medians (row_median), and its spread
+comes from a hierarchical bootstrap: resample the processes, then the repeats within each chosen process,
+and take the same median.
 
 With two processes per run the bootstrap sees at most three distinct draws of processes, and so
 underrates the spread between them (a cluster bootstrap needs many clusters). regress therefore also
@@ -45,65 +46,44 @@ def split(samples: Sequence[float], counts: Sequence[int]) -> list[np.ndarray]:
     return [part for part in np.split(a, np.cumsum(counts)[:-1]) if part.size]
 
 
+def row_median(procs: Sequence[np.ndarray]) -> float:
+    """A row's figure from its processes' repeats: the median of the processes' medians, every process one
+    vote. Why not the pooled repeats' median: a process stops on time spent (TimingConfig), so a faster
+    process runs more repeats, and a pooled median would lean toward it wherever processes differ more than
+    their repeats do, which on a GPU host is most rows (docs/probes/pair_spread.md). One process: its median."""
+    meds = [float(np.median(p)) for p in procs if len(p)]
+    if not meds:
+        raise ValueError("no samples")
+    return float(np.median(meds))
+
+
 def hierarchical_medians(procs: Sequence[np.ndarray], resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
-    """Bootstrap medians of the pooled samples: each resample draws len(procs) processes with
-    replacement, then each chosen process's repeats with replacement. With one process this is the
-    plain bootstrap of its repeats. Two ways to the same draws: a loop over the distinct draws of
-    processes (few for two processes, 462 for six) or one vectorized over the resamples; the one that
-    costs less for these sizes is taken (six processes of a few repeats each cost the loop 50 ms a
-    clock and a row, the vectorized way 7 ms)."""
+    """Bootstrap draws of row_median: each resample draws len(procs) processes with replacement, then each
+    chosen process's repeats with replacement, and takes the median of the chosen processes' medians. With
+    one process this is the plain bootstrap of its median. Each process's draws are made together, in
+    slices of at most DRAW_MAX values."""
     rng = np.random.default_rng(seed)
     procs = [np.asarray(p, dtype=np.float64) for p in procs if len(p)]
     if not procs:
         raise ValueError("no samples")
-    if len(procs) > 2 and len(procs) * max(p.size for p in procs) <= VECTORIZED_MAX:
-        return _vectorized(procs, resamples, rng)
-    picks = np.sort(rng.integers(0, len(procs), (resamples, len(procs))), axis=1)
-    combos, counts = np.unique(picks, axis=0, return_counts=True)
-    out = []
-    for combo, k in zip(combos, counts):  # vectorized over the resamples that drew the same processes
-        parts = [procs[c][rng.integers(0, procs[c].size, (k, procs[c].size))] for c in combo]
-        out.append(np.median(np.concatenate(parts, axis=1), axis=1))
-    return rng.permutation(np.concatenate(out))
-
-
-VECTORIZED_MAX = 600  # processes x their most repeats up to which _vectorized is the cheaper way
-
-
-def _vectorized(procs: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    k = len(procs)
-    sizes = np.array([p.size for p in procs])
-    width = int(sizes.max())
-    pad = np.zeros((k, width))
+    picks = rng.integers(0, len(procs), (resamples, len(procs)))
+    meds = np.empty(picks.shape)
     for i, p in enumerate(procs):
-        pad[i, :p.size] = p
-    out = []
-    chunk = max(1, min(resamples, (1 << 22) // (k * width)))  # at most 4 M values at a time
-    for start in range(0, resamples, chunk):
-        r = min(chunk, resamples - start)
-        picks = rng.integers(0, k, (r, k))
-        n = sizes[picks]  # (r, k): the chosen processes' repeat counts
-        idx = (rng.random((r, k, width)) * n[..., None]).astype(np.int64)
-        vals = pad[picks[..., None], idx].reshape(r, k * width)
-        # Slots past a chosen process's repeats: half -inf, half +inf, so that the pooled median sits
-        # within a slot of the row's middle and a partition around it finds it (no full sort).
-        empty = (np.arange(width) >= n[..., None]).reshape(r, k * width)
-        m = n.sum(axis=1)  # the pooled resample's size
-        neg = (k * width - m) // 2
-        low = empty & (np.cumsum(empty, axis=1) <= neg[:, None])
-        vals[empty] = np.inf
-        vals[low] = -np.inf
-        lo, hi = neg + (m - 1) // 2, neg + m // 2
-        vals = np.partition(vals, list(range(int(lo.min()), int(hi.max()) + 1)), axis=1)
-        rows = np.arange(r)
-        out.append((vals[rows, lo] + vals[rows, hi]) / 2)
-    return np.concatenate(out)
+        where = np.flatnonzero(picks == i)
+        step = max(1, DRAW_MAX // p.size)
+        for start in range(0, where.size, step):
+            at = where[start:start + step]
+            meds.flat[at] = np.median(p[rng.integers(0, p.size, (at.size, p.size))], axis=1)
+    return np.median(meds, axis=1)
+
+
+DRAW_MAX = 1 << 22  # values drawn at once (32 MiB of indices)
 
 
 def rel_halfwidth(procs: Sequence[np.ndarray], confidence: float = CONFIDENCE, seed: int = 0) -> float:
-    """Half the width of the hierarchical bootstrap interval of the pooled median, relative to it."""
+    """Half the width of the hierarchical bootstrap interval of the row's median (row_median), relative to it."""
     meds = hierarchical_medians(procs, seed=seed)
-    med = float(np.median(np.concatenate([np.asarray(p, dtype=np.float64) for p in procs])))
+    med = row_median(procs)
     alpha = 1 - confidence
     lo, hi = np.quantile(meds, [alpha / 2, 1 - alpha / 2])
     return float((hi - lo) / 2 / med) if med > 0 else math.inf
@@ -131,20 +111,20 @@ def process_ratio_interval(base: Sequence[np.ndarray], cand: Sequence[np.ndarray
 
 def ratio_ci_bootstrap(base: np.ndarray | list[np.ndarray], cand: np.ndarray | list[np.ndarray], confidence: float,
                        resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """(pooled median ratio, lo, hi): percentile bootstrap of median(cand) / median(base), each side
-    one array of repeats or a list of them, one per process (resampled hierarchically)."""
+    """(ratio of the rows' medians, lo, hi): percentile bootstrap of row_median(cand) / row_median(base), each
+    side one array of repeats or a list of them, one per process (resampled hierarchically)."""
     pb = [np.asarray(x, dtype=np.float64) for x in (base if isinstance(base, list) else [base])]
     pc = [np.asarray(x, dtype=np.float64) for x in (cand if isinstance(cand, list) else [cand])]
     mb = hierarchical_medians(pb, resamples, seed)
     mc = hierarchical_medians(pc, resamples, seed + 1)
     alpha = 1.0 - confidence
     lo, hi = np.quantile(mc / mb, [alpha / 2, 1 - alpha / 2])
-    return float(np.median(np.concatenate(pc)) / np.median(np.concatenate(pb))), float(lo), float(hi)
+    return row_median(pc) / row_median(pb), float(lo), float(hi)
 
 
 def ratio_interval(base: list[np.ndarray], cand: list[np.ndarray], confidence: float = CONFIDENCE,
                    resamples: int = RESAMPLES) -> tuple[float, float, float]:
-    """(pooled median ratio, lo, hi): the hull of the hierarchical bootstrap and, where both runs have
+    """(ratio of the rows' medians, lo, hi): the hull of the hierarchical bootstrap and, where both runs have
     two or more processes, Student's t interval on their process medians (the module's docstring)."""
     ratio, lo, hi = ratio_ci_bootstrap(base, cand, confidence, resamples)
     between = process_ratio_interval(base, cand, confidence)

@@ -5,7 +5,7 @@ rows present in both files, run in both, and comparable are judged. Per row:
 
 timing    r = candidate median / baseline median on one clock (device_done by default), with a
           confidence interval that counts the noise between processes: the hull of a percentile
-          bootstrap of the ratio of pooled medians, each run resampled on its own and hierarchically
+          bootstrap of the ratio of the rows' medians (noise.row_median), each run resampled on its own and hierarchically
           (its worker processes with replacement, then each chosen process's repeats), and Student's
           t interval on the two runs' log process medians, which the bootstrap underrates with as
           few processes as a run has (harness/measure/noise.py).

@@ -5,8 +5,9 @@ second, and so on: slow drift (clocks, the host's load, the GPU's temperature) h
 variant alike. Each process's repeats stay in the row: timing.samples holds
 them all, in process order, and timing.processes says how many came from which process and why it
 stopped, and the host's speed in it just before the point was timed (host_loop_s, harness/measure/calibrate.py's
-Python loop). The row's statistics (median, quartiles) are those of the pooled repeats; timing.noise is
-the relative half-width of the pooled median's 95% hierarchical bootstrap interval (harness/measure/noise.py)
+Python loop). The row's median is the median of its processes' medians (noise.row_median: each process one
+vote), its quartiles and extremes those of the pooled repeats; timing.noise is
+the relative half-width of that median's 95% hierarchical bootstrap interval (harness/measure/noise.py)
 per clock, which counts the variance between processes as well as within one. A rank scenario's
 timing processes are groups of rank processes, one group per framework and timing process
 (harness/workers/ranks.py Groups): there a "process" of timing.processes is a group of WORLD_SIZE
@@ -29,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.results.model import ROW_PARTS, Process, Row, Timing
-from harness.measure.noise import host_sensitivity, rel_halfwidth, split
+from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
 from harness.measure.timing import Stats
 from harness.workers.worker import WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
@@ -164,12 +165,15 @@ def pool_timing(timings: list[Timing]) -> Timing:
     samples = {c: [x for m in timings for x in m.samples.get(c, [])] for c in CLOCKS
                if all(m.samples.get(c) for m in timings)}
     counts = [len(m.samples["device_done"]) for m in timings]
-    stats = {c: Stats.of(samples[c]).to_dict() if c in samples else None for c in CLOCKS}
+    # the pooled repeats' spread (quartiles, extremes), the processes' own median (noise.row_median)
+    stats = {c: Stats.of(samples[c]).to_dict() | {"median": row_median(split(samples[c], counts))}
+             if c in samples else None for c in CLOCKS}
     slow, slowest = first.slowest_rank_samples, first.slowest_rank
     if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
         slow = {c: [x for m in timings for x in m.slowest_rank_samples[c]] for c in CLOCKS  # type: ignore[index]
                 if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
-        slowest = {c: Stats.of(v).to_dict() for c, v in slow.items()}
+        slowest = {c: Stats.of(v).to_dict() | ({"median": row_median(split(v, counts))} if len(v) == sum(counts) else {})
+                   for c, v in slow.items()}
     processes = [Process(n=n, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
                          first_call_s=m.first_call_s,
                          **{k: getattr(m, k) for k in PER_PROCESS if getattr(m, k) is not None})
