@@ -148,6 +148,12 @@ def test_event_sync_claims_judge_from_numbers():
     assert v.verdict == "confirmed" and "7 of 9" in v.evidence
     rows["no_sync"]["check"] = {"wrong": 0, "checked": 9}
     assert judge["missing_wait_races"](rows, "torch", {}).verdict == "inconclusive"
+    # JAX's idioms hold by construction (data flow blocks for nothing; its "device" wait names the background
+    # array): figures it cannot refute the claims with decide nothing
+    rows["event_wait"] = _row(5e-3, host_blocked_ms=0.0)
+    for claim in ("event_frees_host", "device_sync_waits_for_all"):
+        v = judge[claim](rows, "jax", {})
+        assert v.verdict == "inconclusive" and "holds by construction" in v.evidence, v
 
 
 def test_concurrency_claims_judge_from_numbers():
