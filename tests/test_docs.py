@@ -122,6 +122,18 @@ def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_o
     assert "JAX takes 10× as long as PyTorch" in two and "bytes_model text" in two
 
 
+def test_a_claim_confirmed_at_some_points_of_a_sweep_says_at_which():
+    def claim(fw, label, verdict):
+        return {"claim": "blocks", "text": "it blocks", "framework": fw, "label": label, "verdict": verdict,
+                "evidence": "held 44%"}
+
+    scn = {"variants": [{"name": "copy"}], "rows": [], "claims": [
+        claim("torch", "4 KiB", "refuted"), claim("torch", "64 MiB", "confirmed"),
+        claim("cupy", "4 KiB", "confirmed"), claim("cupy", "64 MiB", "confirmed")]}
+    text = "\n".join(docs._measured(ROOT, scn, "results/x.json", "NVIDIA H200"))
+    assert "refuted for PyTorch at 4 KiB" in text and "confirmed for PyTorch at 64 MiB, CuPy: “it blocks”" in text
+
+
 def test_defaults_that_differ_give_each_settings_and_what_the_gpu_measured(tmp_path):
     from scenarios import all_scenarios
 

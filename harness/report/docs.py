@@ -205,7 +205,12 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
     for text in confirmed:
         who = sorted({c["framework"] for c in claims if c["text"] == text and c["verdict"] == "confirmed"},
                      key=FRAMEWORKS.index)
-        items.append(f"confirmed for {', '.join(NAMES.get(f, f) for f in who)}: “{text}”")
+        named = []
+        for f in who:  # a framework confirmed at some points of a sweep only: at which (the others said above)
+            mine = [c for c in claims if c["text"] == text and c["framework"] == f]
+            at = [c.get("label") or "" for c in mine if c["verdict"] == "confirmed"]
+            named.append(NAMES.get(f, f) + (f" at {'/'.join(at)}" if len(at) < len(mine) and all(at) else ""))
+        items.append(f"confirmed for {', '.join(named)}: “{text}”")
     if items:
         out.append("\n".join(f"- {_cell(i)}" for i in items))
     return out
