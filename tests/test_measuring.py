@@ -594,3 +594,53 @@ def test_a_first_check_recomputes_output_metrics_that_a_remembered_verdict_lacks
         assert metrics() == before
     finally:
         point_cache.stop(root)
+
+
+def test_a_variants_state_is_uploaded_before_its_first_call_is_timed(monkeypatch):
+    """JAX has no device-wide synchronize, so the first timed call's own wait would not cover the state's
+    uploads (as it does for torch and CuPy): the harness waits for the state itself after prepare."""
+    from harness import backends
+    from harness.measure import timing
+    from harness.workers import handlers
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    b = backend_or_skip("jax")
+    order: list[str] = []
+    prepared: list[object] = []
+    real_load = handlers.load_impl
+
+    def load(scenario, fw):
+        impl = real_load(scenario, fw)
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(impl, name)
+
+            @staticmethod
+            def prepare(*a):
+                prepared.append(impl.prepare(*a))
+                order.append("prepare")
+                return prepared[-1]
+
+        return Spy()
+
+    real_sync = type(b).synchronize
+
+    def sync(self, outputs=None):
+        order.append("state" if prepared and outputs is prepared[-1] else "other")
+        return real_sync(self, outputs)
+
+    def measured(*a, **kw):
+        order.append("measure")
+        return real_measure(*a, **kw)
+
+    real_measure = timing.measure
+    monkeypatch.setattr(handlers, "load_impl", load)
+    monkeypatch.setattr(type(b), "synchronize", sync)
+    monkeypatch.setattr(handlers, "measure", measured)
+    scn = get("sync_points")
+    params = scn.points("smoke")[0] | {"seed": 0}
+    handlers.time_point("jax", "sync_points", params, timing.preset("smoke"), progress=lambda _t: None)
+    first = order.index("prepare")
+    assert order[first:first + 3] == ["prepare", "state", "measure"], order[:8]

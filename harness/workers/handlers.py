@@ -132,6 +132,9 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     t_variant = time.perf_counter()
     fn = variant_call(impl, v)
     state = impl.prepare(inputs, params, b.device)
+    # the state's uploads done before the first call is timed: torch and CuPy wait for the device at the
+    # first call's own synchronize, JAX (no device-wide one) only here
+    b.synchronize(state)
     poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
     captured: list[Arrays] = []
     rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
