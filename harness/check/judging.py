@@ -33,18 +33,25 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
         for fw in frameworks:
             mine = [r for r in rows if r["framework"] == fw]
             by_variant = {r["variant"]: r for r in mine if r["status"] in (timed if claim.reads_checks else ("ok",))}
-            wrong = {r["variant"] for r in mine if r["status"] == "wrong"}
+            lost = [f"{r['variant']} ({r['status']})" for r in mine if r["status"] in LOST]
+            if lost and not claim.reads_checks:  # a judge that compares variants would pick among the rest
+                verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw, "verdict": "inconclusive",
+                                 "evidence": f"not judged without {', '.join(lost)}", "numbers": {}})
+                continue
             verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw}
-                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu, wrong,
+                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu,
                                                frozenset(v.name for v in scn.variants)))
     return verdicts
 
 
+# Rows that ran and did not give a figure: a claim about the others would be judged on a part of what it
+# compares (the best path among those left, a claim that holds "for every variant" over fewer of them).
+LOST = ("error", "oom", "timeout", "crashed", "wrong")
+
+
 def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params,
-                     on_cpu: bool = False, wrong: set[str] | frozenset[str] = frozenset(),
-                     variants: frozenset[str] | None = None) -> dict[str, Any]:
-    """One claim's verdict for one framework, tested against the run's noise. wrong: the variants whose timed
-    outputs were wrong (kept from every judge but a Claim.reads_checks one); variants: the scenario's, so
+                     on_cpu: bool = False, variants: frozenset[str] | None = None) -> dict[str, Any]:
+    """One claim's verdict for one framework, tested against the run's noise. variants: the scenario's, so
     that a figure the judge missed is not called a variant that did not run."""
     ranks = world_size(by_variant, params)
     if claim.communicates and ranks is not None and ranks < 2:
@@ -54,8 +61,7 @@ def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: st
     except KeyError as e:  # a variant (or a figure) the claim needs is not there for this framework
         missing = e.args[0] if e.args else ""
         out: dict[str, Any] = {"verdict": "inconclusive", "numbers": {},
-                               "evidence": (f"variant {e} was timed on wrong outputs" if missing in wrong else
-                                            f"{e} was not measured" if variants is not None and missing not in variants
+                               "evidence": (f"{e} was not measured" if variants is not None and missing not in variants
                                             else f"variant {e} did not run")}
         if claim.gpu_only and on_cpu:
             out |= {"evidence": f"{NOT_ON_CPU} ({out['evidence']})", "not_decidable": "cpu"}
