@@ -133,7 +133,10 @@ class JaxBackend(Backend):
     def synchronize(self, outputs: Any = None) -> None:
         # There is no device-wide synchronize in JAX: wait for everything the call returned.
         if outputs is not None:
-            self.fw.block_until_ready(outputs)
+            try:
+                self.fw.block_until_ready(outputs)
+            except ValueError:  # a dict whose keys do not sort (an impl's state, never a call's outputs)
+                self.fw.block_until_ready(list(_arrays(outputs)))
 
     def tiny_op(self) -> Any:
         x = self.fw.device_put(self.fw.numpy.zeros(1, dtype=self.fw.numpy.float32), self.device)
@@ -350,3 +353,15 @@ def _lanes(x: Any) -> list[Any]:
         raise ValueError(f"no words for {flat.dtype} in JAX's digest")
     i1 = lax.iota(jnp.uint32, w.size) + jnp.uint32(1)
     return [jnp.sum(digest.fmix32(w ^ (i1 * jnp.uint32(m))), dtype=jnp.uint32) for m in digest.MULTIPLIERS]
+
+
+def _arrays(x: Any) -> Any:
+    """The arrays in nested dicts, lists and tuples, found without sorting a dict's keys (a pytree would)."""
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _arrays(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _arrays(v)
+    elif hasattr(x, "block_until_ready"):
+        yield x

@@ -132,8 +132,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     t_variant = time.perf_counter()
     fn = variant_call(impl, v)
     state = impl.prepare(inputs, params, b.device)
-    # the state's uploads done before the first call is timed: torch and CuPy wait for the device at the
-    # first call's own synchronize, JAX (no device-wide one) only here
+    # the state's uploads done before the first call is timed: a backend without a device-wide synchronize
+    # waits for its outputs only, so the first call's own synchronize would leave them inside that call
     b.synchronize(state)
     poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
     captured: list[Arrays] = []
