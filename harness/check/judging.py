@@ -33,8 +33,11 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
         for fw in frameworks:
             mine = [r for r in rows if r["framework"] == fw]
             by_variant = {r["variant"]: r for r in mine if r["status"] in (timed if claim.reads_checks else ("ok",))}
-            lost = [f"{r['variant']} ({r['status']})" for r in mine if r["status"] in LOST]
-            if lost and not claim.reads_checks:  # a judge that compares variants would pick among the rest
+            # a variant that gave no figure (or, but to a claim about the checks, wrong outputs): a judge that
+            # compares variants would pick among the rest
+            lost = [f"{r['variant']} ({r['status']})" for r in mine
+                    if r["status"] in LOST and not (claim.reads_checks and r["status"] == "wrong")]
+            if lost:
                 verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw, "verdict": "inconclusive",
                                  "evidence": f"not judged without {', '.join(lost)}", "numbers": {}})
                 continue
@@ -44,8 +47,8 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
     return verdicts
 
 
-# Rows that ran and did not give a figure: a claim about the others would be judged on a part of what it
-# compares (the best path among those left, a claim that holds "for every variant" over fewer of them).
+# Rows that ran and gave no figure, or one of wrong outputs: a claim about the others would be judged on a
+# part of what it compares (the best path among those left, "for every variant" over fewer of them).
 LOST = ("error", "oom", "timeout", "crashed", "wrong")
 
 
