@@ -703,6 +703,8 @@ def test_a_framework_whose_rank_groups_start_on_the_baseline_and_not_on_the_cand
         rows = d["scenarios"]["ranks"]["rows"]
         assert rows and all(r["status"] == "skipped" and "did not start on the candidate side: planted" in r["reason"]
                             for r in rows), rows
+    again = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))  # the same schedule
+    assert not again.lost and {r.scenario for r in again.rows} == {"sync_points"}  # nothing of the last run's
 
 
 def test_a_stop_as_the_added_pairs_begin_still_returns_what_was_timed():

@@ -512,6 +512,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     # (and pools) are alive at once (cmd_regress sizes their memory cap so)
     stages = [list(range(plan.pairs))[i:i + ADDED] for i in range(0, plan.pairs, ADDED)]
     schedule.log(f"starting the workers of {len(stages[0])} pairs")
+    schedule.groups_down = {}  # this run's: a schedule may run again
     machine: list[dict[str, Any]] = [{}, {}]
     short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
     left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
