@@ -748,6 +748,18 @@ def test_a_stop_between_a_pairs_two_sides_leaves_no_half_pair_in_either_file():
     for d in res.docs:
         assert [len(r["timing"]["processes"]) for r in d["scenarios"]["sync_points"]["rows"]] == [1, 1]
 
+    class Noisy(StopAtFour):  # processes 30% apart: two pairs leave the rows unknown, so pairs 3-4 are added
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            return _process_factor(out, 0.3, host.t) if op == "time" else out
+
+    calls[0] = -2  # the stop at the sixth request: pair 3's second side (pairs 1-2 take four, pair 3's first one)
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
+    res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6)))
+    assert res.signal == "SIGINT" and all(r.pairs == 2 for r in res.rows)
+    for d in res.docs:
+        assert [len(r["timing"]["processes"]) for r in d["scenarios"]["sync_points"]["rows"]] == [2, 2]
+
 
 def _label(scenario: str, i: int) -> str:
     from scenarios import get
@@ -846,6 +858,9 @@ def test_pairs_whose_ratios_are_all_equal_decide_nothing_at_a_few_pairs():
     still = Paired("s", "", "torch", "b", [1.0, 2.0], [1.0, 2.0])
     judge_pairs([moved, still], 0.10, 0.95)
     assert (moved.verdict, still.verdict) == ("unknown", "unknown") and moved.p == 0.5 and still.hi == math.inf
+    rounded = Paired("s", "", "torch", "c", [0.1, 0.3], [0.11, 0.33])  # equal ratios but for the last bits
+    judge_pairs([rounded], 0.05, 0.95)
+    assert rounded.verdict == "unknown" and rounded.p == 0.5, (rounded.p, rounded.verdict)
 
 
 def test_the_intervals_are_split_over_the_looks_as_the_rate_is():

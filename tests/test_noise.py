@@ -224,6 +224,9 @@ def test_a_claim_about_the_checks_sees_the_wrong_rows_and_a_timing_claim_is_not_
     rows[0]["status"] = "crashed"  # no outputs checked there: "out of place and in place" cannot be confirmed
     (exact,) = judge_claims(get("collectives"), p, rows)
     assert exact["verdict"] == "inconclusive" and "out_of_place (crashed)" in exact["evidence"], exact
+    rows = [_collective_row("out_of_place", "wrong", 3), _collective_row("in_place", "crashed", 0)]
+    (exact,) = judge_claims(get("collectives"), p, rows)  # wrong runs refute whatever else failed
+    assert exact["verdict"] == "refuted", exact
     rows = [_collective_row("out_of_place", "wrong", 3), _collective_row("in_place", "ok", 0)]
     rows = [dict(r, scenario="donation", variant=v) for r, v in zip(rows, ("new_buffer", "in_place"))]
     same = next(c for c in judge_claims(get("donation"), {}, rows) if c["claim"] == "same_time")

@@ -95,6 +95,17 @@ def test_unchanged_rules_a_change_of_the_threshold_out_both_ways():
     assert judge_timing(float("nan"), float("nan"), 0.10) == "noisy"  # a bootstrap over zero medians
 
 
+def test_file_regress_shows_the_figure_its_ratio_is_of_and_a_zero_one_is_not_compared():
+    from harness.measure.noise import row_median, split
+
+    t = [1e-3] * 20 + [2e-3] * 10  # two processes of 15: medians 1 and 2 ms, the pooled repeats' 1 ms
+    (r,) = regress(doc([row("torch", "async", t)]), doc([row("torch", "async", t)])).rows
+    assert r.base_s == pytest.approx(row_median(split(t, [15, 15]))) == pytest.approx(1.5e-3)
+    zero = [0.0, 0.0, 0.0, 1e-3, 1e-3] * 2 + [1e-3] * 5  # the pooled median 1 ms, the processes' 0, 0, 1 ms
+    with pytest.raises(RegressError, match="a zero device_done median"):  # not a ZeroDivisionError
+        regress(doc([row("torch", "async", zero, processes=3)]), doc([row("torch", "async", t[:15], processes=3)]))
+
+
 # -- numbers and status ---------------------------------------------------------------------------
 
 

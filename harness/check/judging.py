@@ -37,13 +37,14 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
             # compares variants would pick among the rest
             lost = [f"{r['variant']} ({r['status']})" for r in mine
                     if r["status"] in LOST and not (claim.reads_checks and r["status"] == "wrong")]
-            if lost:
-                verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw, "verdict": "inconclusive",
-                                 "evidence": f"not judged without {', '.join(lost)}", "numbers": {}})
+            cut = {"verdict": "inconclusive", "evidence": f"not judged without {', '.join(lost)}", "numbers": {}}
+            if lost and not claim.reads_checks:
+                verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw} | cut)
                 continue
-            verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw}
-                            | judge_with_noise(claim, by_variant, fw, params, fw in on_cpu,
-                                               frozenset(v.name for v in scn.variants)))
+            got = judge_with_noise(claim, by_variant, fw, params, fw in on_cpu, frozenset(v.name for v in scn.variants))
+            if lost and got["verdict"] == "confirmed":  # wrong runs refute on their own; none seen confirm nothing
+                got = cut
+            verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw} | got)
     return verdicts
 
 

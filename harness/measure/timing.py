@@ -2,7 +2,8 @@
 
 Each repeat records two host wall-clock times from the same start:
   host_return  when the call handed control back to Python (what async dispatch makes small);
-  device_done  when the device had finished the call's work (after a full synchronize).
+  device_done  when the device had finished the call's work (Backend.synchronize(outputs): device-wide where
+               the framework has such a wait, else every output ready).
 Where the framework has device events (Backend.event_timer, on a GPU), events recorded on the current stream
 around the call give a third, device-side time; they bracket the current stream only.
 

@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.measure.noise import ratio_interval, split
+from harness.measure.noise import ratio_interval, row_median, split
 from harness.regress.env import (ELASTICITY_MAX, RegressError, HostSpeed, _environments, describe_host_during,
                                   host_bound, host_effect, host_procs, host_speed, stand_in, two_speeds)
 
@@ -247,15 +247,19 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     (stb, xb), (stc, xc) = _clock(rb, clock), _clock(rc, clock)
     if stb is None or stc is None:
         return f"no {clock} clock in {'the baseline' if stb is None else 'the candidate'}"
-    if stb["median"] <= 0 or stc["median"] <= 0:
+    samples = xb is not None and xc is not None
+    # the figure the ratio is of: the processes' medians' median where the repeats are kept (an older file
+    # stored the pooled median), else the stored one
+    mb_s, mc_s = (row_median(xb), row_median(xc)) if samples else (stb["median"], stc["median"])  # type: ignore[arg-type]
+    if mb_s <= 0 or mc_s <= 0:
         return f"a zero {clock} median"
-    if xb is not None and xc is not None:
-        row.ratio, row.lo, row.hi = ratio_interval(xb, xc, confidence, RESAMPLES)
-        row.method = "processes" if len(xb) > 1 and len(xc) > 1 else "repeats"
+    if samples:
+        row.ratio, row.lo, row.hi = ratio_interval(xb, xc, confidence, RESAMPLES)  # type: ignore[arg-type]
+        row.method = "processes" if len(xb) > 1 and len(xc) > 1 else "repeats"  # type: ignore[arg-type]
     else:
         row.ratio, row.lo, row.hi = ratio_ci_iqr(stb, stc, confidence)
         row.method = "iqr"
-    row.base_s, row.cand_s = stb["median"], stc["median"]
+    row.base_s, row.cand_s = mb_s, mc_s
     eff = None
     if xb is not None and xc is not None:
         mb, mc = [float(np.median(p)) for p in xb], [float(np.median(p)) for p in xc]
@@ -452,6 +456,9 @@ class Paired:
         return (self.ratio or 1.0) > 1
 
 
+EQUAL_RATIOS = 1e-9  # a spread of log ratios this small is rounding: ratios equal but for the last bits
+
+
 def paired_test(base: list[float], cand: list[float], confidence: float) -> tuple[float, float, float, float]:
     """(ratio, lo, hi, p): the geometric mean of the pairs' ratios, its Student-t interval and the
     two-sided paired t test's p on the log ratios.
@@ -473,8 +480,8 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
         sd = float(np.std(x, ddof=1))
     from scipy import stats
 
-    if sd == 0.0:
-        return ratio, 0.0, math.inf, (1.0 if np.mean(x) == 0 else min(1.0, 2.0 ** (1 - n)))
+    if sd <= EQUAL_RATIOS:
+        return ratio, 0.0, math.inf, (1.0 if abs(np.mean(x)) <= EQUAL_RATIOS else min(1.0, 2.0 ** (1 - n)))
     se = sd / math.sqrt(n)
     t = float(np.mean(x)) / se
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
@@ -498,7 +505,7 @@ def detectable(base: list[float], cand: list[float], threshold: float, alpha: fl
         need = float(stats.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n)
     if not math.isfinite(need):  # a median of 0 or inf in a pair: nothing to go by
         return math.inf
-    if sd == 0.0:  # equal ratios: the sign test (paired_test), whose p depends on n alone
+    if sd <= EQUAL_RATIOS:  # equal ratios: the sign test (paired_test), whose p depends on n alone
         return threshold if 2.0 ** (1 - n) <= alpha else math.inf
     log = max(math.log1p(threshold), need)
     return math.expm1(log) if log < 700 else math.inf  # beyond a float: no change that pairs can show

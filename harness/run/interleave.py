@@ -553,11 +553,6 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     reached: set[tuple[str, int]] = set()
     if stopped_by is not None:  # the points no process reached, on either side
         reached = {(name, i) for (name, i, _), per_side in answers.items() if any(per_side)}
-        for per_side in answers.values():  # a stop between a pair's two sides: the side ahead keeps no half pair
-            few = min(per_side, key=len)
-            if all(per_side) and len(per_side[0]) != len(per_side[1]) and "status" not in few[-1]:
-                for got in per_side:
-                    del got[len(few):]
         left = [(s.name, i) for s in scns for i in range(len(points[s.name])) if (s.name, i) not in reached]
     # by framework: one that did not start on a side was never to be timed, and keeps its own reason
     not_timed = {(name, i, fw): f"not timed: {why_cut} before this point" for name, i in left for fw in running}
@@ -633,6 +628,8 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         k += len(ks)
         rows, nc = _rows(answers, scns, points, plan.clock)
         judge_pairs(rows, plan.threshold, level, fdr)
+    if stopped_by is not None:  # in the first pairs or in added ones
+        _drop_half_pairs(answers)
     base, cand = schedule.sides
     lost_groups = []
     for (name, fw), why in schedule.groups_down.items():  # a framework whose rank groups never timed this scenario
@@ -654,6 +651,17 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
             if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
     return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
                    len(left), len(short), stopped_by, level)
+
+
+def _drop_half_pairs(answers: Answers) -> None:
+    """After a stop between a pair's two sides, the side ahead keeps no process of that pair: each side's
+    file holds paired processes only (a point one side never reached keeps the other's, named as not timed
+    there). A side that stopped on a failure is not trimmed: it was not asked again, the other side was."""
+    for per_side in answers.values():
+        few = min(per_side, key=len)
+        if all(per_side) and len(per_side[0]) != len(per_side[1]) and "status" not in few[-1]:
+            for got in per_side:
+                del got[len(few):]
 
 
 def _now() -> Any:
