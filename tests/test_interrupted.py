@@ -40,6 +40,7 @@ def test_an_ample_budget_changes_nothing():
                           isolation="none", budget_s=3600, equivalence=False)
     doc = run_compare(opts, QuietUI())
     assert doc["complete"] is True and doc["not_run"] == [] and "sync_points" in doc["scenarios"]
+    assert doc["row_median"] == "processes"  # which median its rows hold (harness/measure/noise.py row_median)
 
 
 def _compare_into_its_second_scenario(out, scenarios, **popen):

@@ -319,3 +319,12 @@ def test_a_metric_is_described_by_its_own_result_not_by_todays_spec(tmp_path):
     text = lambda scn: repr(_figures("collectives", scn, ["torch"], tmp_path / "r.json", None, {}))  # noqa: E731
     assert "as this run measured it" in text(new)
     assert "algbw_GBps`:" not in text(old)
+
+
+def test_a_report_says_which_median_its_file_holds():
+    """A file written since rows' medians are the processes' says so (row_median), and its report says so; an
+    older file, whose rows pooled the repeats, keeps the words it was drawn with."""
+    from harness.report.html import _clocks_said
+
+    assert "The median of the worker processes' medians" in _clocks_said({"row_median": "processes"})
+    assert "Medians over the repeats" in _clocks_said({}) and "processes' medians" not in _clocks_said({})

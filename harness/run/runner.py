@@ -458,6 +458,7 @@ def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any]
         "seed": opts.seed,
         "examples": opts.examples,
         "isolation": opts.isolation,
+        "row_median": "processes",  # harness/measure/noise.py row_median; older files pooled the repeats
         "environment": {"gpu": gpu, "host": host if host is not None else host_env(), "frameworks": fw_env,
                         "machine": machine, "gpu_memory_fraction": _fraction_in_effect(), "cpus": placed},
         "scenarios": out_scenarios,
