@@ -37,6 +37,8 @@ class Host:
 
 
 class FakeWorker:
+    spread = 0.0  # a subclass's noise between processes (_process_factor), seeded by the host's request count
+
     def __init__(self, fw: str, side: Side, host: Host) -> None:
         self.fw, self.side, self.host = fw, side, host
 
@@ -63,7 +65,8 @@ class FakeWorker:
                                     "device_events": None, "metrics": {}, "checked_repeats": 1, "wrong_repeats": 0,
                                     "worst": "", "samples": {"host_return": times, "device_done": times},
                                     "stopped": "noise", "noise": 0.01, "host_loop_s": 0.007 * factor}})
-        return {"rows": rows, "sample": None}
+        out = {"rows": rows, "sample": None}
+        return _process_factor(out, self.spread, self.host.t) if self.spread else out
 
     def close(self, grace=0.0):
         pass
@@ -528,6 +531,8 @@ def test_a_stop_in_the_added_pairs_keeps_the_first_pairs_and_closes_the_added_on
     host, started, closed = Host(1.0), [], []
 
     class Noisy(FakeWorker):  # processes that differ by 20%: two pairs leave the rows unknown
+        spread = 0.2
+
         def __init__(self, *a):
             super().__init__(*a)
             started.append(self)
@@ -535,8 +540,7 @@ def test_a_stop_in_the_added_pairs_keeps_the_first_pairs_and_closes_the_added_on
         def request(self, op, *args, **kw):
             if op == "time" and host.t == 4:  # pair 3's first request
                 os.kill(os.getpid(), signal.SIGTERM)
-            out = super().request(op, *args, **kw)
-            return _process_factor(out, 0.2, host.t) if op == "time" else out
+            return super().request(op, *args, **kw)
 
         def close(self, grace=0.0):
             closed.append(self)
@@ -654,6 +658,8 @@ def test_a_worker_that_does_not_start_in_the_added_pairs_leaves_its_rows_their_e
     host, made, logged = Host(1.0), [], []
 
     class Flaky(FakeWorker):  # processes 20% apart: two pairs leave the rows unknown, so pairs 3-4 are added
+        spread = 0.2
+
         def __init__(self, *a):
             super().__init__(*a)
             made.append(self)
@@ -662,8 +668,7 @@ def test_a_worker_that_does_not_start_in_the_added_pairs_leaves_its_rows_their_e
         def request(self, op, *args, **kw):
             if self.broken:
                 raise WorkerLost("candidate torch worker did not call back (exit code 1)", "crashed")
-            out = super().request(op, *args, **kw)
-            return _process_factor(out, 0.2, host.t) if op == "time" else out
+            return super().request(op, *args, **kw)
 
     sides = _sides()
     sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Flaky(fw, s, host),
@@ -714,9 +719,7 @@ def test_a_stop_as_the_added_pairs_begin_still_returns_what_was_timed():
     host = Host(1.0)
 
     class Noisy(FakeWorker):
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            return _process_factor(out, 0.3, host.t) if op == "time" else out
+        spread = 0.3
 
     def log(text: str) -> None:
         if "point(s) with unknown rows" in text:
@@ -749,9 +752,7 @@ def test_a_stop_between_a_pairs_two_sides_leaves_no_half_pair_in_either_file():
         assert [len(r["timing"]["processes"]) for r in d["scenarios"]["sync_points"]["rows"]] == [1, 1]
 
     class Noisy(StopAtFour):  # processes 30% apart: two pairs leave the rows unknown, so pairs 3-4 are added
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            return _process_factor(out, 0.3, host.t) if op == "time" else out
+        spread = 0.3
 
     calls[0] = -2  # the stop at the sixth request: pair 3's second side (pairs 1-2 take four, pair 3's first one)
     sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
@@ -871,9 +872,7 @@ def test_the_intervals_are_split_over_the_looks_as_the_rate_is():
     host = Host(1.0)
 
     class Noisy(FakeWorker):
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            return _process_factor(out, 0.05, host.t) if op == "time" else out
+        spread = 0.05
 
     sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Noisy(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6))
