@@ -38,13 +38,17 @@ class Host:
 
 class FakeWorker:
     spread = 0.0  # a subclass's noise between processes (_process_factor), seeded by the host's request count
+    subsets = True  # False: an older tree's worker, which times every variant whatever the request names
+    keeps_baseline = False  # True: a point without a reference, where a worker times the baseline too
 
     def __init__(self, fw: str, side: Side, host: Host) -> None:
         self.fw, self.side, self.host = fw, side, host
+        self.asked: list[tuple[str, int, tuple[str, ...]]] = []  # (scenario, request count, variants named)
 
-    def request(self, op, *args, seed=None, timeout=None, progress=None):
+    def request(self, op, *args, seed=None, variants=(), timeout=None, progress=None):
         if op == "hello":
-            return {"available": True, "why": "fake", "env": {"version": "1.0"}, "on_gpu": False}
+            return {"available": True, "why": "fake", "env": {"version": "1.0"}, "on_gpu": False,
+                    **({"subsets": True} if self.subsets else {})}
         assert op == "time"
         from scenarios import get
 
@@ -52,9 +56,12 @@ class FakeWorker:
         factor = self.host.step ** self.host.t
         self.host.t += 1
         self.host.log.append(self.side.name)
+        self.asked.append((args[0], self.host.t, tuple(variants)))
         rng = np.random.default_rng(self.host.t)
         rows = []
         for v in scn.variants:
+            if variants and self.subsets and v.name not in variants and not (self.keeps_baseline and v is scn.baseline):
+                continue
             base = 1e-3 * self.host.slow.get((self.side.name, v.name), 1.0) * factor
             times = [float(x) for x in base * np.exp(rng.normal(0, 0.002, 20))]
             st = Stats.of(times).to_dict()
@@ -286,7 +293,7 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     assert res.pairs == 7 and "--max-pairs 7" in res.stopped
     assert interleave.looks(2, 7) == 4 and rates == [0.05 / 4] * 4  # after pairs 2, 4, 6 and 7
     assert [t for t in logged if t.startswith("pair")] == [
-        f"pair{s}: 1 point(s) with unknown rows (1 request(s) a process)" for s in ("s 3-4", "s 5-6", " 7")]
+        f"pair{s}: 1 point(s) with unknown rows (1 request(s) a process, 2 row(s))" for s in ("s 3-4", "s 5-6", " 7")]
     assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 3 + ["baseline", "candidate"]
 
 
@@ -329,6 +336,47 @@ def test_added_pairs_time_only_the_frameworks_with_an_unknown_row_at_a_point():
     got, _ = run(["sync_points"])  # torch is decided everywhere: pairs 5-8 start JAX's workers alone
     assert got == {("torch", "sync_points"): 4, ("jax", "sync_points"): 8}, got
     assert started == ["torch", "jax"] * 8 + ["jax"] * 8
+
+
+def test_added_pairs_time_only_the_unknown_rows_of_a_point_where_both_sides_can_be_asked_so():
+    """sync_points' on_device differs by 30% between processes and stays unknown while item_each_step is
+    decided after the first pairs: pairs 5-8 ask for on_device alone, and the decided row keeps its four
+    pairs, also where the workers time the baseline beside on_device (a point without a reference). Where
+    one side's workers are an older tree's (no "subsets" in their hello), nothing is named: both sides
+    time every variant, as before, and both rows get every pair."""
+    def run(old_side: str | None):
+        host = Host(1.0)
+        made: list[FakeWorker] = []
+
+        class OneNoisy(FakeWorker):
+            def request(self, op, *args, **kw):
+                out = super().request(op, *args, **kw)
+                if op == "time":
+                    f = math.exp(np.random.default_rng(900 + self.host.t).normal(0, 0.3))
+                    for r in out["rows"]:
+                        if r["variant"] == "on_device":
+                            r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+                return out
+
+        def make(fw, side):
+            w = OneNoisy(fw, side, host)
+            w.subsets, w.keeps_baseline = side.name != old_side, True
+            made.append(w)
+            return w
+
+        sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=make)
+        res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=8))
+        return {r.variant: (r.pairs, r.verdict) for r in res.rows}, [a for w in made for a in w.asked], res
+
+    got, asked, res = run(None)
+    assert got == {"item_each_step": (4, "same"), "on_device": (8, "unknown")}, got
+    assert sorted({v for _, t, v in asked if t <= 8}) == [()]  # the first pairs: every variant
+    assert sorted({v for _, t, v in asked if t > 8}) == [("on_device",)]
+    assert all(len(d["scenarios"]["sync_points"]["rows"]) == 2 for d in res.docs)  # both rows in each side's file
+    for old in ("baseline", "candidate"):
+        got, asked, _ = run(old)
+        assert {v for _, _, v in asked} == {()}, old
+        assert got["item_each_step"][0] == 8 and got["on_device"][0] == 8, (old, got)
 
 
 def test_added_pairs_start_single_workers_and_rank_groups_only_for_the_frameworks_open_there():

@@ -644,3 +644,30 @@ def test_a_variants_state_is_uploaded_before_its_first_call_is_timed(monkeypatch
     handlers.time_point("jax", "sync_points", params, timing.preset("smoke"), progress=lambda _t: None)
     first = order.index("prepare")
     assert order[first:first + 3] == ["prepare", "state", "measure"], order[:8]
+
+
+def test_a_time_request_that_names_variants_times_those_and_the_baseline_where_they_are_checked_against_it(
+        monkeypatch):
+    """An interleaved run's later pairs ask for their unknown rows' variants only: the worker times those
+    alone where the point has a reference, and the baseline as well where it has none (the others are
+    checked against its outputs), so that a named variant is still checked."""
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
+    from scenarios import get
+
+    pytest.importorskip("torch")
+    cfg = timing.TimingConfig(warmup=0, min_repeats=3, max_repeats=3, min_time_s=0.0)
+    params = get("sync_points").params_for_size("smoke") | {"seed": 3}
+
+    def variants(named):
+        out = handlers.time_point("torch", "sync_points", params, cfg, False, progress=lambda _t: None, variants=named)
+        return {r["variant"]: r for r in out["rows"]}
+
+    assert set(variants(())) == {"item_each_step", "on_device"}
+    got = variants(("on_device",))
+    assert set(got) == {"on_device"} and got["on_device"]["check"]["against"] == "reference"
+    made = point_cache.inputs_and_reference
+    monkeypatch.setattr(point_cache, "inputs_and_reference", lambda scn, p: (made(scn, p)[0], None))
+    got = variants(("on_device",))
+    assert set(got) == {"item_each_step", "on_device"}
+    assert got["on_device"]["check"]["against"] == "baseline" and got["on_device"]["check"]["checked"] >= 1

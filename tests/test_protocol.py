@@ -36,6 +36,19 @@ def test_a_request_carries_the_seed_as_a_field_and_survives_the_wire():
         Request("melt", "torch")
 
 
+def test_variants_to_time_cross_the_wire_and_a_request_for_all_reads_as_an_older_trees_did():
+    """A time request may name variants (an interleaved run's later pairs); one that names none leaves the
+    field off the wire, so that a worker of a tree from before the field reads it (its from_dict takes
+    every key as a field), and a wire without the field reads as every variant."""
+    some = Request.make("time", "torch", "sync_points", {"steps": 4}, timing.preset("smoke"), False, seed=1,
+                        variants=("on_device",))
+    wire = json.loads(json.dumps(some.to_dict()))
+    assert wire["variants"] == ["on_device"] and Request.from_dict(wire) == some
+    every = Request.make("time", "torch", "sync_points", {"steps": 4}, timing.preset("smoke"), False, seed=1)
+    assert "variants" not in every.to_dict() and Request.from_dict(every.to_dict()) == every
+    assert Request.from_dict(every.to_dict()).variants == ()
+
+
 class _Conn:
     """One end of a pipe: the requests to read, then EOF; what was sent."""
 

@@ -14,7 +14,8 @@ for odd k (asv's interleaved rounds, A-B-B-A), so a drift that is linear over a 
 in the mean over pairs, and what the host did during a pair hits both of its processes. Per row, the
 per-process figure is the process's median of its repeats; the paired test is on the log ratios of
 the pairs (harness/regress/regress.py judge_pairs). Rows whose verdict is unknown get more pairs (fresh
-processes, the same A-B / B-A alternation; at each point only the frameworks with an unknown row there)
+processes, the same A-B / B-A alternation; at each point only the frameworks with an unknown row there,
+asked for those rows' variants alone)
 until decided, --max-pairs or the time budget. The budget also ends the first pairs, between points, so
 that a run inside a time-limited call ends and writes its files: the first pairs time every point two
 pairs at a time, so that a budget too small for all of them leaves the later pairs short at some points
@@ -320,11 +321,15 @@ class Schedule:
 
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
-                    seed: int | None = None, stop: Callable[[], bool] = lambda: False) -> list[tuple[str, int]]:
+                    seed: int | None = None, stop: Callable[[], bool] = lambda: False,
+                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: ()
+                    ) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
         processes run one after the other (A-B, B-A, ...), one framework at a time. wanted(scenario,
         point): True for every running framework, else the frameworks wanted there (none: the point is
-        not timed). Once stop() says so, no further point starts (a started one runs through all its
+        not timed). subset(scenario, point, framework): the variants both sides time there (empty: every
+        one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
+        the same rows. Once stop() says so, no further point starts (a started one runs through all its
         pairs, so that its rows stay paired); the points left are returned."""
         from harness.regress.regress import FAILED
 
@@ -372,16 +377,19 @@ class Schedule:
                             if slot and "status" in slot[-1]:
                                 continue  # failed on this side: not asked again at this point
                             t0 = time.perf_counter()
+                            only = subset(scn.name, i, fw)
                             try:
                                 # first=False in every process: no sync census, timeline or profile run (an
                                 # interleaved run times, it does not re-prove), and no process unlike the others
                                 got = proc[fw].request("time", scn.name, params, todo[fw], False, seed=seed,
-                                                       timeout=self.timeout_s)
+                                                       variants=only, timeout=self.timeout_s)
                             except (WorkerLost, WorkerError) as e:
                                 slot.append({"status": e.status, "reason": str(e)})
                                 self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): "
                                          f"{_first_line(str(e))}")
                                 continue
+                            if only:  # the baseline a side timed only to check the others against
+                                got = got | {"rows": [r for r in got.get("rows") or () if r.get("variant") in only]}
                             slot.append(processes.round_trip(got, time.perf_counter() - t0))
                             bad = [r for r in got.get("rows") or () if r.get("status") in FAILED + ("wrong",)]
                             if bad:  # said where it happens: a log that goes on as if nothing failed hides where the time went
@@ -520,9 +528,12 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     pairs: list[Pair] = []
     env: dict[str, dict[str, Any]] | None = None
     running: list[str] = []
+    subsets = False
     try:
         pairs, env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
         running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
+        # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
+        subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in running)
         left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers,
                                     plan.seed, stop=spent)
         for ks in stages[1:]:
@@ -585,11 +596,15 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                               f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else
                               why_cut if stopped_by else "")
     while not left and not short and stopped_by is None:
-        # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed
+        # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed,
+        # and where both sides' workers can be asked for some variants, neither are its decided rows
         open_points: dict[tuple[str, int], set[str]] = {}
+        open_rows: dict[tuple[str, int, str], tuple[str, ...]] = {}
         for r in rows:
             if r.verdict == "unknown" and r.decidable:
                 open_points.setdefault((r.scenario, r.point), set()).add(r.framework)
+                open_rows[(r.scenario, r.point, r.framework)] = open_rows.get((r.scenario, r.point, r.framework),
+                                                                              ()) + (r.variant,)
         if not open_points:
             break
         if k >= plan.max_pairs:
@@ -609,7 +624,8 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                 stopped_by, stopped = late, f"stopped ({late})"
                 break
             schedule.log(f"{named}: {len(open_points)} point(s) with unknown rows "
-                         f"({sum(map(len, open_points.values()))} request(s) a process)")
+                         f"({sum(map(len, open_points.values()))} request(s) a process, "
+                         f"{sum(map(len, open_rows.values()))} row(s))")
             more, env_more = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
             down = {fw for fw in plain if not all(env_more[s.name][fw]["available"] for s in schedule.sides)}
             for fw in sorted(down):  # its rows keep the earlier pairs, as in a later stage of the first pairs
@@ -618,7 +634,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
                                  lambda s, i: {fw for fw in open_points.get((s, i), set())
                                                if s in ranked_scns or fw not in down},
                                  [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
-                                 stop=spent)
+                                 stop=spent, subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if subsets else ())
         except (KeyboardInterrupt, Stopped) as e:
             stopped_by = stops.name_of(e)
             stopped = f"stopped ({stopped_by})"

@@ -33,8 +33,9 @@ SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the refer
 def hello(fw: str) -> dict[str, Any]:
     b = backends.get(fw)
     ok, why = b.available()
+    # subsets: a time request may name the variants to time (protocol.Request.variants)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
-            "env": b.env() if ok else {}, "pid": os.getpid()}
+            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
@@ -50,8 +51,11 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
-               progress: Progress, agree: Callable[[str | None], str | None] | None = None) -> dict[str, Any]:
-    """Time every variant at the given params; check the timed outputs; in a row's first process
+               progress: Progress, agree: Callable[[str | None], str | None] | None = None,
+               variants: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Time every variant at the given params (only those named in variants, where any are, and the
+    baseline too where the point has no reference: the others are checked against its outputs); check
+    the timed outputs; in a row's first process
     (first=True) also count host syncs, trace the timeline and, with cfg.profile, profile one more run of
     each row, which a second process would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
@@ -73,6 +77,8 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     rows: list[Row] = []
     sample = None
     for v in scn.variants:
+        if variants and v.name not in variants and not (expected is None and v is scn.baseline):
+            continue  # not asked for (an interleaved run's rows that are decided): no row
         why = skip_reason(scn, v, b, impl, params)
         if why:
             rows.append(Row(scenario=scenario, framework=fw, variant=v.name, hazard=v.hazard, setup_s=setup_s,
@@ -302,5 +308,6 @@ def answer(req: Request, progress: Progress) -> Any:
     if req.op == "time":
         if req.timing is None:
             raise ValueError("a time request carries its timing config")
-        return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress)
+        return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
+                          variants=req.variants)
     return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

@@ -116,29 +116,37 @@ def plan(answers: list[Timed], cfg: Any) -> Any:
     if not answers or any("status" in a for a in answers):
         return cfg
     decided = []
-    for i, row in enumerate(answers[0]["rows"]):
-        timings = [a["rows"][i].get("timing") for a in answers]
+    for variant, per in by_variant(answers).items():
+        timings = [row.get("timing") for row in per]
         if not all(isinstance(t, dict) and "repeats_s" in t and "phase_s" in t for t in timings):
             continue
         r = repeats_where_the_variance_is([(t["samples"]["device_done"], t["repeats_s"], t["phase_s"])
                                            for t in timings], min(MIN_PLANNED, cfg.max_repeats), cfg.max_repeats)
         if r is not None:
-            decided.append((row["variant"], r))
+            decided.append((variant, r))
     return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
 
 
 def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Timed:
-    """One framework's rows (model.Row) with every process's repeats pooled, and its baseline output
-    sample; or the first failure, whose status and reason become every variant's. The one place a
-    row's processes become one row."""
+    """One framework's rows (model.Row) with every process's repeats pooled (a variant's, from the
+    processes that timed it: by_variant), and its baseline output sample; or the first failure, whose
+    status and reason become every variant's. The one place a row's processes become one row."""
     failed = next((a for a in answers if "status" in a), None)
     if failed is not None:
         return failed
-    first = answers[0]["rows"]
-    rows = []
-    for i in range(len(first)):
-        rows.append(_merge_row([Row.from_dict(a["rows"][i]) for a in answers]))
+    rows = [_merge_row([Row.from_dict(r) for r in per]) for per in by_variant(answers).values()]
     return rows, answers[0]["sample"]
+
+
+def by_variant(answers: list[Timed]) -> dict[str, list[dict[str, Any]]]:
+    """{variant: its row from each process that timed it, in process order}, variants in the order they
+    first appear: a process asked for some variants only (an interleaved run's later pairs) has no row for
+    the others, and adds nothing to them."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for a in answers:
+        for row in a["rows"]:
+            out.setdefault(row["variant"], []).append(row)
+    return out
 
 
 def _merge_row(per: list[Row]) -> Row:

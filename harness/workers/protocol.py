@@ -48,7 +48,9 @@ class WorkerLost(RuntimeError):
 @dataclass(frozen=True)
 class Request:
     """One request to a framework's worker. params are the point's parameters without the seed; a
-    scenario's functions read them with it (point). timing and first are the time op's; points are a
+    scenario's functions read them with it (point). timing and first are the time op's, and so is
+    variants: the variants to time (empty: every one), which only a worker whose hello says "subsets"
+    understands (an older tree's does not: on the wire the field is left out where empty); points are a
     rank group's ceilings op's."""
 
     op: str
@@ -59,6 +61,7 @@ class Request:
     timing: TimingConfig | None = None
     first: bool = True
     points: tuple[Params, ...] = field(default=())
+    variants: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -69,7 +72,7 @@ class Request:
     @classmethod
     def make(cls, op: str, framework: str, scenario: str | None = None, params: Params | None = None,
              timing: TimingConfig | None = None, first: bool = True, *, seed: int | None = None,
-             points: list[Params] | tuple[Params, ...] = ()) -> "Request":
+             points: list[Params] | tuple[Params, ...] = (), variants: tuple[str, ...] = ()) -> "Request":
         """A request from a point as a scenario reads it: a seed found in params (hypothesis draws it
         as a field) becomes the seed field; one given twice must agree."""
         if params is not None and "seed" in params:
@@ -79,7 +82,7 @@ class Request:
                 raise ValueError(f"seed {seed} and params' seed {drawn} disagree")
             seed = drawn
         return cls(op, framework, scenario, None if params is None else dict(params), seed, timing, first,
-                   tuple(points))
+                   tuple(points), tuple(variants))
 
     def point(self) -> Params:
         """The params as the scenario's functions read them: the seed among them."""
@@ -89,13 +92,17 @@ class Request:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["timing"] = None if self.timing is None else asdict(self.timing)
         d["points"] = list(self.points)
+        if not self.variants:  # every variant: the wire an older tree's worker reads
+            del d["variants"]
+        else:
+            d["variants"] = list(self.variants)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Request":
         timing = d.get("timing")
         return cls(**(d | {"timing": None if timing is None else TimingConfig.from_dict(timing),
-                           "points": tuple(d.get("points") or ())}))
+                           "points": tuple(d.get("points") or ()), "variants": tuple(d.get("variants") or ())}))
 
 
 @dataclass(frozen=True)

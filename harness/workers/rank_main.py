@@ -63,7 +63,8 @@ class Rank:
         if req.op == "time" and req.timing is not None:
             b = get_backend(fw)
             return handlers.time_point(fw, str(req.scenario), self.point(req), req.timing, req.first,
-                                       progress=lambda _t: None, agree=lambda stop: agree_stop(fw, b, stop))
+                                       progress=lambda _t: None, agree=lambda stop: agree_stop(fw, b, stop),
+                                       variants=req.variants)
         if req.op == "ceilings":
             return handlers.rank_ceilings(fw, [ranked(p, self.env) for p in req.points])
         raise ValueError(f"a rank serves hello, equiv, time (with its timing) and ceilings, not {req.op!r}")

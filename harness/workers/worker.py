@@ -36,10 +36,10 @@ class Handle(ABC):
 
     def request(self, op: str, scenario: str | None = None, params: dict[str, Any] | None = None,
                 timing: Any = None, first: bool = True, *, seed: int | None = None, points: Any = (),
-                timeout: float | None = None, progress: Progress | None = None) -> Any:
+                variants: tuple[str, ...] = (), timeout: float | None = None, progress: Progress | None = None) -> Any:
         """Ask this framework's worker; params are a point as the scenario reads it, its seed (if not
         given as seed) among them (protocol.Request.make)."""
-        req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points)
+        req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points, variants=variants)
         return self.ask(req, timeout=timeout, progress=progress)
 
     @abstractmethod
