@@ -379,6 +379,38 @@ def test_added_pairs_time_only_the_unknown_rows_of_a_point_where_both_sides_can_
         assert got["item_each_step"][0] == 8 and got["on_device"][0] == 8, (old, got)
 
 
+def test_a_request_for_some_rows_that_fails_fails_those_rows_and_no_decided_one():
+    """The candidate's worker times out in pairs 5-6, asked for on_device alone: on_device is different
+    (failed in the candidate), and item_each_step, decided same after four pairs and never asked again,
+    keeps its pairs and its verdict in the run and in both sides' files."""
+    from harness.workers.worker import WorkerLost
+
+    host = Host(1.0)
+
+    class FailsWhenNamed(FakeWorker):
+        def request(self, op, *args, variants=(), **kw):
+            if op == "time" and variants and self.side.name == "candidate":
+                raise WorkerLost("torch worker did not answer within 60 s", "timeout")
+            out = super().request(op, *args, variants=variants, **kw)
+            if op == "time":
+                f = math.exp(np.random.default_rng(700 + self.host.t).normal(0, 0.3))
+                for r in out["rows"]:
+                    if r["variant"] == "on_device":
+                        r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
+            return out
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: FailsWhenNamed(fw, s, host))
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=8))
+    got = {r.variant: r for r in res.rows}
+    assert (got["item_each_step"].verdict, got["item_each_step"].pairs) == ("same", 4)
+    assert got["on_device"].verdict == "different" and got["on_device"].why == "failed in the candidate"
+    for d in res.docs:
+        rows = {r["variant"]: r for r in d["scenarios"]["sync_points"]["rows"]}
+        assert rows["item_each_step"]["status"] == "ok" and len(rows["item_each_step"]["timing"]["processes"]) >= 4
+    cand = {r["variant"]: r for r in res.docs[1]["scenarios"]["sync_points"]["rows"]}
+    assert cand["on_device"]["status"] == "timeout"
+
+
 def test_added_pairs_start_single_workers_and_rank_groups_only_for_the_frameworks_open_there():
     """A framework open only at a rank scenario's points gets rank groups and no single worker; one open
     only elsewhere gets single workers and no rank groups; one open nowhere gets neither."""

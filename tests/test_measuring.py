@@ -102,6 +102,17 @@ def test_the_timing_phase_share_of_a_scenario_and_of_the_run():
     assert processes.run_phase({"a": {"timing_phase": split}, "b": {"timing_phase": p}})["check_s"] == 1.0
 
 
+def test_a_request_that_timed_some_rows_of_a_point_counts_once_whatever_its_place_in_each_row():
+    """An interleaved run's later processes time a point's unknown rows only, so the same third process
+    of two rows can be two requests: each counts in the timing phase, and a request shared by rows once."""
+    req = [{"request_s": float(k), "served_s": k / 2, "host_loop_at": 1000.0 + k} for k in (1, 2, 3, 4)]
+    rows = [{"framework": "jax", "point": 0, "timing": {"timed_s": 1.0, "phase_s": 1.0, "processes": req[:3]}},
+            {"framework": "jax", "point": 0, "timing": {"timed_s": 1.0, "phase_s": 1.0,
+                                                        "processes": req[:2] + req[3:]}}]
+    p = processes.phase(rows, None)
+    assert p["requests_s"] == 10.0 and p["served_s"] == 5.0 and p["wall_s"] == 10.0
+
+
 def test_the_host_series_is_every_loop_measured_once_in_time_order():
     machine = {"calibration": {"torch": [{"python_loop_s": 0.01, "tiny_op_s": 1e-5, "at": 100.0},
                                          {"error": "crashed"}]}}
@@ -671,3 +682,27 @@ def test_a_time_request_that_names_variants_times_those_and_the_baseline_where_t
     got = variants(("on_device",))
     assert set(got) == {"item_each_step", "on_device"}
     assert got["on_device"]["check"]["against"] == "baseline" and got["on_device"]["check"]["checked"] >= 1
+
+
+def test_a_worker_says_it_takes_named_variants_and_every_worker_kind_passes_them_on(monkeypatch):
+    """The hello's "subsets" is what lets an interleaved run name variants at all; a process worker's
+    request reaches the handler with them, and so does a rank's."""
+    pytest.importorskip("torch")
+    from harness.backends.dist import RankEnv
+    from harness.measure import timing
+    from harness.workers import handlers, rank_main
+    from harness.workers.protocol import Request
+    from harness.workers.worker import LocalWorker
+    from scenarios import get
+
+    assert handlers.hello("torch")["subsets"] is True
+    cfg = timing.TimingConfig(warmup=0, min_repeats=3, max_repeats=3, min_time_s=0.0)
+    params = get("sync_points").params_for_size("smoke")
+    out = LocalWorker("torch").request("time", "sync_points", params, cfg, False, seed=3, variants=("on_device",))
+    assert [r["variant"] for r in out["rows"]] == ["on_device"]
+    seen = []
+    monkeypatch.setattr(handlers, "time_point", lambda *a, **kw: seen.append(kw["variants"]))
+    rank = rank_main.Rank("torch", RankEnv(rank=0, world_size=1, local_rank=0, addr="127.0.0.1", port=1))
+    rank.answer(Request.make("time", "torch", "collectives", {"op": "broadcast"}, cfg, False, seed=1,
+                             variants=("in_place",)), lambda _t: None)
+    assert seen == [("in_place",)]

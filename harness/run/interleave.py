@@ -383,8 +383,8 @@ class Schedule:
                                 # interleaved run times, it does not re-prove), and no process unlike the others
                                 got = proc[fw].request("time", scn.name, params, todo[fw], False, seed=seed,
                                                        variants=only, timeout=self.timeout_s)
-                            except (WorkerLost, WorkerError) as e:
-                                slot.append({"status": e.status, "reason": str(e)})
+                            except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
+                                slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
                                 self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): "
                                          f"{_first_line(str(e))}")
                                 continue

@@ -130,12 +130,17 @@ def plan(answers: list[Timed], cfg: Any) -> Any:
 def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Timed:
     """One framework's rows (model.Row) with every process's repeats pooled (a variant's, from the
     processes that timed it: by_variant), and its baseline output sample; or the first failure, whose
-    status and reason become every variant's. The one place a row's processes become one row."""
+    status and reason become every variant's. A failed request that named its variants (an interleaved
+    run's later pairs: its "variants") fails those rows alone: the others keep what they timed. The one
+    place a row's processes become one row."""
     failed = next((a for a in answers if "status" in a), None)
-    if failed is not None:
+    if failed is not None and "variants" not in failed:
         return failed
-    rows = [_merge_row([Row.from_dict(r) for r in per]) for per in by_variant(answers).values()]
-    return rows, answers[0]["sample"]
+    rows = [_merge_row([Row.from_dict(r) for r in per]) for per in by_variant([a for a in answers if "status" not in a]).values()]
+    for f in (a for a in answers if "status" in a):  # each names its variants here
+        rows = [replace(r, status=f["status"], reason=f["reason"], timing=None, check=None, wall_s=None)
+                if r.variant in f["variants"] else r for r in rows]
+    return rows, next((a["sample"] for a in answers if "status" not in a), None)
 
 
 def by_variant(answers: list[Timed]) -> dict[str, list[dict[str, Any]]]:
@@ -214,12 +219,16 @@ def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
     the other side's interleave with)."""
     timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
     timed = sum(t.get("timed_s", 0.0) for t in timings)
-    requests: dict[tuple[Any, ...], tuple[float, float]] = {}  # one per framework, point and process
+    # one per request: the rows of a request share its host loop's time stamp and its seconds. Not by a
+    # process's position in a row: a later process that timed some of a point's rows only (an interleaved
+    # run's) holds another position in each
+    requests: dict[tuple[Any, ...], tuple[float, float]] = {}
     for r in rows:
         t = r["timing"] if isinstance(r.get("timing"), dict) else {}
         for i, p in enumerate(t.get("processes") or []):
             if "request_s" in p and "served_s" in p:
-                requests[(r.get("framework"), r.get("point", 0), i)] = (p["request_s"], p["served_s"])
+                key = (r.get("framework"), r.get("point", 0), p.get("host_loop_at", i), p["request_s"], p["served_s"])
+                requests[key] = (p["request_s"], p["served_s"])
     requests_s = sum(q for q, _ in requests.values())
     wall = requests_s if wall_s is None else wall_s
     out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
