@@ -136,11 +136,12 @@ def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Tim
     failed = next((a for a in answers if "status" in a), None)
     if failed is not None and "variants" not in failed:
         return failed
-    rows = [_merge_row([Row.from_dict(r) for r in per]) for per in by_variant([a for a in answers if "status" not in a]).values()]
+    timed = [a for a in answers if "status" not in a]
+    rows = [_merge_row([Row.from_dict(r) for r in per]) for per in by_variant(timed).values()]
     for f in (a for a in answers if "status" in a):  # each names its variants here
         rows = [replace(r, status=f["status"], reason=f["reason"], timing=None, check=None, wall_s=None)
                 if r.variant in f["variants"] else r for r in rows]
-    return rows, next((a["sample"] for a in answers if "status" not in a), None)
+    return rows, timed[0]["sample"] if timed else None
 
 
 def by_variant(answers: list[Timed]) -> dict[str, list[dict[str, Any]]]:
