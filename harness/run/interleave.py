@@ -598,13 +598,14 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
     while not left and not short and stopped_by is None:
         # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed,
         # and where both sides' workers can be asked for some variants, neither are its decided rows
-        open_points: dict[tuple[str, int], set[str]] = {}
         open_rows: dict[tuple[str, int, str], tuple[str, ...]] = {}
         for r in rows:
             if r.verdict == "unknown" and r.decidable:
-                open_points.setdefault((r.scenario, r.point), set()).add(r.framework)
-                open_rows[(r.scenario, r.point, r.framework)] = open_rows.get((r.scenario, r.point, r.framework),
-                                                                              ()) + (r.variant,)
+                key = (r.scenario, r.point, r.framework)
+                open_rows[key] = open_rows.get(key, ()) + (r.variant,)
+        open_points: dict[tuple[str, int], set[str]] = {}
+        for s, i, fw in open_rows:
+            open_points.setdefault((s, i), set()).add(fw)
         if not open_points:
             break
         if k >= plan.max_pairs:
