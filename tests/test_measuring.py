@@ -706,3 +706,51 @@ def test_a_worker_says_it_takes_named_variants_and_every_worker_kind_passes_them
     rank.answer(Request.make("time", "torch", "collectives", {"op": "broadcast"}, cfg, False, seed=1,
                              variants=("in_place",)), lambda _t: None)
     assert seen == [("in_place",)]
+
+
+
+def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_others_are_compared(monkeypatch):
+    """Where a point has no reference, a variant whose outputs have the device digest of its process's
+    baseline outputs holds the baseline's bytes: it passes with error 0, with no host copy and no
+    comparison; a variant one element off is still copied, compared and counted wrong."""
+    import dataclasses
+
+    from harness import backends
+    from harness.backends import base
+    from harness.measure import timing
+    from harness.workers import handlers
+    from scenarios import _cache, get
+    from tests.conftest import backend_or_skip
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    scn = dataclasses.replace(get("pinned_transfer"), cheap_reference=lambda p: False)
+    monkeypatch.setitem(_cache, "pinned_transfer", scn)
+    b = backends.get("torch").load()
+    copies: list[int] = []
+    real = b.to_numpy
+    # pinned_transfer's outputs are dicts of one tensor: a copy of the outputs is one call with the dict
+    monkeypatch.setattr(b, "to_numpy", lambda x: (isinstance(x, dict) and copies.append(1)) or real(x))
+    compared: list[str] = []
+    real_compare = handlers.compare_outputs
+    monkeypatch.setattr(handlers, "compare_outputs",
+                        lambda scn, params, got, want, variant: compared.append(variant) or real_compare(
+                            scn, params, got, want, variant=variant))
+    cfg = timing.TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)
+
+    def one_process():
+        copies.clear(), compared.clear()
+        out = handlers.time_point("torch", "pinned_transfer", scn.points("smoke")[0] | {"seed": 1}, cfg, False,
+                                  progress=lambda _t: None)
+        return {r["variant"]: r for r in out["rows"] if r["status"] != "skipped"}
+
+    rows = one_process()
+    later = [v for v in rows if v != scn.baseline.name]
+    assert "h2d_pageable_non_blocking" in later, list(rows)
+    assert all(rows[v]["status"] == "ok" and rows[v]["check"]["against"] == "baseline" for v in later)
+    assert all(rows[v]["check"]["max_rel_err"] == 0.0 for v in later), {v: rows[v]["check"] for v in later}
+    assert copies == [1] and compared == []  # the baseline's one copy: the later variants' want, the sample
+    _break_one_element(monkeypatch, "pinned_transfer", "torch", "h2d_pageable_non_blocking", 1.0, on_device=True)
+    rows = one_process()
+    assert compared == ["h2d_pageable_non_blocking"] and rows["h2d_pageable_non_blocking"]["status"] == "wrong"
