@@ -712,7 +712,8 @@ def test_a_worker_says_it_takes_named_variants_and_every_worker_kind_passes_them
 def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_others_are_compared(monkeypatch):
     """Where a point has no reference, a variant whose outputs have the device digest of its process's
     baseline outputs holds the baseline's bytes: it passes with error 0, with no host copy and no
-    comparison; a variant one element off is still copied, compared and counted wrong."""
+    comparison; a variant one element off is still copied, compared and counted wrong; and where the
+    baseline holds a NaN (which fails a tolerance even against itself) every variant is compared."""
     import dataclasses
 
     from harness import backends
@@ -754,3 +755,21 @@ def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_ot
     _break_one_element(monkeypatch, "pinned_transfer", "torch", "h2d_pageable_non_blocking", 1.0, on_device=True)
     rows = one_process()
     assert compared == ["h2d_pageable_non_blocking"] and rows["h2d_pageable_non_blocking"]["status"] == "wrong"
+    monkeypatch.undo()  # a baseline with a NaN: at a tolerance it fails even against itself, so no shortcut
+    monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setattr(b, "to_numpy", lambda x: (isinstance(x, dict) and copies.append(1)) or real(x))
+    monkeypatch.setattr(handlers, "compare_outputs",
+                        lambda scn, params, got, want, variant: compared.append(variant) or real_compare(
+                            scn, params, got, want, variant=variant))
+
+    make = scn.make_inputs
+
+    def with_nan(p):
+        inputs = make(p)
+        next(iter(inputs.values())).reshape(-1)[0] = np.nan
+        return inputs
+
+    scn = dataclasses.replace(scn, make_inputs=with_nan)
+    monkeypatch.setitem(_cache, "pinned_transfer", scn)
+    rows = one_process()
+    assert sorted(compared) == sorted(later), (compared, later)
