@@ -94,7 +94,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             expected = got  # later variants are checked against this framework's baseline
             # bytes equal to the baseline's then pass uncopied (_time_variant), except where a comparison would
             # fail them against themselves: NaN at a tolerance, a distribution's own tests
-            expected_digest = got_digest if not scn.distributions and not _has_nan(got) else None
+            expected_digest = got_digest if got_digest and not scn.distributions and not _has_nan(got) else None
             sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
         timed.setup_s = setup_s
         rows.append(timed)
