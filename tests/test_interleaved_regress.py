@@ -1140,12 +1140,12 @@ def test_one_commit_against_itself_torch_and_jax(tmp_path):
 
 
 def test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference(tmp_path):
-    # 30%: on a loaded 2-core CPU a 15% plant sits too near the 10% effect floor for a test that must not flake;
-    # up to 16 pairs: under a load of 3-4 on the 2 cores (12-05) 12 pairs left the plant unknown one run in three
+    # 100%: on CI's loaded 2 cores a smoke row's pairs spread so widely (a 30% plant measured +29.9% [-1.4%, +71.0%]
+    # after 16 pairs, 12-06) that a smaller plant is a coin toss; the 15% plant's detection is a GPU must-show
     backend_or_skip("torch")
     r = _regress("--baseline-tree", str(ROOT), "--scenarios", "sync_points,launch_overhead", "--frameworks", "torch",
                  "--size", "smoke", "--seed", "3", "--pairs", "4", "--max-pairs", "16", "--quiet",
-                 "--out", str(tmp_path), "--candidate-env", "TRIPTYCH_FAULT=launch_overhead:torch:slow30:eager")
+                 "--out", str(tmp_path), "--candidate-env", "TRIPTYCH_FAULT=launch_overhead:torch:slow100:eager")
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     different = [line for line in r.stdout.splitlines() if line.startswith("different")]
     assert len(different) == 1 and "launch_overhead  torch  eager" in different[0] and "SLOWER" in different[0], \
