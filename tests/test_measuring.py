@@ -708,7 +708,6 @@ def test_a_worker_says_it_takes_named_variants_and_every_worker_kind_passes_them
     assert seen == [("in_place",)]
 
 
-
 def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_others_are_compared(monkeypatch):
     """Where a point has no reference, a variant whose outputs have the device digest of its process's
     baseline outputs holds the baseline's bytes: it passes with error 0, with no host copy and no
