@@ -82,10 +82,12 @@ def test_jax_default_escapes_the_harness_pin_and_is_compiled_apart():
     impl = load_impl(SCN.name, "jax")
     state = impl.prepare(SCN.make_inputs(P), P, b.device)
     texts = {}
-    for level in (impl.DEFAULT, impl.FP32):
+    default = state["default"]  # read by a fresh, unpinned interpreter: JAX's own, None
+    assert default is None
+    for level in (default, impl.FP32):
         with impl.precision(level):
             texts[level] = impl.GEMM.lower(state["a"], state["b"]).as_text()
-    assert "HIGHEST" not in texts[impl.DEFAULT] and "DEFAULT" in texts[impl.DEFAULT]
+    assert "HIGHEST" not in texts[default] and "DEFAULT" in texts[default]
     assert "HIGHEST" in texts[impl.FP32]
     assert jax.config.jax_default_matmul_precision == "highest"  # restored
     if not b.on_gpu:
@@ -111,8 +113,91 @@ def test_the_tf32_speedup_is_the_medians_ratio_which_the_noise_test_redraws():
     from tests.conftest import judge_claim
 
     def timed(variant, median, q1, q3):
-        return {"variant": variant, "timing": {"device_done": {"median": median, "q1": q1, "q3": q3}}}
+        return {"variant": variant, "timing": {"kernel": {"median": median, "q1": q1, "q3": q3}}}
 
     rows = [timed("matched_fp32", 2.5e-3, 2.0e-3, 3.0e-3), timed("matched_tf32", 1.0e-3, 0.9e-3, 1.1e-3)]
     v = judge_claim("matmul_precision", "tf32_speedup", rows, {"m": 8, "k": 8, "n": 8, "dtype": "float32"})
     assert v.verdict == "confirmed" and v.numbers["ratio"] == pytest.approx(2.5), v  # q1 / q3 would read 1.8
+
+
+def test_the_speedup_reads_the_kernel_clock_not_device_done():
+    """device-done counts a call's dispatch (JAX's 0.1-0.2 ms beside a 0.4 ms TF32 GEMM): the claim about the
+    GEMM's speed reads the device's own time, and without a kernel clock it is not judged at all."""
+    from tests.conftest import judge_claim
+
+    def timed(variant, done, kernel):
+        return {"variant": variant, "timing": {"device_done": {"median": done, "q1": done, "q3": done},
+                                               **({"kernel": {"median": kernel, "q1": kernel, "q3": kernel}}
+                                                  if kernel else {})}}
+
+    p = {"m": 8, "k": 8, "n": 8, "dtype": "float32"}
+    rows = [timed("matched_fp32", 2.9e-3, 2.7e-3), timed("matched_tf32", 0.56e-3, 0.40e-3)]
+    v = judge_claim("matmul_precision", "tf32_speedup", rows, p)
+    assert v.numbers["ratio"] == pytest.approx(2.7e-3 / 0.40e-3), v
+    from harness.check.judging import judge_with_noise
+
+    claim = next(c for c in SCN.claims if c.id == "tf32_speedup")
+    rows = {r["variant"]: r for r in (timed("matched_fp32", 2.9e-3, None), timed("matched_tf32", 0.56e-3, None))}
+    v = judge_with_noise(claim, rows, "torch", p, variants=frozenset(v.name for v in SCN.variants))
+    assert v["verdict"] == "inconclusive" and "kernel" in v["evidence"], v
+
+
+def _read_fresh(fw):
+    from impls.matmul_precision import defaults
+
+    defaults._READ.pop(fw, None)  # read again, in a new child, under this test's environment
+    try:
+        return defaults.read(fw)
+    finally:
+        defaults._READ.pop(fw, None)
+
+
+@pytest.mark.parametrize("fw, var, planted, want", [
+    ("torch", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1", "high"),
+    ("jax", "JAX_DEFAULT_MATMUL_PRECISION", "highest", "highest"),
+])
+def test_the_default_is_read_in_a_fresh_child_without_the_harness_pins(monkeypatch, fw, var, planted, want):
+    """A user's own setting is the default that user gets: the child sees it. The same setting pinned by the
+    harness (harness/backends/pins.py) is not a default: the child reads the framework's own."""
+    pytest.importorskip(fw)
+    from harness.backends import pins
+
+    monkeypatch.delenv(pins.RECORD, raising=False)
+    monkeypatch.delenv(var, raising=False)
+    own = _read_fresh(fw)
+    assert own == {"torch": "highest", "jax": None}[fw]
+    monkeypatch.setenv(var, planted)  # the user's pin
+    assert _read_fresh(fw) == want
+    monkeypatch.delenv(var)
+    pins.pin(var, planted)  # the harness's pin, set in this process and inherited by its children
+    assert _read_fresh(fw) == own
+
+
+def test_a_planted_pin_makes_the_default_variant_run_tf32_and_refutes_the_default_claim(monkeypatch):
+    """The chain a user's TF32 setting takes: the child reads it, framework_default runs under it, and the
+    claim 'torch defaults to full float32' is refuted by the errors that setting gives on a GPU."""
+    torch = pytest.importorskip("torch")
+    backend_or_skip("torch")
+    from tests.conftest import judge_claim
+
+    monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
+    from impls.matmul_precision import defaults
+
+    monkeypatch.setattr(defaults, "_READ", {})
+    impl = load_impl(SCN.name, "torch")
+    seen = []
+    mm = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: seen.append(torch.get_float32_matmul_precision())
+                        or mm(a, b))
+    impl.run_framework_default(impl.prepare(SCN.make_inputs(P), P, torch.device("cpu")))
+    assert seen == ["high"]
+    err = {"highest": 2e-7, "high": 2e-4}  # a GPU's median errors at each setting (TF32 on "high")
+
+    def row(variant, setting):
+        return {"variant": variant, "timing": {"metrics": {"err_median": err[setting]}}}
+
+    rows = [row("framework_default", seen[0]), row("matched_fp32", "highest"), row("matched_tf32", "high")]
+    v = judge_claim("matmul_precision", "default_precision", rows, P, fw="torch")
+    assert v.verdict == "refuted", v
+    rows[0] = row("framework_default", "highest")
+    assert judge_claim("matmul_precision", "default_precision", rows, P, fw="torch").verdict == "confirmed"

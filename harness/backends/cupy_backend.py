@@ -9,6 +9,7 @@ import numpy as np
 
 from harness.backends import digest
 from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, _no_profile, memory_fraction
+from harness.backends.pins import pin
 
 
 class CupyBackend(Backend):
@@ -42,7 +43,7 @@ class CupyBackend(Backend):
         return {"CUPYX_DISTRIBUTED_HOST": host, "CUPYX_DISTRIBUTED_PORT": str(ports[0])}
 
     def _load(self) -> None:
-        os.environ["CUPY_TF32"] = "0"  # like with like: no TF32 in float32 matmuls (read by cuBLAS calls)
+        pin("CUPY_TF32", "0")  # like with like: no TF32 in float32 matmuls (read by cuBLAS calls)
         import cupy
 
         # CuPy 14 imports without a GPU and answers False here; CuPy 13 raised instead.

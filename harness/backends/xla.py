@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from harness.backends.pins import pin
+
 TRITON_GEMM_FLAG = "--xla_gpu_enable_triton_gemm=false"
 
 
@@ -19,4 +21,4 @@ def use_cublas_gemms() -> None:
     environment) in every process it starts. A flag the user set on the same option wins."""
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_gpu_enable_triton_gemm" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {TRITON_GEMM_FLAG}".strip()
+        pin("XLA_FLAGS", f"{flags} {TRITON_GEMM_FLAG}".strip())

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from harness.backends import pins
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PARENT_ENV = "TRIPTYCH_CHILD_PARENT"  # the pid of the process that started the child (as_child)
@@ -42,9 +44,12 @@ class ChildError(RuntimeError):
     """A child process failed; the message carries its exit status and the end of its stderr."""
 
 
-def child_env(drop: Iterable[str] = (), **extra: str) -> dict[str, str]:
-    """This process's environment minus `drop`, plus `extra`, with the repository importable."""
-    env = {k: v for k, v in os.environ.items() if k not in set(drop)}
+def child_env(drop: Iterable[str] = (), unpinned: bool = False, **extra: str) -> dict[str, str]:
+    """This process's environment minus `drop`, plus `extra`, with the repository importable; unpinned: with
+    the harness's like-with-like pins (harness/backends/pins.py) back at the user's values, as a user's own
+    process would have them."""
+    base = pins.unpinned() if unpinned else os.environ
+    env = {k: v for k, v in base.items() if k not in set(drop)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.update(extra)
     return env

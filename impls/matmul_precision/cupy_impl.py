@@ -13,7 +13,8 @@ import cupy
 import numpy
 from cupy._core import _routines_linalg as linalg
 
-DEFAULT = linalg.COMPUTE_TYPE_DEFAULT  # CuPy's own without CUPY_TF32: CUBLAS_COMPUTE_32F, no TF32
+from impls.matmul_precision import defaults
+
 FP32 = linalg.COMPUTE_TYPE_DEFAULT
 TF32 = linalg.COMPUTE_TYPE_TF32  # CUBLAS_COMPUTE_32F_FAST_TF32
 
@@ -27,6 +28,12 @@ def precision(level):
         yield
     finally:
         cupy._core.set_compute_type(numpy.float32, before)
+
+
+def own_setting():
+    """This interpreter's float32 compute type: read in a fresh child (defaults.py), it is CuPy's real default
+    (COMPUTE_TYPE_DEFAULT, no TF32, unless CUPY_TF32=1 says COMPUTE_TYPE_TF32)."""
+    return int(cupy._core.get_compute_type(numpy.float32))
 
 
 def cannot_run_at(variant, params):
@@ -45,15 +52,15 @@ def prepare(inputs, params, device):
     with device:
         a, b = (cupy.asarray(inputs[k]) for k in ("a", "b"))
         if cannot_run_at("bf16", params):
-            return {"a": a, "b": b}
+            return {"a": a, "b": b, "default": defaults.read("cupy")}
         import ml_dtypes
 
         bf16 = numpy.dtype(ml_dtypes.bfloat16)
-        return {"a": a, "b": b, "a16": a.astype(bf16), "b16": b.astype(bf16)}
+        return {"a": a, "b": b, "a16": a.astype(bf16), "b16": b.astype(bf16), "default": defaults.read("cupy")}
 
 
 def run_framework_default(state):
-    with precision(DEFAULT):
+    with precision(state["default"]):
         return {"c": state["a"] @ state["b"]}
 
 
@@ -68,5 +75,5 @@ def run_matched_tf32(state):
 
 
 def run_bf16(state):
-    with precision(DEFAULT):  # bf16 x bf16 -> bf16 (float32 accumulation in cuBLAS), cast for the comparison
+    with precision(FP32):  # bf16 x bf16 -> bf16 (float32 accumulation in cuBLAS), cast for the comparison
         return {"c": (state["a16"] @ state["b16"]).astype(cupy.float32)}

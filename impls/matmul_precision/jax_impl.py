@@ -11,7 +11,8 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-DEFAULT = None  # JAX's own (the config unset): XLA may use TF32 for float32 dots on Ampere and later
+from impls.matmul_precision import defaults
+
 FP32 = "highest"
 TF32 = "TF32_TF32_F32"  # a dot algorithm: TF32 operands, float32 accumulation; the CPU backend rejects it
 
@@ -28,6 +29,12 @@ GEMM = jax.jit(lambda a, b: {"c": a @ b})
 BF16_GEMM = jax.jit(lambda a, b: {"c": (a @ b).astype(jnp.float32)})
 
 
+def own_setting():
+    """This interpreter's jax_default_matmul_precision: read in a fresh child (defaults.py), it is JAX's real
+    default (None: XLA may use TF32 for float32 dots on Ampere and later; JAX_DEFAULT_MATMUL_PRECISION sets it)."""
+    return jax.config.jax_default_matmul_precision
+
+
 def cannot_run_at(variant, params):
     return None  # JAX has bfloat16 (jnp.bfloat16) everywhere
 
@@ -36,11 +43,11 @@ def prepare(inputs, params, device):
     # Operands uploaded (and converted to bf16) once, untimed: a model's weights already on the device.
     a, b = (jax.device_put(inputs[k], device) for k in ("a", "b"))
     to16 = jax.jit(lambda x: x.astype(jnp.bfloat16))
-    return {"a": a, "b": b, "a16": to16(a), "b16": to16(b)}
+    return {"a": a, "b": b, "a16": to16(a), "b16": to16(b), "default": defaults.read("jax")}
 
 
 def run_framework_default(state):
-    with precision(DEFAULT):
+    with precision(state["default"]):
         return GEMM(state["a"], state["b"])
 
 
@@ -55,5 +62,5 @@ def run_matched_tf32(state):
 
 
 def run_bf16(state):
-    with precision(DEFAULT):
+    with precision(None):  # bf16 operands: the dot's own default, not a float32 setting
         return BF16_GEMM(state["a16"], state["b16"])
