@@ -168,3 +168,49 @@ def test_hand_written_blocks_run_with_cupy_on_one_gpu():
                 tp.dense_step(cp, b, b["x"], b["target"], slice(None))):
         bad = compare_outputs(SCN, p, {k: cp.asnumpy(v)[None] for k, v in got.items()}, want)
         assert not bad, bad
+
+
+TP_SHARDED_CALLS = r"""
+import json, socket, sys
+import torch, torch.distributed as dist
+from harness.measure.metrics import collecting
+from impls.tensor_parallel import torch_impl as impl
+from scenarios import get
+
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+scn = get("tensor_parallel")
+p = {"batch": 8, "d_model": 16, "hidden_per_rank": 8, "dtype": "float32", "seed": 2, "world_size": 1, "rank": 0}
+seen = []
+inner = impl._Counted.__torch_dispatch__
+impl._Counted.__torch_dispatch__ = lambda self, *a, **k: seen.append(1) or inner(self, *a, **k)
+state = impl.prepare(scn.make_inputs(p), p, torch.device("cpu"))
+calls = []
+for i in range(3):
+    before = len(seen)
+    with collecting() as emitted:
+        impl.run_tp_sharded(state)
+    calls.append({"ops": len(seen) - before, "emitted": dict(emitted)})
+dist.destroy_process_group()
+print(json.dumps(calls))
+"""
+
+
+def test_tp_sharded_counts_its_collectives_in_the_first_call_alone():
+    """The dispatch mode that counts DTensor's collectives sees every aten op of the step: it runs in the
+    untimed first call only, and the timed calls after it emit the same counts without it."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    from impls._shared.child import child_env
+
+    r = subprocess.run([sys.executable, "-c", TP_SHARDED_CALLS], capture_output=True, text=True, timeout=180,
+                       env=child_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, *timed = json.loads(r.stdout.strip().splitlines()[-1])
+    assert first["ops"] > 0 and first["emitted"]  # the first call was counted, op by op
+    for call in timed:
+        assert call["ops"] == 0, call  # no dispatch mode around a timed call
+        assert call["emitted"] == first["emitted"]  # the same figures, from the first call's count
