@@ -18,7 +18,7 @@ activation; S = batch x hidden/N x itemsize, one rank's hidden slice):
                               wire bytes (N-1) x (S + A) forward, (N-1) x A backward
 The hidden layer grows with the ranks (hidden = hidden_per_rank x N): a rank's share of the work is
 the same at every N, and `dense` is the whole block on one device. The impls count what they actually issue (torch: their autograd functions, or a dispatch mode under
-DTensor; JAX: the collectives in the compiled HLO; CuPy: its NCCL calls) and emit it; the claim holds
+DTensor in the untimed first call; JAX: the collectives in the compiled HLO; CuPy: its NCCL calls) and emit it; the claim holds
 the counts against this model.
 """
 from __future__ import annotations
@@ -156,7 +156,8 @@ SCENARIO = Scenario(
     framework_notes={
         "torch": "DTensor's layouts put Megatron's f and g in for you (parallelize_module); written out, they are "
                  "two autograd.Functions (identity/all-reduce and all-reduce/identity). DTensor's collectives are "
-                 "counted by a TorchDispatchMode that lets DTensor desugar first (as CommDebugMode does). gloo's "
+                 "counted by a TorchDispatchMode that lets DTensor desugar first (as CommDebugMode does), in the "
+                 "untimed first call only: the mode sees every op, so a timed call under it would time it. gloo's "
                  "all_gather_into_tensor wants its output concatenated along dim 0, not stacked on a new axis.",
         "cupy": "No autograd and no sharding layer: forward and backward by hand, with NCCL all-reduces where "
                 "f and g sit; tp_sharded is not expressible. dense runs the six GEMMs autograd runs (two forward; "
