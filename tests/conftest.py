@@ -171,10 +171,13 @@ def gpu_backend_or_skip(fw: str) -> backends.Backend:
     return b
 
 
-def synthetic_row(variant, done, ret=None, iqr=0.0, link=1, pct=None, floor=None, **metrics):
-    """A timing row as the worker writes it, with only what the claims read (for verdict tests)."""
+def synthetic_row(variant, done, ret=None, iqr=0.0, link=1, pct=None, floor=None, kernel=None, **metrics):
+    """A timing row as the worker writes it, with only what the claims read (for verdict tests); kernel: the
+    kernel clock's median, where the row has one."""
     t = {"device_done": {"median": done, "iqr": iqr}, "host_return": {"median": done if ret is None else ret},
          "metrics": {"link_bytes": link, **metrics}}
+    if kernel is not None:
+        t["kernel"] = {"median": kernel, "iqr": iqr}
     row = {"variant": variant, "timing": t, "check": {"wrong": 0, "checked": 0}}
     if pct is not None:
         row |= {"pct_of_floor": pct, "floor_s": floor}

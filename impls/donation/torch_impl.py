@@ -35,12 +35,16 @@ def poison(state):
 
 @contextlib.contextmanager
 def allocated(state):
-    """Emit the bytes the block allocated above its start: at its peak, and still at its end (CUDA only)."""
-    base = torch.cuda.memory_allocated() if state["cuda"] else 0
+    """Emit the bytes the block allocated above its start: at its peak, and still at its end (CUDA only).
+    Counted in the state's first call (untimed); later calls emit that count and read no counter."""
+    count = state["cuda"] and "allocated" not in state
+    base = torch.cuda.memory_allocated() if count else 0
     yield
-    if state["cuda"]:
-        emit("peak_bytes", torch.cuda.max_memory_allocated() - base)
-        emit("added_bytes", torch.cuda.memory_allocated() - base)
+    if count:
+        state["allocated"] = {"peak_bytes": torch.cuda.max_memory_allocated() - base,
+                              "added_bytes": torch.cuda.memory_allocated() - base}
+    for k, v in state.get("allocated", {}).items():
+        emit(k, v)
 
 
 def read_head(old, state):
