@@ -215,7 +215,8 @@ SCENARIO = Scenario(
                   "dist.reduce_scatter_tensor", "dist.all_to_all_single", "dist.barrier"),
         "cupy": ("NCCLBackend.broadcast (in place) / NcclCommunicator.broadcast (out of place)", ".reduce",
                  ".all_reduce", ".all_gather", ".reduce_scatter", ".all_to_all (grouped send/recv)", ".barrier"),
-        "jax": ("shard_map + lax.psum (broadcast, reduce, all_reduce)", "lax.all_gather(tiled=True)",
+        "jax": ("shard_map + lax.pbroadcast (XLA's collective-broadcast; a masked psum on the CPU)",
+                "lax.psum (reduce, all_reduce)", "lax.all_gather(tiled=True)",
                 "lax.psum_scatter(tiled=True)", "lax.all_to_all",
                 "jax.jit(donate_argnums=1) (out of place: the receive buffer)", "jax.jit(donate_argnums=0) (in place)",
                 "lax.psum of one element (barrier)"),
@@ -232,9 +233,12 @@ SCENARIO = Scenario(
                 "TCP store (rank 0's), no device work; its store clears the current barrier outside its lock "
                 "(cupyx/distributed/_store_actions.py), so at two ranks or more barriers back to back may let a "
                 "rank through early or hang: not yet run on more than one GPU.",
-        "jax": "No broadcast or reduce primitive: both are a psum of a masked block (JAX's own idiom), so they move "
-               "an all-reduce's data: their busbw uses the all-reduce's factor 2(N-1)/N and the metric "
-               "all_reduce_traffic is 1, not to be set beside NCCL's broadcast or reduce. Both columns use donation "
+        "jax": "broadcast is lax.pbroadcast, which XLA lowers to its collective-broadcast (stablehlo."
+               "collective_broadcast; NCCL's broadcast on GPUs); XLA:CPU has no lowering for it, so on the CPU "
+               "the impl uses pbroadcast's documented equivalent, a psum of a masked block, which moves an "
+               "all-reduce's data. There is no reduce primitive: reduce is a psum whose result only rank 0 keeps, "
+               "an all-reduce's data too. Where a psum stands in, busbw uses the all-reduce's factor 2(N-1)/N and "
+               "the metric all_reduce_traffic is 1, not to be set beside NCCL's broadcast or reduce. Both columns use donation "
                "(jax.jit donate_argnums). Out of place, a receive buffer made in prepare is donated as a second "
                "argument and the output takes it (nccl-tests' separate send and receive buffers; a plain jitted "
                "call would allocate its output and free the last one on every call). In place, the input is "
@@ -256,11 +260,11 @@ SCENARIO = Scenario(
     metrics_doc={"bytes": "nccl-tests' size: the larger of a rank's send and receive buffers (none for barrier)",
                  "bus_factor": "nccl-tests' factor of the traffic the call moves: 2(N-1)/N all_reduce; (N-1)/N "
                                "all_gather, reduce_scatter, all_to_all; 1 broadcast, reduce (JAX's psum-based "
-                               "broadcast and reduce: the all-reduce's)",
+                               "reduce, and its broadcast on the CPU: the all-reduce's)",
                  "algbw_GBps": "bytes / time, the time per call averaged over ranks (decimal GB/s)",
                  "busbw_GBps": "algbw x bus_factor",
                  "all_reduce_traffic": "1 where the call is an all-reduce standing in for another operation (JAX's "
-                                       "broadcast and reduce), else 0"},
+                                       "reduce, and its broadcast on the CPU), else 0"},
     floor=floor,
     ranks=True,
     rank_ceilings=True,

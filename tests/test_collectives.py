@@ -167,3 +167,41 @@ def test_device_bytes_counts_the_buffers_a_rank_keeps():
             most = max(most, held() - base - 4)  # less the barrier's one element
             del state, last, now
         assert most == C.device_bytes(params, "jax"), (op, most)
+
+
+BROADCAST_LOWERING = r"""
+import json
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from impls.collectives import jax_impl as impl
+
+mesh = Mesh(jax.devices()[:2], ("r",))
+arg = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(mesh, P("r")))
+spmd = lambda f: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("r"), out_specs=P("r")))
+ops, traffic = impl._ops(mesh)
+x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("r")))
+print(json.dumps({
+    "cuda": spmd(impl._broadcast).trace(arg).lower(lowering_platforms=("cuda",)).as_text(),
+    "cpu_op": ops["broadcast"].__name__, "cpu_traffic": "broadcast" in traffic,
+    "cpu_out": [float(v) for v in spmd(ops["broadcast"])(x)],
+}))
+"""
+
+
+def test_jax_broadcast_is_a_collective_broadcast_where_xla_lowers_one():
+    """lax.pbroadcast lowers to XLA's collective-broadcast for GPUs (lowered here for CUDA on a CPU machine);
+    XLA:CPU has no lowering for it, so the CPU runs the masked psum (all-reduce traffic) and says so."""
+    pytest.importorskip("jax")
+    import json
+    import subprocess
+    import sys
+
+    from impls._shared.child import child_env
+
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", BROADCAST_LOWERING], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "stablehlo.collective_broadcast" in got["cuda"] and "all_reduce" not in got["cuda"]
+    assert got["cpu_op"] == "_broadcast_by_psum" and got["cpu_traffic"]
+    assert got["cpu_out"] == [0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0]  # rank 0's block on both
