@@ -270,5 +270,6 @@ SCENARIO = Scenario(
     rank_ceilings=True,
     calls=calls,
     rank_time="mean",
+    operation="op",
     device_bytes=device_bytes,
 )

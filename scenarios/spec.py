@@ -174,6 +174,9 @@ class Scenario:
     # A rank row's time per repeat from its ranks' times: "slowest" (a step ends when every rank is done)
     # or "mean" (nccl-tests' default -a 1), the slowest rank's kept beside it (harness/workers/ranks.py).
     rank_time: str = "slowest"
+    # The params key that names a point's operation in a rank scenario's sweep (collectives' "op"), smallest
+    # size first: at world size 1 only each operation's first point is timed (points()).
+    operation: str | None = None
     # Devices one process must see (gpu_links copies between two): with fewer, its rows are skipped with
     # that reason; `list` says so.
     devices: int = 1
@@ -197,12 +200,22 @@ class Scenario:
     def checked_variants(self) -> tuple[Variant, ...]:
         return tuple(v for v in self.variants if not v.hazard)
 
-    def points(self, size: str) -> list[Params]:
-        """The params to time at a size preset: one, or each point of a sweep, in order."""
+    def points(self, size: str, world_size: int | None = None) -> list[Params]:
+        """The params to time at a size preset: one, or each point of a sweep, in order. At world size 1 a rank
+        scenario's sweep keeps the first point of each operation (params[operation]; the whole sweep is one
+        operation where the scenario names none): one rank communicates nothing, so the sweep's larger sizes
+        would only time the same calls' overhead again, a figure about nothing. The sweeps run at two ranks
+        or more."""
         if size not in self.sizes:
             raise KeyError(f"scenario {self.name!r} has no size preset {size!r}")
         preset = self.sizes[size]
-        return [dict(preset)] if isinstance(preset, Mapping) else [dict(p) for p in preset]
+        points = [dict(preset)] if isinstance(preset, Mapping) else [dict(p) for p in preset]
+        if self.ranks and world_size == 1:
+            firsts: dict[Any, Params] = {}
+            for p in points:
+                firsts.setdefault(p.get(self.operation) if self.operation else None, p)
+            points = list(firsts.values())
+        return points
 
     def params_for_size(self, size: str) -> Params:
         """The largest (last) point of a size preset."""

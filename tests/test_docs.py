@@ -116,7 +116,8 @@ def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_o
         return {"variants": [{"name": "collective"}], "rows": [row("torch", 1e-5), row("jax", 1e-4)], "claims": claims}
 
     one = "\n".join(docs._measured(ROOT, scn(1), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
-    assert "as long as" not in one and "At one rank nothing is communicated" in one
+    assert "as long as" not in one and "*Not measured: one GPU.*" in one.replace("**", "*")
+    assert "µs" not in one and "ms" not in one and "| `collective`" not in one  # no figure, no table
     assert "bytes_model text" not in one and "“exact text”" in one  # a claim not about communication stands
     two = "\n".join(docs._measured(ROOT, scn(2), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
     assert "JAX takes 10× as long as PyTorch" in two and "bytes_model text" in two
@@ -180,3 +181,19 @@ def test_a_damaged_result_that_would_be_read_stops_the_docs_with_one_line(root):
     newer.write_text(fake.read_text().replace('"median": 0.0875', '"median": -1', 1))  # a schema error
     with pytest.raises(docs.DocsError, match=f"{newer.name}: .*less than the minimum of 0"):
         docs.porting_guide(root)
+
+
+def test_one_rank_times_one_point_per_operation_and_two_ranks_the_whole_sweep():
+    """At one rank nothing is communicated: a rank scenario's sweep shrinks to each operation's first (smallest)
+    point; the sweep runs at two ranks or more, and a scenario that is not run by ranks keeps its points."""
+    from scenarios import get
+
+    coll = get("collectives")
+    whole = coll.points("full", 2)
+    one = coll.points("full", 1)
+    ops = list(dict.fromkeys(p["op"] for p in whole))
+    assert len(whole) > len(ops) and [p["op"] for p in one] == ops
+    assert all(p["bytes"] == min(q["bytes"] for q in whole if q["op"] == p["op"]) for p in one)
+    assert coll.points("full", 3) == whole == coll.points("full")
+    pinned = get("pinned_transfer")  # no ranks: its sweep is its own at any world size
+    assert pinned.points("full", 1) == pinned.points("full")

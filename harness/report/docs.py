@@ -161,6 +161,12 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
     points = points_of(scn)
     report = Path(rel).with_suffix("") / "report.md"
     link = f", [its report](../{report.as_posix()})" if (root / report).exists() else ""
+    ranks = {int(r["ranks"]) for r in scn["rows"] if "ranks" in r}
+    if ranks == {1}:  # a rank scenario run by one rank: nothing moved between ranks, so no figure is published
+        return [f"**{NOT_MEASURED_ONE_GPU}** The newest run on {gpu} ([{Path(rel).name}](../{rel}){link}) had one "
+                "rank, where nothing is communicated: its rows check each framework's path and time only the "
+                "calls' overhead, which this guide does not compare. Claims about communication need two ranks."] + \
+            _claim_lines(scn, talking, [])
     out = [f"**Measured on {gpu}** ([{Path(rel).name}](../{rel}){link}): device-done median (host-return)."]
     header = (["point"] if len(points) > 1 else []) + ["variant"] + [NAMES.get(f, f) for f in fws]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -188,14 +194,15 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
             if not v.get("hazard"):
                 gaps += _gaps(rows, fws, v["name"], label)
     out.append("\n".join(lines))
-    ranks = {int(r["ranks"]) for r in scn["rows"] if "ranks" in r}
-    if ranks == {1}:  # a rank scenario run by one rank: its collectives moved nothing
-        gaps = []
-        out.append("At one rank nothing is communicated: these rows time each framework's calls with no data "
-                   "moving between ranks (the calls' overhead), so no framework is compared with another here; "
-                   "their communication claims are inconclusive.")
-    items = gaps + hazards
-    claims = [c for c in scn.get("claims", []) if not (ranks == {1} and c["claim"] in talking)]
+    return out + _claim_lines(scn, frozenset(), gaps + hazards)
+
+
+NOT_MEASURED_ONE_GPU = "Not measured: one GPU."
+
+
+def _claim_lines(scn: dict[str, Any], skip: frozenset[str], items: list[str]) -> list[str]:
+    """items, then the scenario's refuted and confirmed claims (but those in skip), as one list; [] if empty."""
+    claims = [c for c in scn.get("claims", []) if c["claim"] not in skip]
     for c in claims:
         if c["verdict"] == "refuted":
             at = f" at {c['label']}" if c.get("label") else ""
@@ -211,9 +218,7 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
             at = [c.get("label") or "" for c in mine if c["verdict"] == "confirmed"]
             named.append(NAMES.get(f, f) + (f" at {'/'.join(at)}" if len(at) < len(mine) and all(at) else ""))
         items.append(f"confirmed for {', '.join(named)}: “{text}”")
-    if items:
-        out.append("\n".join(f"- {_cell(i)}" for i in items))
-    return out
+    return ["\n".join(f"- {_cell(i)}" for i in items)] if items else []
 
 
 # ---------------------------------------------------------------------------------------------- generators

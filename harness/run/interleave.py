@@ -512,7 +512,7 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
         schedule.world_size = default_world_size()
     os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
     scns = [get_scenario(s) for s in plan.scenarios]
-    points = {s.name: s.points(plan.size) for s in scns}  # the seed is the requests' own (harness/workers/protocol.py)
+    points = {s.name: s.points(plan.size, schedule.world_size) for s in scns}  # the seed is the requests' own (harness/workers/protocol.py)
     cfg = plan.cfg or preset(plan.size)
     answers: Answers = {}
     # ADDED pairs at a time over every point, each stage in workers of its own: a budget that cannot afford

@@ -165,7 +165,7 @@ class Run:
             if scn.device_bytes is None or size not in scn.sizes:
                 continue
             world = (world_size or default_world_size()) if scn.ranks else None
-            for i, p in enumerate(scn.points(size)):
+            for i, p in enumerate(scn.points(size, world)):
                 at = p | {"world_size": p.get("world_size", world)} if world else p
                 for fw in frameworks:
                     b = int(scn.device_bytes(at, fw))
@@ -189,11 +189,11 @@ class Run:
             os.environ[MEMORY_FRACTION_ENV] = repr(opts.gpu_memory_fraction)  # worker processes inherit it
         self.processes = [{fw: make_worker(fw, opts.isolation) for fw in opts.frameworks}
                           for _ in range(opts.timing_processes if opts.timing else 1)]
-        steps = sum(int(opts.equivalence) + (len(opts.frameworks) * len(s.points(opts.size)) if opts.timing else 0)
-                    for s in self.scenarios)
+        self.groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
+        steps = sum(int(opts.equivalence) + (len(opts.frameworks) * len(s.points(opts.size, self.groups.world_size))
+                                             if opts.timing else 0) for s in self.scenarios)
         ui.begin(len(opts.frameworks) + steps)
         self.t_start = time.perf_counter()
-        self.groups = Groups(opts.frameworks, opts.world_size, opts.timeout_s)  # started by the first rank scenario
         affinity, ticks = cpus.allowed(), cpus.cpu_times()
         cache: str | None = None
         started_up = False
@@ -344,7 +344,8 @@ class Run:
             ui.advance()
         rows: list[dict[str, Any]] = []
         on_cpu = frozenset(fw for fw, e in w.env.items() if e.get("available") and not e.get("on_gpu"))
-        points = scn.points(opts.size)  # the seed is the requests' own (harness/workers/protocol.py)
+        # the seed is the requests' own (harness/workers/protocol.py); one point an operation at one rank
+        points = scn.points(opts.size, self.groups.world_size if self.groups is not None else opts.world_size)
         entry["points"] = [p | {"seed": opts.seed} for p in points]
         if opts.timing:
             why = self.rank_ceilings(scn, points, w)

@@ -90,7 +90,7 @@ def standalone(fw: str, env: RankEnv, scenarios: list[str], size: str) -> int:
     bad = 0
     for name in scenarios:
         scn = get_scenario(name)
-        for p in scn.points(size):
+        for p in scn.points(size, env.world_size):
             params = ranked(p | {"seed": 0}, env)
             inputs = scn.make_inputs(params)
             want = scn.reference(inputs, params)
