@@ -62,10 +62,10 @@ def test_guide_shows_what_the_newest_gpu_result_measured(root):
     (root / "results" / "20270101T000000Z_cpu_smoke.json").write_text("not even JSON")
     guide = docs.porting_guide(root)
     assert f"Measured sections come from `results/{fake.name}` (NVIDIA H200, driver 580.159.04;" in guide
-    assert "| `async` | 87.50 ms (550.0 µs), 98% of floor |" in guide
+    assert "| `async` | 87.50 ms (550.0 µs), kernel 85.75 ms, 98% of floor |" in guide
     assert "JAX's call returns 2.1× later than PyTorch's at `async`" in guide
     assert "refuted for JAX: “While the device computes, the host is free.” — iterations = 12 ≤ 100" in guide
-    assert "| `on_device` | 13.00 ms (13.00 ms) | timeout | crashed |" in guide
+    assert "| `on_device` | 13.00 ms (13.00 ms), kernel 12.74 ms | timeout | crashed |" in guide
 
 
 def test_a_split_gpu_run_is_measured_scenario_by_scenario(root):

@@ -21,12 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = """
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from impls.collectives.jax_impl import _ops
+from impls.collectives.jax_impl import OPS
 from scenarios import collectives, point_to_point
 n = len(jax.devices())
 assert n == 4, jax.devices()
 mesh = Mesh(np.array(jax.devices()), ("r",))
-OPS = _ops(mesh)[0]  # the bodies this backend runs (broadcast: a masked psum on the CPU)
 for op in OPS:  # the data-moving operations (barrier has no body)
     p = {"op": op, "bytes": 4 * 24, "dtype": "float32", "seed": 9, "world_size": n}
     xs = collectives.make_inputs(p)["x"]  # every rank's block, stacked: the global view

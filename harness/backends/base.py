@@ -225,6 +225,12 @@ class Backend(ABC):
         folder), or {"tool", "why"} where the framework writes no trace."""
         return _no_profile("", f"{self.name} has no profiler that writes a trace")
 
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+        """(a Chrome trace of the device's activity, the tool that wrote it) over `repeats` runs: before(), then
+        run() inside a host range named mark + the run's index (harness/measure/kernel_clock.py reads it).
+        Raises Unavailable where this framework has no CUDA activity tracer here."""
+        raise Unavailable(f"{self.name} has no CUDA activity tracer here")
+
     def clock_kernels(self) -> dict[str, Any]:
         """Fixed device-bound kernels for `selfcheck`: name -> zero-argument call returning its output."""
         return {}

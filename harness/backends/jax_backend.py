@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, SyncCount, TimelineRecorder, memory_fraction
+from harness.backends.base import Backend, SyncCount, TimelineRecorder, Unavailable, memory_fraction
 from harness.backends.xla import use_cublas_gemms
 
 
@@ -193,6 +193,25 @@ class JaxBackend(Backend):
                 got["files"] = files
             else:
                 got["why"] = "jax.profiler wrote no trace file"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+        # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each run
+        # inside a TraceAnnotation, which the trace holds on the host's clock beside the device's intervals
+        os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")  # else CUPTI may serialize them
+        folder = tempfile.mkdtemp(prefix="triptych-kernel-clock-")
+        try:
+            with self.fw.profiler.trace(folder):
+                for i in range(repeats):
+                    before()
+                    with self.fw.profiler.TraceAnnotation(f"{mark}{i}"):
+                        run()
+            files = sorted(Path(folder).glob("plugins/profile/*/*.trace.json.gz"))
+            if not files:
+                raise Unavailable("jax.profiler wrote no *.trace.json.gz")
+            with gzip.open(files[-1], "rt") as f:
+                return json.load(f), "jax.profiler (CUPTI)" if self.on_gpu else "jax.profiler (XLA:CPU ops)"
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

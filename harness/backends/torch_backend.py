@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -12,7 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, memory_fraction
+from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, Unavailable, memory_fraction
 
 
 class TorchBackend(Backend):
@@ -147,6 +148,11 @@ class TorchBackend(Backend):
             prof.export_chrome_trace(path)  # writes a file only: read back, the folder goes
             got["files"] = {".trace.json": Path(path).read_bytes()}
 
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+        if not self.on_gpu:
+            raise Unavailable("no CUDA device: torch's kernels run on the CPU")
+        return kineto_trace(before, run, repeats, mark), "torch.profiler (CUPTI)"
+
     def timeline_recorder(self) -> TimelineRecorder:
         if not self.on_gpu:
             rec = TimelineRecorder()
@@ -272,3 +278,23 @@ def _fmix32(h: Any) -> Any:
     h = h ^ (h >> 13)
     h = _mul32(h, digest.FMIX[1])
     return h ^ (h >> 16)
+
+
+def kineto_trace(before: Any, run: Any, repeats: int, mark: str) -> dict[str, Any]:
+    """torch.profiler's Chrome trace of `repeats` runs, each run() inside record_function(mark + index) after
+    an untraced-range before(). CUPTI records every kernel and copy of the process, whichever library
+    launched it: CuPy's backend traces its own rows through this too (harness/measure/kernel_clock.py)."""
+    try:
+        from torch.profiler import ProfilerActivity, profile, record_function
+    except ImportError as e:
+        raise Unavailable(f"torch.profiler is not importable here: {e}") from None
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(repeats):
+            before()
+            with record_function(f"{mark}{i}"):
+                run()
+    with tempfile.TemporaryDirectory(prefix="triptych-kernel-clock-") as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)

@@ -15,11 +15,11 @@ import numpy as np
 from harness.backends import FRAMEWORKS
 from harness.check.equivalence import compare_key
 from harness.measure.noise import hierarchical_medians, split
+from harness.results.model import CLOCKS, counts_of
 from scenarios.spec import Claim, Params, Scenario
 
 NOISE_DRAWS = 200
 AGREE = 0.95
-CLOCKS = ("host_return", "device_done", "device_events")
 NOT_ON_CPU = "not decidable on a CPU, where the device is the host"  # a Claim.gpu_only judged there
 
 
@@ -104,9 +104,9 @@ def _resampled(by_variant: dict[str, dict[str, Any]], draws: int) -> list[dict[s
     for name, row in by_variant.items():
         t = row.get("timing") or {}
         samples = t.get("samples") or {}
-        counts = [p["n"] for p in t.get("processes") or []] or None
         for clock in CLOCKS:
             if samples.get(clock) and t.get(clock):
+                counts = counts_of(t, clock)
                 procs = split(samples[clock], counts) if counts else [np.asarray(samples[clock])]
                 meds[(name, clock)] = hierarchical_medians(procs, resamples=draws, seed=len(meds))
     if not meds:

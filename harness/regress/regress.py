@@ -59,10 +59,11 @@ from typing import Any
 import numpy as np
 
 from harness.measure.noise import ratio_interval, row_median, split
+from harness.results.model import counts_of
 from harness.regress.env import (ELASTICITY_MAX, RegressError, HostSpeed, _environments, describe_host_during,
                                   host_bound, host_effect, host_procs, host_speed, stand_in, two_speeds)
 
-CLOCKS = ("device_done", "host_return", "device_events")
+CLOCKS = ("device_done", "host_return", "device_events", "kernel")
 RAN = ("ok", "wrong")
 FAILED = ("error", "oom", "timeout", "crashed")
 NUM_FACTOR = 2.0
@@ -195,7 +196,7 @@ def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list
     samples = (t.get("samples") or {}).get(clock)
     if not samples:
         return st, None
-    counts = [p["n"] for p in t.get("processes") or []]
+    counts = counts_of(t, clock)
     return st, split(samples, counts) if counts else [np.asarray(samples, dtype=np.float64)]
 
 

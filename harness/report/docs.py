@@ -19,7 +19,7 @@ from typing import Any
 from harness.backends import FRAMEWORKS, backend_class, in_prose
 from harness.report.report import fmt_pct, fmt_s, points_of, sig, timed
 from harness.results.files import read_regular, write_files
-from harness.report.labels import NAMES, gpu_label, pct_of_floor
+from harness.report.labels import NAMES, gpu_label, kernel_of, pct_of_floor
 from harness.results.results import MAX_BYTES, ResultError, load
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -167,7 +167,8 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
                 "rank, where nothing is communicated: its rows check each framework's path and time only the "
                 "calls' overhead, which this guide does not compare. Claims about communication need two ranks."] + \
             _claim_lines(scn, talking, [])
-    out = [f"**Measured on {gpu}** ([{Path(rel).name}](../{rel}){link}): device-done median (host-return)."]
+    out = [f"**Measured on {gpu}** ([{Path(rel).name}](../{rel}){link}): device-done median (host-return), and the "
+           "kernel clock: the device's own busy time per call."]
     header = (["point"] if len(points) > 1 else []) + ["variant"] + [NAMES.get(f, f) for f in fws]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     gaps, hazards = [], []
@@ -185,7 +186,10 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
                     continue
                 t = r["timing"]
                 floor = f", {fmt_pct(pct_of_floor(r))} of floor" if pct_of_floor(r) is not None else ""
-                cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])}){floor}")
+                kernel = kernel_of(t)
+                kernel_text = f", kernel {fmt_s(kernel['median'])}" if kernel else ""
+                cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])}){kernel_text}"
+                             f"{floor}")
                 chk = r.get("check") or {}
                 if v.get("hazard") and chk.get("wrong"):
                     hazards.append(f"hazard `{v['name']}` went wrong in {chk['wrong']} of {chk.get('checked', 0)} "

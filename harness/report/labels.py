@@ -41,3 +41,11 @@ def pct_of_floor(row: dict[str, Any] | None) -> float | None:
     if not row or row.get("hazard") or "pct_of_floor" not in row:
         return None
     return row["pct_of_floor"]
+
+
+def kernel_of(timing: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A timing's kernel clock (harness/measure/kernel_clock.py), or None. A file from before the kernel clock
+    had one only where its framework had CUDA events, which were then what the kernel clock is now."""
+    if not timing:
+        return None
+    return timing.get("kernel") or (timing.get("device_events") if "kernel_source" not in timing else None)

@@ -3,7 +3,8 @@
 In the spirit of torch.utils.benchmark's Compare: rows are variants (per point of a sweep), columns
 are frameworks, one time unit per table, numbers trimmed to significant figures, and cells whose
 spread (IQR / median of device-done) is above 10% flagged `(! 12%)` with their row marked `!`. Each
-cell reads `device-done (host-return)`; indented rows under a variant carry % of the physical floor,
+cell reads `device-done (host-return)`; indented rows under a variant carry the kernel clock (the device's own
+busy time, harness/measure/kernel_clock.py), % of the physical floor,
 host syncs, hazard wrong-run counts and the impl's metrics. Skipped or failed cells carry a footnote
 mark whose reason is printed under the table. The Markdown/HTML report is harness/report/html.py.
 """
@@ -16,7 +17,7 @@ from typing import Any
 from rich.markup import escape
 
 from harness.backends import FRAMEWORKS
-from harness.report.labels import pct_of_floor
+from harness.report.labels import kernel_of, pct_of_floor
 
 HIGH_SPREAD = 0.10  # IQR / median above this: the numbers are noisy
 MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -150,10 +151,14 @@ def gbps(row: dict[str, Any]) -> float:
     return link_bytes / dd / 1e9 if link_bytes and dd > 0 else 0.0
 
 
-def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool) -> list[tuple[str, list[str]]]:
-    """The indented lines under a variant: floor, host syncs, wrong runs, metrics; only where some cell has one."""
+def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool, scale: float = 1.0) -> list[tuple[str, list[str]]]:
+    """The indented lines under a variant: kernel clock, floor, host syncs, wrong runs, metrics; only where some
+    cell has one."""
     ok = [r if timed(r) else None for r in rows]
     out: list[tuple[str, list[str]]] = []
+    kernels = [kernel_of(r["timing"]) if r else None for r in ok]
+    if any(k is not None for k in kernels):
+        out.append(("kernel", [sig(k["median"] / scale) if k is not None else "" for k in kernels]))
     pcts = [pct_of_floor(r) for r in ok]
     if any(p is not None for p in pcts):
         out.append(("% of floor", [fmt_pct(p) if p is not None else "" for p in pcts]))
@@ -202,12 +207,12 @@ def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]
             if any(high for _, high in cells):
                 label += " [yellow]![/yellow]"
             table.add_row(("  " if len(points) > 1 else "") + label, *[c for c, _ in cells])
-            for what, vals in _extra_rows(rows, bool(v.get("hazard"))):
+            for what, vals in _extra_rows(rows, bool(v.get("hazard")), scale):
                 table.add_row(f"[dim]{'    ' if len(points) > 1 else '  '}· {what}[/dim]", *vals)
     unit_text = (f"Times in {UNIT_NAMES[units[0]]} ({units[0]})" if len(set(units)) == 1
                  else "Times in the unit by each point")
-    legend = (f"{unit_text}: [bold]device-done[/bold] (host-return), medians; "
-              f"(! n%) marks a spread (IQR/median) above {100 * HIGH_SPREAD:.0f}%.")
+    legend = (f"{unit_text}: [bold]device-done[/bold] (host-return), medians; · kernel: the device's own busy "
+              f"time per call; (! n%) marks a spread (IQR/median) above {100 * HIGH_SPREAD:.0f}%.")
     return table, [legend] + [f"{MARKS[i] if i < len(MARKS) else f'[{i + 1}]'} {t}" for i, t in enumerate(notes.items)]
 
 

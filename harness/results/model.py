@@ -120,8 +120,24 @@ class Process(_Record):
     phase_s: float | None = None  # its whole wall time for the row
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
     request_s: float | None = None  # and its round trip, messages included
+    kernel_n: int | None = None  # its kernel clock's samples, where they are not one a repeat (a trace's runs)
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
+
+
+# A row's clocks (harness/measure/timing.py, harness/measure/kernel_clock.py), each a Stats and its samples
+CLOCKS = ("host_return", "device_done", "device_events", "kernel")
+
+
+def counts_of(timing: dict[str, Any], clock: str) -> list[int] | None:
+    """How many of a merged row's samples of `clock` came from each of its processes, in order: the
+    processes' repeats (n), but a kernel clock read from traced runs has its own count (kernel_n);
+    None for a row of one process (a file without timing.processes)."""
+    procs = timing.get("processes") or []
+    if not procs:
+        return None
+    key = "kernel_n" if clock == "kernel" and all(p.get("kernel_n") for p in procs) else "n"
+    return [int(p[key]) for p in procs]
 
 
 # Where a row's time went besides its timed repeats (Timing fields, harness/measure/timing.py Measurement),
@@ -139,6 +155,12 @@ class Timing(_Record):
     host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr
     device_done: Json
     device_events: Json | None  # null where the framework has no device events (CPU)
+    # the kernel clock (harness/measure/kernel_clock.py): the device's busy time per call, where there is a
+    # device; kernel_source says how it was read, kernel_why why a GPU row has none
+    kernel: Json | None = None
+    kernel_source: str | None = None
+    kernel_why: str | None = None
+    kernel_check: Json | None = None  # a sample's trace beside its events: {"source", "trace_s", "events_s"}
     metrics: Json  # medians of what the impl emitted, and the output metrics
     checked_repeats: int | None = None
     wrong_repeats: int | None = None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from harness.results import files
-from harness.results.model import Result
+from harness.results.model import Result, counts_of
 
 SCHEMA = "triptych.result/2"
 # Older versions `read` upgrades: /1 is /2's document under the old name (harness/results/schema/result-1.schema.json)
@@ -322,10 +322,10 @@ def validate(doc: Any, where: str = "result") -> None:
 
 
 def _check_samples(t: dict[str, Any], at: str) -> None:
-    counts = [p["n"] for p in t.get("processes") or []]
     for clock, v in (t.get("samples") or {}).items():
-        if clock != "device_events" and clock in t and len(v) != t[clock]["n"]:
+        counts = counts_of(t, clock)
+        if clock != "device_events" and isinstance(t.get(clock), dict) and len(v) != t[clock]["n"]:
             raise ResultError(f"{at}.timing.samples.{clock}: {len(v)} samples where n is {t[clock]['n']}")
         if counts and clock != "device_events" and sum(counts) != len(v):
-            raise ResultError(f"{at}.timing.processes: their n add up to {sum(counts)}, "
-                              f"but samples.{clock} has {len(v)}")
+            raise ResultError(f"{at}.timing.processes: their {'kernel_n' if clock == 'kernel' else 'n'} add up to "
+                              f"{sum(counts)}, but samples.{clock} has {len(v)}")

@@ -23,7 +23,8 @@ from harness.results.model import Check, Row, Timing
 from harness.measure.profiling import profile_variant, row_name
 from harness.workers.protocol import Progress, Request
 from harness.measure.timeline import trace_variant
-from harness.measure.timing import SELFCHECK, TimingConfig, measure
+from harness.measure import kernel_clock
+from harness.measure.timing import SELFCHECK, Stats, TimingConfig, measure
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
@@ -98,6 +99,11 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
         timed.setup_s = setup_s
         rows.append(timed)
+    if b.on_gpu:  # after every timed run, so that no profiler meets a timed call
+        for row in rows:
+            if row.timed:
+                _kernel_clock(scn, scn.variant(row.variant), b, impl, inputs, params, row,
+                              cfg.kernel_check and first, progress)
     if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
         for row in rows:
             if row.timed:
@@ -117,6 +123,30 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
         if row.timing is not None:
             row.timing.served_s = served
     return {"rows": [row.to_dict() for row in rows], "sample": sample}
+
+
+def _kernel_clock(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params, row: Row,
+                  check: bool, progress: Progress) -> None:
+    """The row's kernel clock where its framework has no CUDA events (harness/measure/kernel_clock.py: traced
+    runs), and with check, a trace beside the events of one that has them (timing.kernel_check)."""
+    t = row.timing
+    assert t is not None
+    if v.fresh_process:
+        t.kernel_why = "each call does its work in a child process, which no trace of this one sees"
+        return
+    if b.has_events and not check:
+        return
+    progress(f"{v.name} · kernel clock")
+    got = kernel_clock.measure(b, impl, variant_call(impl, v), inputs, params, scn.calls(params))
+    if b.has_events:
+        events = t.device_events["median"] if t.device_events else None
+        t.kernel_check = ({"source": got["source"], "trace_s": float(np.median(got["samples"])), "events_s": events}
+                          if "samples" in got else {"why": got["why"]})
+    elif "samples" in got:
+        t.kernel, t.kernel_source = Stats.of(got["samples"]).to_dict(), got["source"]
+        t.samples["kernel"] = got["samples"]
+    else:
+        t.kernel_why = got["why"]
 
 
 def _settle_heap() -> None:
@@ -222,6 +252,9 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     state = None  # release device memory before the next variant
     b.free_memory()
     timing = Timing.from_dict(m.to_dict())
+    if m.device_events is not None:  # CUDA events around every timed call: the kernel clock of this row
+        timing.kernel, timing.kernel_source = m.device_events.to_dict(), "CUDA events"
+        timing.samples["kernel"] = list(m.samples["device_events"])
     timing.metrics.update(from_outputs)
     timing.phase_s = time.perf_counter() - t_variant  # this process's whole share of the row
     return Row(

@@ -29,13 +29,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import ROW_PARTS, Process, Row, Timing
+from harness.results.model import CLOCKS, ROW_PARTS, Process, Row, Timing
 from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
 from harness.measure.timing import Stats
 from harness.workers.worker import WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
-CLOCKS = ("host_return", "device_done", "device_events")
 # Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
 # the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
 # the request that timed it (shared by the rows of one request): in the worker (served_s) and round trip.
@@ -179,8 +178,10 @@ def pool_timing(timings: list[Timing]) -> Timing:
     samples = {c: [x for m in timings for x in m.samples.get(c, [])] for c in CLOCKS
                if all(m.samples.get(c) for m in timings)}
     counts = [len(m.samples["device_done"]) for m in timings]
+    # per clock, each process's samples: one a repeat, but a kernel clock read from traced runs (kernel_clock.py)
+    n = {c: [len(m.samples[c]) for m in timings] for c in samples}
     # the pooled repeats' spread (quartiles, extremes), the processes' own median (noise.row_median)
-    stats = {c: Stats.of(samples[c]).to_dict() | {"median": row_median(split(samples[c], counts))}
+    stats = {c: Stats.of(samples[c]).to_dict() | {"median": row_median(split(samples[c], n[c]))}
              if c in samples else None for c in CLOCKS}
     slow, slowest = first.slowest_rank_samples, first.slowest_rank
     if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
@@ -188,10 +189,10 @@ def pool_timing(timings: list[Timing]) -> Timing:
                 if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
         slowest = {c: Stats.of(v).to_dict() | ({"median": row_median(split(v, counts))} if len(v) == sum(counts) else {})
                    for c, v in slow.items()}
-    processes = [Process(n=n, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
-                         first_call_s=m.first_call_s,
-                         **{k: getattr(m, k) for k in PER_PROCESS if getattr(m, k) is not None})
-                 for n, m in zip(counts, timings)]
+    processes = [Process(n=k, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
+                         first_call_s=m.first_call_s, kernel_n=n["kernel"][i] if n.get("kernel", counts) != counts else None,
+                         **{f: getattr(m, f) for f in PER_PROCESS if getattr(m, f) is not None})
+                 for i, (k, m) in enumerate(zip(counts, timings))]
     summed = {k: sum(getattr(m, k) for m in timings) for k in SUMMED  # where the row's wall time went
               if all(getattr(m, k) is not None for m in timings)}
     return replace(
@@ -204,7 +205,8 @@ def pool_timing(timings: list[Timing]) -> Timing:
         processes=processes,
         **({k: None for k in PER_PROCESS} | summed),  # a process's own fields kept per process above
         host_sensitivity=host_sensitivity([p.median for p in processes], [p.host_loop_s for p in processes]),
-        noise={c: rel_halfwidth(split(samples[c], counts)) for c in samples},
+        noise={c: rel_halfwidth(split(samples[c], n[c])) for c in samples},
+        kernel_why=None if "kernel" in samples else next((m.kernel_why for m in timings if m.kernel_why), None),
         stopped=None)
 
 

@@ -36,6 +36,7 @@ from harness.backends import rendezvous_env, rendezvous_ports
 from harness.workers.protocol import Progress, Request, WorkerError, WorkerLost, died
 from harness.workers.rank_main import KEY_ENV, PARENT_ENV
 from harness.measure.timing import Stats
+from harness.results.model import CLOCKS
 from harness.workers.worker import Handle
 
 FAULT_RANK_ENV = "TRIPTYCH_FAULT_RANK"
@@ -255,15 +256,18 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int, rank_time: str = "sl
         return row
     timing = dict(row["timing"])
     timing["samples"] = {}
-    for clock in ("host_return", "device_done", "device_events"):
+    for clock in CLOCKS:
         got = _per_repeat(rows, clock, rank_time)
         timing[clock] = got[0].to_dict() if got else None
         if got:
             timing["samples"][clock] = got[1]
+    if timing.get("kernel") is None:  # a rank whose traced runs failed says why for the row
+        timing["kernel_why"] = next((r["timing"]["kernel_why"] for r in rows if r["timing"].get("kernel_why")), None)
+        if timing["kernel_why"] is None:
+            del timing["kernel_why"]
     if rank_time == "mean":
         timing["rank_time"] = "mean"
-        slowest = {c: got for c in ("host_return", "device_done", "device_events")
-                   if (got := _per_repeat(rows, c, "slowest"))}
+        slowest = {c: got for c in CLOCKS if (got := _per_repeat(rows, c, "slowest"))}
         timing["slowest_rank"] = {c: got[0].to_dict() for c, got in slowest.items()}
         timing["slowest_rank_samples"] = {c: got[1] for c, got in slowest.items()}
     timing["first_call_s"] = max(r["timing"]["first_call_s"] for r in rows)

@@ -45,12 +45,12 @@ def prepare(inputs, params, device):
                                    out_specs=P("r"))  # _recv: only its buffer, which the output takes
     recv = np.zeros(C.out_count(op, inputs["x"].size, n), inputs["x"].dtype)
     x = jax.make_array_from_process_local_data(blocks, inputs["x"])
-    ops, traffic = _ops(mesh)
+    traffic = {k: v for k, v in TRAFFIC.items() if k == "reduce" or device.platform == "cpu"}  # psums (_broadcast)
     return {"x": x, "x_local": x.addressable_data(0), "op": op, "bytes": C.nbytes(params),
             "factor": C.bus_factor(traffic.get(op, op), n), "all_reduce_traffic": float(op in traffic),
-            "fn": jax.jit(into(ops[op]), donate_argnums=1, keep_unused=True) if op in ops else None,
+            "fn": jax.jit(into(OPS[op]), donate_argnums=1, keep_unused=True) if op in OPS else None,
             "recv": jax.make_array_from_process_local_data(blocks, recv), "out": None,
-            "fn_in_place": jax.jit(spmd(IN_PLACE.get(op, ops.get(op))), donate_argnums=0) if op in ops else None,
+            "fn_in_place": jax.jit(spmd(IN_PLACE.get(op, OPS.get(op))), donate_argnums=0) if op in OPS else None,
             "one": jax.make_array_from_process_local_data(blocks, np.ones(1, inputs["x"].dtype)),
             "arrive": jax.jit(spmd(_all_reduce)),  # barrier: an all-reduce of one element, as torch's on NCCL
             "fill": jax.make_array_from_process_local_data(blocks, fill),
@@ -74,30 +74,11 @@ def poison(state):
 
 
 def _broadcast(a):
-    return lax.pbroadcast(a, "r", 0)  # XLA's collective-broadcast (NCCL's broadcast on GPUs)
-
-
-def _broadcast_by_psum(a):
-    # pbroadcast's documented equivalent, for a backend that does not lower it (XLA:CPU): an all-reduce's traffic
-    return lax.psum(jnp.where(lax.axis_index("r") == 0, a, jnp.zeros_like(a)), "r")
-
-
-_LOWERS: dict[str, bool] = {}  # platform -> does it lower pbroadcast
-
-
-def _ops(mesh):
-    """OPS, with broadcast by psum where this backend has no collective-broadcast (found by lowering it once)."""
-    platform = mesh.devices.flat[0].platform
-    if platform not in _LOWERS:
-        try:
-            jax.jit(jax.shard_map(_broadcast, mesh=mesh, in_specs=P("r"), out_specs=P("r"))).lower(
-                jax.ShapeDtypeStruct((mesh.size,), jnp.float32, sharding=NamedSharding(mesh, P("r"))))
-            _LOWERS[platform] = True
-        except NotImplementedError:  # "MLIR translation rule for primitive 'pbroadcast' not found for platform cpu"
-            _LOWERS[platform] = False
-    if _LOWERS[platform]:
-        return OPS, {k: v for k, v in TRAFFIC.items() if k != "broadcast"}
-    return OPS | {"broadcast": _broadcast_by_psum}, TRAFFIC
+    # XLA's collective-broadcast (NCCL's broadcast on GPUs). XLA:CPU has no lowering for it: there its documented
+    # equivalent, a psum of a masked block, which moves an all-reduce's data (prepare's all_reduce_traffic)
+    masked = lambda a: lax.pcast(lax.psum(jnp.where(lax.axis_index("r") == 0, a, jnp.zeros_like(a)), "r"), "r",  # noqa: E731
+                                 to="varying")  # typed as pbroadcast's (a value per rank), as the switch needs
+    return lax.platform_dependent(a, cpu=masked, default=lambda a: lax.pbroadcast(a, "r", 0))
 
 
 def _reduce(a):
@@ -132,7 +113,7 @@ def _all_to_all(a):
 OPS = {"broadcast": _broadcast, "reduce": _reduce, "all_reduce": _all_reduce, "all_gather": _all_gather,
        "reduce_scatter": _reduce_scatter, "all_to_all": _all_to_all}
 IN_PLACE = {"all_gather": partial(_all_gather, in_place=True), "reduce_scatter": partial(_reduce_scatter, in_place=True)}
-TRAFFIC = {"broadcast": "all_reduce", "reduce": "all_reduce"}  # a psum moves an all-reduce's data (reduce: always)
+TRAFFIC = {"broadcast": "all_reduce", "reduce": "all_reduce"}  # a psum moves an all-reduce's data (broadcast: on the CPU)
 
 
 def _emit(state):

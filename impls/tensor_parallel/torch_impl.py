@@ -1,6 +1,5 @@
 """tensor_parallel in PyTorch: Megatron's f and g as autograd Functions (explicit), and DTensor's
 ColwiseParallel / RowwiseParallel (parallelize_module), over torch.distributed (gloo on the CPU).
-
 On NCCL a collective is enqueued on the current stream and returns at once; on gloo it blocks the
 host. Autograd runs the backward collectives where the forward put their Functions."""
 from __future__ import annotations
@@ -48,8 +47,7 @@ def poison(state):
 
 
 def _all_reduce(a):
-    a = a.clone()  # autograd may still need the input
-    dist.all_reduce(a, op=dist.ReduceOp.SUM)
+    dist.all_reduce(a := a.clone(), op=dist.ReduceOp.SUM)  # a copy: autograd may still need the input
     return a
 
 
@@ -65,7 +63,6 @@ class _Comm(torch.autograd.Function):
     def forward(ctx, a, fwd, bwd):
         ctx.bwd = bwd
         return fwd(a)
-
     @staticmethod
     def backward(ctx, g):
         return ctx.bwd(g), None, None
@@ -76,7 +73,6 @@ class _Forward:
     @staticmethod
     def dense(t, c):
         return torch.relu(t["x"] @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
-
     @staticmethod
     def megatron(t, c, reduce=True):
         x = _Comm.apply(t["x"], _SAME, c.all_reduce)  # f: identity forward, all-reduce of dx backward
@@ -135,21 +131,16 @@ class _Counted(TorchDispatchMode):
 
 
 def run_tp_sharded(state):
-    """DTensor's collectives are counted under a dispatch mode in the first call alone (untimed): the mode sees
-    every aten op of the step, which would be timed too. Later calls run bare and emit that count."""
     c, model, w, x = state["comm"], state["model"], state["whole"], state["tp"]["x"]
     model.zero_grad(set_to_none=True)
-    x.grad = None
+    x.grad, counted = None, state.get("sharded_comm")
     c.start()
-    counted = state.get("sharded_comm")
+    # DTensor's collectives counted in the first (untimed) call alone: the mode sees every op; later calls emit that
     with _Counted(c) if counted is None else contextlib.nullcontext():
         y = model(x)  # RowwiseParallel hands back a replicated local tensor
         c.phase = "bwd"
         (0.5 * ((y - w["target"]) ** 2).sum()).backward()
-    if counted is None:
-        state["sharded_comm"] = ({**c.calls}, {**c.wire})
-    else:
-        c.calls, c.wire = ({**d} for d in counted)
+    c.calls, c.wire = ({**d} for d in state.setdefault("sharded_comm", (c.calls, c.wire)))
     c.emit()
     g = [model[i].weight.grad.to_local().T for i in (0, 2)] + [model[i].bias.grad.to_local() for i in (0, 2)]
     return {"y": y.detach(), "dx": x.grad, "dw1": g[0], "dw2": g[1], "db1": g[2], "db2": g[3]}

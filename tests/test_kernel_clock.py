@@ -1,0 +1,164 @@
+"""The kernel clock (harness/measure/kernel_clock.py): the device's busy time of a call, summed from a CUDA
+activity trace on planted traces of both tools' layouts, read from a real jax.profiler trace on the CPU, and
+carried through a worker's row, the pooling of processes, the result's checks and the claims' resampling."""
+from __future__ import annotations
+
+import pytest
+
+from harness.check.judging import _resampled
+from harness.measure import kernel_clock as K
+from harness.measure.timing import Stats
+from harness.results.model import Row, Timing
+from harness.workers.processes import pool_timing
+from tests.conftest import backend_or_skip
+
+
+def test_the_union_counts_overlap_once_and_gaps_not_at_all():
+    assert K.union_s([]) == 0.0
+    assert K.union_s([(0, 10), (20, 25)]) == 15  # the gap between two kernels is not the device's work
+    assert K.union_s([(0, 10), (5, 12), (11, 13)]) == 13  # two streams at once: once
+    assert K.union_s([(5, 6), (0, 10)]) == 10  # one inside another, in any order
+
+
+def _xprof(runs, extra=()):
+    """A jax.profiler (XProf) Chrome trace: host ranges on pid 1, kernels on the GPU process's stream lanes,
+    and XLA's derived 'XLA Ops' lane, which repeats the kernels and must not be counted twice."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+          {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+          {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "Stream #7(Compute)"}},
+          {"ph": "M", "name": "thread_name", "pid": 2, "tid": 8, "args": {"name": "Stream #8(MemcpyH2D)"}},
+          {"ph": "M", "name": "thread_name", "pid": 2, "tid": 9, "args": {"name": "XLA Ops"}}]
+    for i, (lo, hi, kernels) in enumerate(runs):
+        ev.append({"ph": "X", "name": f"{K.MARK}{i}", "pid": 1, "tid": 1, "ts": lo, "dur": hi - lo})
+        for tid, a, b in kernels:
+            ev.append({"ph": "X", "name": "fusion", "pid": 2, "tid": tid, "ts": a, "dur": b - a})
+            ev.append({"ph": "X", "name": "fusion", "pid": 2, "tid": 9, "ts": a, "dur": b - a})
+    ev += [{"ph": "X", "name": "copy", "pid": 2, "tid": 7, "ts": a, "dur": b - a} for a, b in extra]
+    return {"traceEvents": ev}
+
+
+def test_a_planted_xprof_trace_sums_each_runs_kernels_and_copies_per_call():
+    trace = _xprof([(0, 100, [(7, 10, 40), (8, 30, 50), (7, 60, 70)]),  # 40 us busy: 10-50 and 60-70
+                    (200, 300, [(7, 210, 230)])],  # 20 us
+                   extra=[(150, 190)])  # between the runs: a poison's copy, no run's work
+    assert K.per_run_s(trace, 2) == pytest.approx([50e-6, 20e-6])
+    assert K.per_run_s(trace, 2, calls=10) == pytest.approx([5e-6, 2e-6])  # per call of a 10-call run
+
+
+def test_a_planted_kineto_trace_reads_its_kernel_and_copy_categories():
+    """torch.profiler's layout: device work by category, the range as a user annotation on the host and a
+    copy of it on the device's lane, which must not stand in for the host's."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"{K.MARK}0", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+          {"ph": "X", "cat": "gpu_user_annotation", "name": f"{K.MARK}0", "pid": 0, "tid": 7, "ts": 20, "dur": 30},
+          {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 20},
+          {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 8, "ts": 45, "dur": 5},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5, "dur": 90}]
+    assert K.per_run_s({"traceEvents": ev}, 1) == pytest.approx([25e-6])
+
+
+def test_a_trace_without_the_ranges_or_without_device_work_gives_no_clock():
+    with pytest.raises(K.NoKernelClock, match="no range"):
+        K.per_run_s(_xprof([(0, 100, [(7, 10, 40)])]), 2)
+    with pytest.raises(K.NoKernelClock, match="no device work inside traced run 1"):
+        K.per_run_s(_xprof([(0, 100, [(7, 10, 40)]), (200, 300, [])]), 2)
+
+
+def test_jax_on_the_cpu_reads_xlas_ops_from_a_real_trace():
+    """The real tool end to end: jax.profiler's trace of XLA:CPU's ops, three runs of two calls each."""
+    b = backend_or_skip("jax")
+    from harness.workers.execute import load_impl, variant_call
+    from scenarios import get
+
+    scn = get("matmul_precision")
+    p = scn.params_for_size("smoke") | {"seed": 3}
+    impl = load_impl(scn.name, "jax")
+    got = K.measure(b, impl, variant_call(impl, scn.variant("matched_fp32")), scn.make_inputs(p), p, calls=2)
+    assert "samples" in got, got
+    assert len(got["samples"]) == K.REPEATS and all(0 < s < 1 for s in got["samples"])
+    assert got["source"] == "jax.profiler (XLA:CPU ops)"
+
+
+class _TracedBackend:
+    """A GPU backend without events whose tracer returns a planted trace (each run 30 us, per 1 call)."""
+
+    name, on_gpu, has_events, device = "fake", True, False, None
+
+    def synchronize(self, outputs=None):
+        pass
+
+    def free_memory(self):
+        pass
+
+    def kernel_trace(self, before, run, repeats, mark):
+        for _ in range(repeats):
+            before()
+            run()
+        return _xprof([(100 * i, 100 * i + 90, [(7, 100 * i + 10, 100 * i + 40)]) for i in range(repeats)]), "planted"
+
+
+class _Impl:
+    @staticmethod
+    def prepare(inputs, params, device):
+        return {}
+
+    @staticmethod
+    def run_async(state):
+        return None
+
+
+def _timed_row():
+    st = Stats.of([1e-3, 1.1e-3]).to_dict()
+    t = Timing(host_return=st, device_done=st, device_events=None, metrics={}, noise=0.01, checked_repeats=1, wrong_repeats=0,
+               samples={"host_return": [1e-3, 1.1e-3], "device_done": [1e-3, 1.1e-3]})
+    return Row(scenario="async_dispatch", framework="jax", variant="async", status="ok", timing=t)
+
+
+def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_counts():
+    from harness.workers import handlers
+    from scenarios import get
+
+    scn = get("async_dispatch")
+    rows = []
+    for _ in range(2):  # two processes of one row
+        row = _timed_row()
+        handlers._kernel_clock(scn, scn.variant("async"), _TracedBackend(), _Impl, {}, {}, row, False, lambda t: None)
+        assert row.timing.kernel["median"] == pytest.approx(30e-6) and row.timing.kernel_source == "planted"
+        rows.append(row.timing)
+    pooled = pool_timing(rows)
+    assert len(pooled.samples["kernel"]) == 2 * K.REPEATS
+    assert [p.kernel_n for p in pooled.processes] == [K.REPEATS, K.REPEATS]  # not the 2 repeats of device_done
+    assert pooled.kernel["median"] == pytest.approx(30e-6) and "kernel" in pooled.noise
+    draws = _resampled({"async": {"timing": pooled.to_dict()}}, 5)
+    assert all(d["async"]["timing"]["kernel"]["median"] == pytest.approx(30e-6) for d in draws)
+
+
+def test_a_row_whose_trace_fails_says_why_and_keeps_its_other_clocks():
+    from harness.workers import handlers
+    from scenarios import get
+
+    class Failing(_TracedBackend):
+        def kernel_trace(self, before, run, repeats, mark):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    scn = get("async_dispatch")
+    row = _timed_row()
+    handlers._kernel_clock(scn, scn.variant("async"), Failing(), _Impl, {}, {}, row, False, lambda t: None)
+    assert row.timing.kernel is None and "CUPTI_ERROR_NOT_INITIALIZED" in row.timing.kernel_why
+    assert pool_timing([row.timing, row.timing]).kernel_why == row.timing.kernel_why
+
+
+def test_events_are_the_kernel_clock_where_a_framework_has_them_and_a_sample_is_traced_beside():
+    from harness.workers import handlers
+    from scenarios import get
+
+    class Events(_TracedBackend):
+        has_events = True
+
+    scn = get("async_dispatch")
+    row = _timed_row()
+    row.timing.device_events = Stats.of([28e-6, 29e-6]).to_dict()
+    handlers._kernel_clock(scn, scn.variant("async"), Events(), _Impl, {}, {}, row, False, lambda t: None)
+    assert row.timing.kernel is None and row.timing.kernel_check is None  # not a sample: nothing traced
+    handlers._kernel_clock(scn, scn.variant("async"), Events(), _Impl, {}, {}, row, True, lambda t: None)
+    assert row.timing.kernel_check == {"source": "planted", "trace_s": pytest.approx(30e-6),
+                                       "events_s": pytest.approx(28.5e-6)}
