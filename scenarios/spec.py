@@ -180,6 +180,10 @@ class Scenario:
     # Devices one process must see (gpu_links copies between two): with fewer, its rows are skipped with
     # that reason; `list` says so.
     devices: int = 1
+    # (params, output key) -> per element, the error a correct float32 run may add beyond `tolerance`, derived
+    # from the params (zero: scenarios/_models/bound.py), or None. Asked only where an output is outside the flat
+    # band, since it may cost a float64 run of its own; broadcast to the output's shape.
+    error_bound: Callable[[Params, str], Any] | None = None
     # (params, framework) -> the device bytes one process (a rank) of that framework holds at that point, at
     # least: the buffers its impl keeps at once, before a call's own temporaries. compare and regress refuse a
     # memory cap below the largest of a run's points before they start (harness/run/runner.py), instead of
