@@ -121,7 +121,7 @@ def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_coun
     rows = []
     for _ in range(2):  # two processes of one row
         row = _timed_row()
-        handlers._kernel_clock(scn, scn.variant("async"), _TracedBackend(), _Impl, {}, {}, row, False, lambda t: None)
+        handlers._kernel_clock(scn, scn.variant("async"), _TracedBackend(), _Impl, {}, {}, row, lambda t: None)
         assert row.timing.kernel["median"] == pytest.approx(30e-6) and row.timing.kernel_source == "planted"
         rows.append(row.timing)
     pooled = pool_timing(rows)
@@ -142,23 +142,36 @@ def test_a_row_whose_trace_fails_says_why_and_keeps_its_other_clocks():
 
     scn = get("async_dispatch")
     row = _timed_row()
-    handlers._kernel_clock(scn, scn.variant("async"), Failing(), _Impl, {}, {}, row, False, lambda t: None)
+    handlers._kernel_clock(scn, scn.variant("async"), Failing(), _Impl, {}, {}, row, lambda t: None)
     assert row.timing.kernel is None and "CUPTI_ERROR_NOT_INITIALIZED" in row.timing.kernel_why
     assert pool_timing([row.timing, row.timing]).kernel_why == row.timing.kernel_why
 
 
-def test_events_are_the_kernel_clock_where_a_framework_has_them_and_a_sample_is_traced_beside():
+def test_selfcheck_traces_each_fixed_kernel_after_timing_them_all(monkeypatch):
+    """selfcheck's rows carry the CUPTI trace's reading beside the events (the cross-check), taken once every
+    kernel is timed."""
     from harness.workers import handlers
-    from scenarios import get
 
-    class Events(_TracedBackend):
+    order = []
+
+    class Fake(_TracedBackend):
         has_events = True
 
-    scn = get("async_dispatch")
-    row = _timed_row()
-    row.timing.device_events = Stats.of([28e-6, 29e-6]).to_dict()
-    handlers._kernel_clock(scn, scn.variant("async"), Events(), _Impl, {}, {}, row, False, lambda t: None)
-    assert row.timing.kernel is None and row.timing.kernel_check is None  # not a sample: nothing traced
-    handlers._kernel_clock(scn, scn.variant("async"), Events(), _Impl, {}, {}, row, True, lambda t: None)
-    assert row.timing.kernel_check == {"source": "planted", "trace_s": pytest.approx(30e-6),
-                                       "events_s": pytest.approx(28.5e-6)}
+        def load(self):
+            return self
+
+        def clock_kernels(self):
+            return {"k1": lambda: order.append("call k1"), "k2": lambda: order.append("call k2")}
+
+        def own_benchmark(self, call):
+            return None
+
+    fake = Fake()
+    monkeypatch.setattr(handlers.backends, "get", lambda fw: fake)
+    monkeypatch.setattr(handlers, "measure", lambda call, b, cfg: order.append("timed") or type("M", (), {
+        "device_done": Stats.of([1e-3, 1e-3]), "device_events": Stats.of([0.9e-3, 0.9e-3])})())
+    monkeypatch.setattr(handlers.kernel_clock, "trace_call", lambda b, call: order.append("traced") or
+                        {"samples": [30e-6, 31e-6, 32e-6], "source": "planted"})
+    rows = handlers.selfcheck("fake")
+    assert [r["trace_s"] for r in rows] == [pytest.approx(31e-6)] * 2
+    assert order == ["timed", "timed", "traced", "traced"]

@@ -7,9 +7,9 @@ union of the intervals in which any of its kernels or copies ran, per call. A fr
 idle gap between two kernels that the host launched late counts too). One without events (JAX) reads the
 trace its profiler collects, in REPEATS untimed runs per row and process after the point's timed ones (so
 that no profiler meets a timed call), each of `calls` back-to-back calls between one `before` and one
-wait, as a timed sample is. A sample of the rows with events (a row's first process, at the scenario's
-first point) is traced the same way beside them (timing.kernel_check; Backend.kernel_trace says with
-what). Why: a ratio about the device's work (a GEMM's TF32 speed-up, a bandwidth, in
+wait, as a timed sample is. `selfcheck` traces its fixed kernels in every framework beside their events
+(trace_call): the cross-check of the two readings, in processes of its own, since a profiler session can
+leave a process's launches slower (torch's, after torch.profiler, 8 to 10 us on an H100's host). Why: a ratio about the device's work (a GEMM's TF32 speed-up, a bandwidth, in
 place against a new buffer) must not count one framework's dispatch and not another's.
 
 Each run is wrapped in a host range named MARK + its index (Backend.kernel_trace); the trace's device
@@ -95,6 +95,22 @@ def per_run_s(trace: dict[str, Any], repeats: int, calls: int = 1) -> list[float
         raise NoKernelClock(f"no device work inside traced run {empty[0]} (the trace has "
                             f"{len(device_intervals(trace))} device intervals in all)")
     return [union_s(g) / 1e6 / calls for g in got]
+
+
+def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) -> dict[str, Any]:
+    """The kernel clock of a zero-argument call (selfcheck's fixed kernels), traced as measure() traces a
+    variant: {"samples", "source"} or {"why"}; never raises."""
+    def run() -> None:
+        backend.synchronize(call())
+
+    try:
+        backend.synchronize(call())  # warm: the first call's compile or handle creation stays out of the trace
+        trace, source = backend.kernel_trace(backend.synchronize, run, repeats, MARK)
+        return {"samples": per_run_s(trace, repeats), "source": source}
+    except (NoKernelClock, Unavailable) as e:
+        return {"why": str(e)}
+    except Exception as e:  # noqa: BLE001 - a figure beside the others, never a reason to lose them
+        return {"why": f"the traced runs failed: {type(e).__name__}: {e}"[:300]}
 
 
 def measure(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any, calls: int = 1,

@@ -93,9 +93,6 @@ class TimingConfig:
     # (harness/workers/processes.py plan: Kalibera and Jones' repeats where the variance is); a variant
     # not named keeps max_repeats.
     plan: tuple[tuple[str, int], ...] = ()
-    # Trace a row's first process beside its CUDA events (harness/measure/kernel_clock.py: the sample whose
-    # trace cross-checks the events); the runner asks it at a scenario's first point.
-    kernel_check: bool = False
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0

@@ -160,7 +160,6 @@ class Timing(_Record):
     kernel: Json | None = None
     kernel_source: str | None = None
     kernel_why: str | None = None
-    kernel_check: Json | None = None  # a sample's trace beside its events: {"source", "trace_s", "events_s"}
     metrics: Json  # medians of what the impl emitted, and the output metrics
     checked_repeats: int | None = None
     wrong_repeats: int | None = None

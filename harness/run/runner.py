@@ -18,7 +18,6 @@ import datetime as _dt
 import math
 import os
 import time
-from dataclasses import is_dataclass, replace
 from typing import Any, Callable, Sequence
 
 from harness.measure import calibrate
@@ -356,7 +355,7 @@ class Run:
             t_timing = time.perf_counter()
             for i, params in enumerate(points):
                 label = params.get("label", "")
-                typed, samples = self.time_point(scn, params, w, kernel_check=i == 0)
+                typed, samples = self.time_point(scn, params, w)
                 point_cache.clear()
                 for r in typed:
                     r.point, r.label = i, label
@@ -393,18 +392,14 @@ class Run:
         self.machine.update(got["ceilings"])
         return "; ".join(f"{k}: {why}" for k, why in got["not_measured"].items()) or None
 
-    def time_point(self, scn: Scenario, params: dict[str, Any], w: Workers,
-                   kernel_check: bool = False) -> tuple[list[Row], list[tuple[str, dict[str, Any]]]]:
-        """(every framework's rows at this point, [(framework, baseline output sample)]); kernel_check: trace
-        the rows with CUDA events too, in their first process (a scenario's first point: the sample that
-        cross-checks the events, harness/measure/kernel_clock.py)."""
+    def time_point(self, scn: Scenario, params: dict[str, Any],
+                   w: Workers) -> tuple[list[Row], list[tuple[str, dict[str, Any]]]]:
+        """(every framework's rows at this point, [(framework, baseline output sample)])."""
         opts, ui, fw_env = self.opts, self.ui, w.env
         label = params.get("label", "")
         where = f"{scn.name}{' · ' + label if label else ''}"
         running = [fw for fw in opts.frameworks if fw_env[fw]["available"]]
-        cfg = opts.timing_config or preset(opts.size)
-        cfg = replace(cfg, kernel_check=kernel_check) if is_dataclass(cfg) else cfg
-        got = processes.time_point(w.processes, running, scn, params, cfg,
+        got = processes.time_point(w.processes, running, scn, params, opts.timing_config or preset(opts.size),
                                    opts.timeout_s, lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
                                    lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
         rows: list[Row] = []

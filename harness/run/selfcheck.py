@@ -5,7 +5,8 @@ each framework's worker times the kernel with the harness (wall clock with a ful
 call) and with its own tool in the same process, like for like: one call timed alone
 (Backend.own_benchmark: a tool that times one call between its own synchronizes, or with device events
 around each call); a framework with no tool of its own gives none. Shown beside them, not judged: the
-harness's device-event median, and torch's blocked_autorange, which runs ~100 calls back to back per
+harness's device-event median, the CUPTI trace's busy time of the same kernel (the kernel clock's reading
+where a framework has no events: harness/measure/kernel_clock.py), and torch's blocked_autorange, which runs ~100 calls back to back per
 measurement (a GPU that idles between synchronized calls runs a GEMM a few percent slower than back to
 back: a device effect that any caller who synchronizes after each call pays, not a fault of either clock).
 
@@ -42,7 +43,7 @@ MAX_HALF = 0.05  # the widest interval (relative half-width) that can still pass
 PROCESSES = 4
 MAX_PROCESSES = 10  # processes at most while a row is too noisy
 CONFIDENCE = 0.95
-SUMMED = ("harness_s", "harness_events_s", "tool_s", "tool_back_to_back_s")  # medians over the processes
+SUMMED = ("harness_s", "harness_events_s", "trace_s", "tool_s", "tool_back_to_back_s")  # medians over the processes
 
 
 def agreement(ratios: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
@@ -132,7 +133,7 @@ def run_selfcheck(frameworks: list[str], out: Path | None, processes: int = PROC
     table = Table(title=f"selfcheck: harness device-done median vs the framework's own tool, {processes} processes "
                         f"(up to {max_processes} while a row is too noisy)",
                   show_lines=False)
-    columns = ("framework", "kernel", "harness", "IQR", "events", "own tool", "tool median", "harness/tool",
+    columns = ("framework", "kernel", "harness", "IQR", "events", "CUPTI trace", "own tool", "tool median", "harness/tool",
                f"{CONFIDENCE:.0%} interval", "processes", "verdict", "tool back-to-back")
     for c in columns:
         table.add_column(c)
@@ -187,7 +188,8 @@ def _add_rows(result: list[dict[str, Any]], table: Any, rows: list[dict[str, Any
         interval = "—" if r.get("lo") is None else f"{r['lo']:.3f}–{r['hi']:.3f}"
         verdict = f"[{colour[r['verdict']]}]{r['verdict']}[/{colour[r['verdict']]}]" if judged else r["verdict"]
         table.add_row(r["framework"], r["kernel"], fmt_s(r["harness_s"]), f"±{100 * r['harness_rel_iqr']:.1f}%",
-                      fmt_s(r.get("harness_events_s")), r["tool"] or "—", fmt_s(r["tool_s"]), ratio, interval,
+                      fmt_s(r.get("harness_events_s")), fmt_s(r.get("trace_s")), r["tool"] or "—", fmt_s(r["tool_s"]),
+                      ratio, interval,
                       str(r["processes"]), verdict,
                       fmt_s(r.get("tool_back_to_back_s")))
     return ok

@@ -99,11 +99,10 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
         timed.setup_s = setup_s
         rows.append(timed)
-    if b.on_gpu:  # after every timed run, so that no profiler meets a timed call
+    if b.on_gpu and not b.has_events:  # after every timed run, so that no profiler meets a timed call
         for row in rows:
             if row.timed:
-                _kernel_clock(scn, scn.variant(row.variant), b, impl, inputs, params, row,
-                              cfg.kernel_check and first, progress)
+                _kernel_clock(scn, scn.variant(row.variant), b, impl, inputs, params, row, progress)
     if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
         for row in rows:
             if row.timed:
@@ -126,23 +125,16 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
 
 
 def _kernel_clock(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params, row: Row,
-                  check: bool, progress: Progress) -> None:
-    """The row's kernel clock where its framework has no CUDA events (harness/measure/kernel_clock.py: traced
-    runs), and with check, a trace beside the events of one that has them (timing.kernel_check)."""
+                  progress: Progress) -> None:
+    """The row's kernel clock where its framework has no CUDA events: traced runs (harness/measure/kernel_clock.py)."""
     t = row.timing
     assert t is not None
     if v.fresh_process:
         t.kernel_why = "each call does its work in a child process, which no trace of this one sees"
         return
-    if b.has_events and not check:
-        return
     progress(f"{v.name} · kernel clock")
     got = kernel_clock.measure(b, impl, variant_call(impl, v), inputs, params, scn.calls(params))
-    if b.has_events:
-        events = t.device_events["median"] if t.device_events else None
-        t.kernel_check = ({"source": got["source"], "trace_s": float(np.median(got["samples"])), "events_s": events}
-                          if "samples" in got else {"why": got["why"]})
-    elif "samples" in got:
+    if "samples" in got:
         t.kernel, t.kernel_source = Stats.of(got["samples"]).to_dict(), got["source"]
         t.samples["kernel"] = got["samples"]
     else:
@@ -340,10 +332,10 @@ def calibrate(fw: str) -> dict[str, float]:
 
 
 def selfcheck(fw: str) -> list[dict[str, Any]]:
-    """Both clocks on each of the backend's fixed kernels (harness/run/selfcheck.py)."""
+    """Both clocks on each of the backend's fixed kernels (harness/run/selfcheck.py), and their CUPTI trace."""
     b = backends.get(fw).load()
-    out = []
-    for name, call in b.clock_kernels().items():
+    out, kernels = [], b.clock_kernels()
+    for name, call in kernels.items():
         m = measure(call, b, SELFCHECK)
         tool = b.own_benchmark(call)
         # harness_events_s: device events around the same calls, i.e. the device time without the host's
@@ -353,6 +345,11 @@ def selfcheck(fw: str) -> list[dict[str, Any]]:
                     "harness_events_s": m.device_events.median if m.device_events else None,
                     "tool": tool["tool"] if tool else None, "tool_s": tool["tool_s"] if tool else None,
                     "tool_back_to_back_s": tool["back_to_back_s"] if tool else None})
+    # trace_s: the same calls' busy time in a CUPTI trace (harness/measure/kernel_clock.py), the events'
+    # cross-check; traced after every timing, since a profiler session can slow the process's later launches
+    for row, call in zip(out, kernels.values()):
+        traced = kernel_clock.trace_call(b, call) if b.on_gpu else {}
+        row["trace_s"] = float(np.median(traced["samples"])) if "samples" in traced else None
     b.free_memory()
     return out
 

@@ -91,8 +91,6 @@ class Request:
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["timing"] = None if self.timing is None else asdict(self.timing)
-        if d["timing"] is not None and not d["timing"]["kernel_check"]:
-            del d["timing"]["kernel_check"]  # the default: the wire an older tree's worker reads
         d["points"] = list(self.points)
         if not self.variants:  # every variant: the wire an older tree's worker reads
             del d["variants"]
