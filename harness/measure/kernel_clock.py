@@ -82,18 +82,18 @@ def windows(trace: dict[str, Any], repeats: int) -> list[tuple[float, float]]:
 
 def per_run_s(trace: dict[str, Any], repeats: int, calls: int = 1) -> list[float]:
     """Each traced run's device busy time per call, in seconds: the union of the device intervals that
-    start inside its range, over `calls`. A run with no device work at all raises NoKernelClock."""
-    ranges = windows(trace, repeats)
+    start inside its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one
+    rank to nothing), where the trace saw the device's work elsewhere (a `before`'s); a trace with no device
+    work at all says nothing, and raises NoKernelClock."""
+    ranges, intervals = windows(trace, repeats), device_intervals(trace)
+    if not intervals:
+        raise NoKernelClock("the trace holds no device work at all")
     got: list[list[tuple[float, float]]] = [[] for _ in ranges]
-    for a, b in device_intervals(trace):
+    for a, b in intervals:
         for i, (lo, hi) in enumerate(ranges):
             if lo <= a < hi:
                 got[i].append((a, b))
                 break
-    empty = [i for i, g in enumerate(got) if not g]
-    if empty:
-        raise NoKernelClock(f"no device work inside traced run {empty[0]} (the trace has "
-                            f"{len(device_intervals(trace))} device intervals in all)")
     return [union_s(g) / 1e6 / calls for g in got]
 
 

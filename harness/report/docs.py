@@ -161,11 +161,9 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
     points = points_of(scn)
     report = Path(rel).with_suffix("") / "report.md"
     link = f", [its report](../{report.as_posix()})" if (root / report).exists() else ""
-    ranks = {int(r["ranks"]) for r in scn["rows"] if "ranks" in r}
-    if ranks == {1}:  # a rank scenario run by one rank: nothing moved between ranks, so no figure is published
-        return [f"**{NOT_MEASURED_ONE_GPU}** The newest run on {gpu} ([{Path(rel).name}](../{rel}){link}) had one "
-                "rank, where nothing is communicated: its rows check each framework's path and time only the "
-                "calls' overhead, which this guide does not compare. Claims about communication need two ranks."] + \
+    if _one_rank(scn):  # a rank scenario run by one rank: nothing moved between ranks, so no figure is published
+        return [f"**{NOT_MEASURED_ONE_GPU}** The newest run ([{Path(rel).name}](../{rel}){link}) had one rank: see "
+                "[what one GPU cannot show](#one-gpu)."] + \
             _claim_lines(scn, talking, [])
     out = [f"**Measured on {gpu}** ([{Path(rel).name}](../{rel}){link}): device-done median (host-return), and the "
            "kernel clock: the device's own busy time per call."]
@@ -202,6 +200,15 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
 
 
 NOT_MEASURED_ONE_GPU = "Not measured: one GPU."
+ONE_GPU = ('<a id="one-gpu"></a>\n\n## What one GPU cannot show\n\nThe rank scenarios (parts 2-6) ran with one rank '
+           "where the measured sections say *Not measured: one GPU*. At one rank nothing is communicated: the rows "
+           "check each framework's path (its outputs against the reference) and time one small point per operation, "
+           "the calls' own overhead, which this guide does not compare. Claims about communication are decided at "
+           "two ranks or more, which needs a machine of several GPUs.")
+
+
+def _one_rank(scn: dict[str, Any]) -> bool:
+    return {int(r["ranks"]) for r in scn["rows"] if "ranks" in r} == {1}
 
 
 def _claim_lines(scn: dict[str, Any], skip: frozenset[str], items: list[str]) -> list[str]:
@@ -302,6 +309,9 @@ def porting_guide(root: Path = ROOT) -> str:
         parts.append(f"Measured sections come from `{path.relative_to(root).as_posix()}` ({env['gpu']}, "
                      f"driver {env.get('host', {}).get('driver', '?')}; {versions})"
                      + (f": {', '.join(f'`{n}`' for n in which)}." if len(used) > 1 else "."))
+    if any(s.ranks and m is not None and _one_rank(m[1]["scenarios"][s.name]) for s in all_scenarios()
+           if (m := source[s.name]) is not None):
+        parts.append(ONE_GPU)
     for n, s in enumerate(all_scenarios(), 1):
         parts.append(f'<a id="{s.name}"></a>\n\n## {n}. {s.name} — {s.title}')
         parts.append(f"> {s.concept}")
