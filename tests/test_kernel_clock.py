@@ -96,7 +96,7 @@ class _TracedBackend:
     def free_memory(self):
         pass
 
-    def kernel_trace(self, before, run, repeats, mark):
+    def kernel_trace(self, before, run, repeats, mark, warm_s=0.0):
         for _ in range(repeats):
             before()
             run()
@@ -116,6 +116,7 @@ class _Impl:
 def _timed_row():
     st = Stats.of([1e-3, 1.1e-3]).to_dict()
     t = Timing(host_return=st, device_done=st, device_events=None, metrics={}, noise=0.01, checked_repeats=1, wrong_repeats=0,
+               stopped="noise", first_call_s=0.1,
                samples={"host_return": [1e-3, 1.1e-3], "device_done": [1e-3, 1.1e-3]})
     return Row(scenario="async_dispatch", framework="jax", variant="async", status="ok", timing=t)
 
@@ -144,7 +145,7 @@ def test_a_row_whose_trace_fails_says_why_and_keeps_its_other_clocks():
     from scenarios import get
 
     class Failing(_TracedBackend):
-        def kernel_trace(self, before, run, repeats, mark):
+        def kernel_trace(self, before, run, repeats, mark, warm_s=0.0):
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
     scn = get("async_dispatch")
@@ -182,3 +183,44 @@ def test_selfcheck_traces_each_fixed_kernel_after_timing_them_all(monkeypatch):
     rows = handlers.selfcheck("fake")
     assert [r["trace_s"] for r in rows] == [pytest.approx(31e-6)] * 2
     assert order == ["timed", "timed", "traced", "traced"]
+
+
+def test_the_traced_runs_follow_warm_runs_inside_the_same_trace():
+    """A power-capped GPU clocks down under a timed loop's load: the traced runs come right after WARM_S of the
+    same runs, inside the trace (no idle gap for the clocks to recover), and those count for no run."""
+    b = backend_or_skip("jax")
+    import jax.numpy as jnp
+
+    x = jnp.ones((256, 256))
+    f = b.fw.jit(lambda a: a @ a)
+    calls = []
+
+    def run():
+        calls.append(1)
+        b.synchronize(f(x))
+
+    b.synchronize(f(x))
+    trace, _ = b.kernel_trace(lambda: None, run, 2, K.MARK, warm_s=0.05)
+    first = K.windows(trace, 2)[0][0]
+    warm = [a for a, _ in K.device_intervals(trace) if a < first]
+    assert len(calls) > 2 and warm, "warm runs, traced before the first range"
+    assert len(K.per_run_s(trace, 2)) == 2
+
+
+def test_a_clock_of_zeros_pools_to_a_null_noise_that_the_schema_takes():
+    """On the H100, JAX's in-place collectives at one rank did no device work: their kernel clock is 0, whose
+    relative noise has no value. The pooled row writes null (the file validated), not 'inf' (refused)."""
+    from harness.results.results import validate
+    from tests import synthetic
+
+    timings = []
+    for _ in range(2):
+        t = _timed_row().timing
+        t.kernel, t.kernel_source = Stats.of([0.0, 0.0, 0.0]).to_dict(), "planted"
+        t.samples["kernel"] = [0.0, 0.0, 0.0]
+        timings.append(t)
+    pooled = pool_timing(timings)
+    assert pooled.noise["kernel"] is None and pooled.kernel["median"] == 0.0
+    row = synthetic.row("jax", "async")
+    row["timing"] = pooled.to_dict()
+    validate(synthetic.doc([row]))

@@ -225,10 +225,11 @@ class Backend(ABC):
         folder), or {"tool", "why"} where the framework writes no trace."""
         return _no_profile("", f"{self.name} has no profiler that writes a trace")
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
         """(a Chrome trace of the device's activity, the tool that wrote it) over `repeats` runs: before(), then
-        run() inside a host range named mark + the run's index (harness/measure/kernel_clock.py reads it).
-        Raises Unavailable where this framework has no CUDA activity tracer here."""
+        run() inside a host range named mark + the run's index (harness/measure/kernel_clock.py reads it);
+        first, inside the same trace and outside those ranges, before() and run() again until warm_s have
+        passed. Raises Unavailable where this framework has no CUDA activity tracer here."""
         raise Unavailable(f"{self.name} has no CUDA activity tracer here")
 
     def clock_kernels(self) -> dict[str, Any]:
@@ -347,3 +348,12 @@ def _no_counter(why: str) -> Iterator[SyncCount]:
 
 def wall() -> float:
     return time.perf_counter()
+
+
+def warm(before: Any, run: Any, seconds: float) -> None:
+    """before() and run() again and again until `seconds` have passed: the device brought to the load of a
+    timed loop (under it, a power-capped GPU lowers its clocks) before a traced run reads it."""
+    t0 = wall()
+    while wall() - t0 < seconds:
+        before()
+        run()

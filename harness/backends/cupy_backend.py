@@ -107,11 +107,11 @@ class CupyBackend(Backend):
     def event_timer(self) -> EventTimer | None:
         return _CupyEvents(self.fw)
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
         # CuPy has no CUDA activity tracer of its own; torch.profiler's CUPTI records CuPy's kernels too
         from harness.backends.torch_backend import kineto_trace
 
-        return kineto_trace(before, run, repeats, mark), "torch.profiler (CUPTI) in CuPy's process"
+        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI) in CuPy's process"
 
     def timeline_recorder(self) -> TimelineRecorder:
         return _CupyTimeline(self.fw)

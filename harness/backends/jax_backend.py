@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, SyncCount, TimelineRecorder, Unavailable, memory_fraction
+from harness.backends.base import Backend, SyncCount, TimelineRecorder, Unavailable, memory_fraction, warm
 from harness.backends.xla import use_cublas_gemms
 
 
@@ -196,13 +196,14 @@ class JaxBackend(Backend):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
         # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each run
         # inside a TraceAnnotation, which the trace holds on the host's clock beside the device's intervals
         os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")  # else CUPTI may serialize them
         folder = tempfile.mkdtemp(prefix="triptych-kernel-clock-")
         try:
             with self.fw.profiler.trace(folder):
+                warm(before, run, warm_s)
                 for i in range(repeats):
                     before()
                     with self.fw.profiler.TraceAnnotation(f"{mark}{i}"):

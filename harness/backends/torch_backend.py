@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, Unavailable, memory_fraction
+from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, Unavailable, memory_fraction, warm
 
 
 class TorchBackend(Backend):
@@ -148,10 +148,10 @@ class TorchBackend(Backend):
             prof.export_chrome_trace(path)  # writes a file only: read back, the folder goes
             got["files"] = {".trace.json": Path(path).read_bytes()}
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
         if not self.on_gpu:
             raise Unavailable("no CUDA device: torch's kernels run on the CPU")
-        return kineto_trace(before, run, repeats, mark), "torch.profiler (CUPTI)"
+        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI)"
 
     def timeline_recorder(self) -> TimelineRecorder:
         if not self.on_gpu:
@@ -280,7 +280,7 @@ def _fmix32(h: Any) -> Any:
     return h ^ (h >> 16)
 
 
-def kineto_trace(before: Any, run: Any, repeats: int, mark: str) -> dict[str, Any]:
+def kineto_trace(before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> dict[str, Any]:
     """torch.profiler's Chrome trace of `repeats` runs, each run() inside record_function(mark + index) after
     an untraced-range before(). CUPTI records every kernel and copy of the process, whichever library
     launched it: CuPy's backend traces its own rows through this too (harness/measure/kernel_clock.py)."""
@@ -291,6 +291,7 @@ def kineto_trace(before: Any, run: Any, repeats: int, mark: str) -> dict[str, An
     with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
         warnings.simplefilter("ignore", UserWarning)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            warm(before, run, warm_s)
             for i in range(repeats):
                 before()
                 with record_function(f"{mark}{i}"):

@@ -2,20 +2,22 @@
 
 A row has three clocks. Host-return is what the call costs the host, device-done what the user waits for
 (the host's dispatch and wake-up included), and the kernel clock what the call costs the device: the
-union of the intervals in which any of its kernels or copies ran, per call. A framework with CUDA events
-(Backend.has_events) times it with events around every timed call (they bracket the current stream, so an
-idle gap between two kernels that the host launched late counts too). One without events (JAX) reads the
-trace its profiler collects, in REPEATS untimed runs per row and process after the point's timed ones (so
-that no profiler meets a timed call), each of `calls` back-to-back calls between one `before` and one
-wait, as a timed sample is. `selfcheck` traces its fixed kernels in every framework beside their events
-(trace_call): the cross-check of the two readings, in processes of its own, since a profiler session can
-leave a process's launches slower (torch's, after torch.profiler, 8 to 10 us on an H100's host). Why: a ratio about the device's work (a GEMM's TF32 speed-up, a bandwidth, in
-place against a new buffer) must not count one framework's dispatch and not another's.
+union of the intervals in which any of its kernels or copies ran, per call. Why: a ratio about the device's
+work (a GEMM's TF32 speed-up, in place against a new buffer) must not count one framework's dispatch.
+
+- A framework with CUDA events (Backend.has_events) times it with events around every timed call (they
+  bracket the current stream, so an idle gap between two kernels that the host launched late counts too).
+- One without events (JAX) reads the trace its profiler collects: REPEATS untimed runs per row and process,
+  after the point's timed ones (so that no profiler meets a timed call), each of `calls` back-to-back calls
+  between one `before` and one wait, as a timed sample is. Inside the trace, WARM_S of the same runs come
+  first: a power-capped GPU clocks down under a timed loop's load, and a run after an idle gap reads faster.
+- `selfcheck` traces its fixed kernels in every framework beside their events (trace_call): the cross-check,
+  in processes of its own, since a torch.profiler session leaves the process's launches slower.
 
 Each run is wrapped in a host range named MARK + its index (Backend.kernel_trace); the trace's device
 intervals are given to the range in which they start (the device runs a call's work between its
-dispatch and the wait that ends the range), so that `before`'s own device work (a poison's copies)
-counts for no run. Nothing here imports a framework.
+dispatch and the wait that ends the range), so that `before`'s own device work (a poison's copies) and
+the warm runs count for no run. Nothing here imports a framework.
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ from harness.measure.timeline import rehearsed
 
 MARK = "triptych kernel clock "  # + the run's index: the host range around one traced run
 REPEATS = 3  # traced runs per row and process
+# Seconds of untraced runs inside the trace before the traced ones: the device's load of a timed loop. Seen on
+# an H100: a TF32 GEMM loop holds the 700 W cap at 1.5-1.6 GHz, and a run traced after an idle gap read
+# 0.343 ms, the loop's events 0.40 (results/journal.md).
+WARM_S = 0.2
 # Kineto's (torch.profiler) categories of device work in a Chrome trace
 KINETO_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -105,7 +111,7 @@ def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) ->
 
     try:
         backend.synchronize(call())  # warm: the first call's compile or handle creation stays out of the trace
-        trace, source = backend.kernel_trace(backend.synchronize, run, repeats, MARK)
+        trace, source = backend.kernel_trace(backend.synchronize, run, repeats, MARK, WARM_S)
         return {"samples": per_run_s(trace, repeats), "source": source}
     except (NoKernelClock, Unavailable) as e:
         return {"why": str(e)}
@@ -135,7 +141,7 @@ def measure(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, pa
                 out = call(state)
             backend.synchronize(out)
 
-        trace, source = backend.kernel_trace(before, run, repeats, MARK)
+        trace, source = backend.kernel_trace(before, run, repeats, MARK, WARM_S)
         return {"samples": per_run_s(trace, repeats, calls), "source": source}
     except (NoKernelClock, Unavailable) as e:
         return {"why": str(e)}

@@ -205,9 +205,15 @@ def pool_timing(timings: list[Timing]) -> Timing:
         processes=processes,
         **({k: None for k in PER_PROCESS} | summed),  # a process's own fields kept per process above
         host_sensitivity=host_sensitivity([p.median for p in processes], [p.host_loop_s for p in processes]),
-        noise={c: rel_halfwidth(split(samples[c], n[c])) for c in samples},
+        noise={c: _finite(rel_halfwidth(split(samples[c], n[c]))) for c in samples},
         kernel_why=None if "kernel" in samples else next((m.kernel_why for m in timings if m.kernel_why), None),
         stopped=None)
+
+
+def _finite(x: float) -> float | None:
+    """A relative half-width, or None where it has no finite value: a clock whose median is 0 (a call that did
+    no device work, on the kernel clock) has no relative noise, and the schema writes that null."""
+    return x if math.isfinite(x) else None
 
 
 def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
