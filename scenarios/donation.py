@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from scenarios import _strategies as S
-from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict
+from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict, human_bytes
 
 HEAD = 256  # parameters the logger keeps from before the step
 
@@ -56,8 +56,8 @@ def _copies(claim: str, want_extra: bool, variant: str):
         copies = 1 + peak / size  # the parameters held before the step, plus what the step allocated
         ok = peak >= 0.99 * size if want_extra else peak < 0.01 * size
         return Verdict(claim, fw, "confirmed" if ok else "refuted",
-                       f"{variant}: the step allocated {peak / 2**20:.3g} MiB above what it held, for "
-                       f"{size / 2**20:.3g} MiB of parameters: {copies:.2f} copies at the peak",
+                       f"{variant}: the step allocated {human_bytes(peak)} above what it held, for "
+                       f"{human_bytes(size)} of parameters: {copies:.2f} copies at the peak",
                        {"peak_bytes": peak, "param_bytes": size, "copies": copies})
     return judge
 

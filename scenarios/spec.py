@@ -226,6 +226,14 @@ class Scenario:
         return self.points(size)[-1]
 
 
+def human_bytes(x: float) -> str:
+    """Bytes in binary units, three significant figures: 1 GiB, 256 MiB, 4.5 KiB (a claim's evidence, reports)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= size:
+            return f"{float(f'{x / size:.3g}'):g} {unit}"
+    return f"{x:.0f} B"
+
+
 def nbytes_of(params: Params, *shape_keys: str, dtype_key: str = "dtype") -> int:
     """Bytes of one array whose shape is given by params[shape_keys] (a helper for floors)."""
     return math.prod(int(params[k]) for k in shape_keys) * np.dtype(params[dtype_key]).itemsize

@@ -4,6 +4,8 @@ When one fails, run `make docs` (`python -m harness docs`) and commit what it wr
 """
 from __future__ import annotations
 
+import html
+
 import re
 import shutil
 from pathlib import Path
@@ -26,13 +28,21 @@ def test_committed_guide_and_index_are_fresh():
     assert r.stdout.startswith("up to date: docs/porting.md, docs/scenarios.md"), r.stdout
 
 
-def test_guide_covers_every_scenario_with_its_apis_and_impls():
+def test_guide_covers_every_scenario_with_its_lesson_snippets_and_apis():
+    """Each concept opens with its lesson, then the variant that shows it in the three impls side by side, then
+    each framework's first key APIs (the spec lists them all)."""
     guide = (ROOT / docs.PORTING).read_text()
     for n, s in enumerate(all_scenarios(), 1):
         assert f'<a id="{s.name}"></a>' in guide and f"## {n}. {s.name} — {s.title}" in guide
+        section = guide.split(f'<a id="{s.name}"></a>')[1].split('<a id="')[0]
+        assert section.split("\n\n")[2] == f"**{docs.lesson(s.concept)}**", s.name
+        v = docs._concept_variant(s)
+        for fw in ("torch", "cupy", "jax"):
+            code = docs.snippet(ROOT, s.name, fw, v.name)
+            assert code is None or html.escape(code) in section, (s.name, fw)
         for fw, apis in s.key_apis.items():
-            for api in apis:
-                assert f"`{api}`" in guide, (s.name, fw, api)
+            for api in apis[:docs.API_LINES]:
+                assert f"`{api}`" in section, (s.name, fw, api)
     for link in re.findall(r"\]\((\.\./[^)#]+)\)", guide):  # every relative link points at a file
         assert (ROOT / "docs" / link).resolve().exists(), link
 
@@ -62,10 +72,10 @@ def test_guide_shows_what_the_newest_gpu_result_measured(root):
     (root / "results" / "20270101T000000Z_cpu_smoke.json").write_text("not even JSON")
     guide = docs.porting_guide(root)
     assert f"Measured sections come from `results/{fake.name}` (NVIDIA H200, driver 580.159.04;" in guide
-    assert "| `async` | 87.50 ms (550.0 µs), kernel 85.75 ms, 98% of floor |" in guide
+    assert "| `async` | 87.50 ms (550.0 µs)<br>k 85.75 ms |" in guide
     assert "JAX's call returns 2.1× later than PyTorch's at `async`" in guide
-    assert "refuted for JAX: “While the device computes, the host is free.” — iterations = 12 ≤ 100" in guide
-    assert "| `on_device` | 13.00 ms (13.00 ms), kernel 12.74 ms | timeout | crashed |" in guide
+    assert "| While the device computes, the host is free. | " in guide and " | ✘ |" in guide  # JAX refuted (a count: no unit)
+    assert "| `on_device` | 13.00 ms (13.00 ms)<br>k 12.74 ms | timeout | crashed |" in guide
 
 
 def test_a_split_gpu_run_is_measured_scenario_by_scenario(root):
@@ -92,7 +102,7 @@ def test_a_split_gpu_run_is_measured_scenario_by_scenario(root):
 def test_guide_states_what_a_framework_cannot_express(root):
     impl = root / "impls" / "async_dispatch" / "jax_impl.py"
     impl.write_text(impl.read_text() + '\nNOT_EXPRESSIBLE = {"async_poll": "no way to poll"}\n')
-    assert "**JAX** has no equivalent of `async_poll`: no way to poll" in docs.porting_guide(root)
+    assert "**JAX** has no `async_poll`: no way to poll." in docs.porting_guide(root)
 
 
 def test_stale_docs_are_found_and_rewritten(root):
@@ -115,24 +125,31 @@ def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_o
                   for c in ("bytes_model", "exact")]
         return {"variants": [{"name": "collective"}], "rows": [row("torch", 1e-5), row("jax", 1e-4)], "claims": claims}
 
-    one = "\n".join(docs._measured(ROOT, scn(1), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
+    one = "\n".join(docs._measured(ROOT, scn(1), "results/x.json", frozenset({"bytes_model"})))
     assert "as long as" not in one and "*Not measured: one GPU.*" in one.replace("**", "*")
     assert not re.search(r"\d\s*(ms|µs|s)\b", one) and "| `collective`" not in one  # no figure, no table
-    assert "bytes_model text" not in one and "“exact text”" in one  # a claim not about communication stands
-    two = "\n".join(docs._measured(ROOT, scn(2), "results/x.json", "NVIDIA H200", frozenset({"bytes_model"})))
+    assert "bytes_model text" not in one and "| exact text | ✔" in one  # a claim not about communication stands
+    two = "\n".join(docs._measured(ROOT, scn(2), "results/x.json", frozenset({"bytes_model"})))
     assert "JAX takes 10× as long as PyTorch" in two and "bytes_model text" in two
 
 
-def test_a_claim_confirmed_at_some_points_of_a_sweep_says_at_which():
-    def claim(fw, label, verdict):
-        return {"claim": "blocks", "text": "it blocks", "framework": fw, "label": label, "verdict": verdict,
-                "evidence": "held 44%"}
+def test_a_sweep_shows_its_largest_point_and_its_claims_there():
+    """The guide keeps a sweep to its largest point (the report has every point): its figures and its claims'
+    verdicts there, a claim as a row and a framework as a column, with the claim's figure."""
+    from tests.report_fixture import ok_row
 
-    scn = {"variants": [{"name": "copy"}], "rows": [], "claims": [
-        claim("torch", "4 KiB", "refuted"), claim("torch", "64 MiB", "confirmed"),
-        claim("cupy", "4 KiB", "confirmed"), claim("cupy", "64 MiB", "confirmed")]}
-    text = "\n".join(docs._measured(ROOT, scn, "results/x.json", "NVIDIA H200"))
-    assert "refuted for PyTorch at 4 KiB" in text and "confirmed for PyTorch at 64 MiB, CuPy: “it blocks”" in text
+    def claim(fw, label, verdict, ratio):
+        return {"claim": "blocks", "text": "it blocks", "framework": fw, "label": label, "verdict": verdict,
+                "evidence": "held 44%", "numbers": {"ratio": ratio}}
+
+    rows = [ok_row("pinned_transfer", fw, "copy", t, t / 2, point=i, label=label)
+            for i, (label, t) in enumerate((("4 KiB", 1e-5), ("64 MiB", 2e-3))) for fw in ("torch", "cupy")]
+    scn = {"variants": [{"name": "copy"}], "points": [{"label": "4 KiB"}, {"label": "64 MiB"}], "rows": rows,
+           "claims": [claim("torch", "4 KiB", "refuted", 0.4), claim("torch", "64 MiB", "confirmed", 2.5),
+                      claim("cupy", "4 KiB", "confirmed", 3.0), claim("cupy", "64 MiB", "inconclusive", 1.1)]}
+    text = "\n".join(docs._measured(ROOT, scn, "results/x.json"))
+    assert "largest point, 64 MiB" in text and "| `copy` | 2.00 ms (1.00 ms)" in text and "10.0 µs" not in text
+    assert "| it blocks | ✔ 2.50× | · |" in text and "0.400×" not in text
 
 
 def test_defaults_that_differ_give_each_settings_and_what_the_gpu_measured(tmp_path):
@@ -147,7 +164,7 @@ def test_defaults_that_differ_give_each_settings_and_what_the_gpu_measured(tmp_p
     section = "\n".join(docs._defaults_that_differ(tmp_path, [(tmp_path / "results" / "r.json", doc)]))
     for setting in s.agree_by.values():
         assert docs._cell(setting) in section
-    assert "confirmed for JAX: median error 2.1e-4 vs 1.2e-7" in section and "inside the noise" not in section
+    assert f"Measured: 1 confirmed, 1 inconclusive ([its claims](#{s.name}))." in section
     assert "Not yet measured on a GPU." in "\n".join(docs._defaults_that_differ(tmp_path, []))
 
 

@@ -13,11 +13,13 @@ from harness.workers.processes import pool_timing
 from tests.conftest import backend_or_skip
 
 
-def test_the_union_counts_overlap_once_and_gaps_not_at_all():
-    assert K.union_s([]) == 0.0
-    assert K.union_s([(0, 10), (20, 25)]) == 15  # the gap between two kernels is not the device's work
-    assert K.union_s([(0, 10), (5, 12), (11, 13)]) == 13  # two streams at once: once
-    assert K.union_s([(5, 6), (0, 10)]) == 10  # one inside another, in any order
+def test_the_span_runs_from_the_first_start_to_the_last_end_gaps_included():
+    """CUDA events bracket a call, idle gaps included (a loop that reads a value every step idles the device):
+    the trace's reading counts them too, so that the kernel clock means the same in the three frameworks."""
+    assert K.span_s([]) == 0.0
+    assert K.span_s([(0, 10), (20, 25)]) == 25  # the gap between two kernels is the call's
+    assert K.span_s([(0, 10), (5, 12), (11, 13)]) == 13  # two streams at once: once
+    assert K.span_s([(5, 6), (0, 10)]) == 10  # one inside another, in any order
 
 
 def _xprof(runs, extra=()):
@@ -38,11 +40,11 @@ def _xprof(runs, extra=()):
 
 
 def test_a_planted_xprof_trace_sums_each_runs_kernels_and_copies_per_call():
-    trace = _xprof([(0, 100, [(7, 10, 40), (8, 30, 50), (7, 60, 70)]),  # 40 us busy: 10-50 and 60-70
+    trace = _xprof([(0, 100, [(7, 10, 40), (8, 30, 50), (7, 60, 70)]),  # 10 to 70 us: 60 us
                     (200, 300, [(7, 210, 230)])],  # 20 us
                    extra=[(150, 190)])  # between the runs: a poison's copy, no run's work
-    assert K.per_run_s(trace, 2) == pytest.approx([50e-6, 20e-6])
-    assert K.per_run_s(trace, 2, calls=10) == pytest.approx([5e-6, 2e-6])  # per call of a 10-call run
+    assert K.per_run_s(trace, 2) == pytest.approx([60e-6, 20e-6])
+    assert K.per_run_s(trace, 2, calls=10) == pytest.approx([6e-6, 2e-6])  # per call of a 10-call run
 
 
 def test_a_planted_kineto_trace_reads_its_kernel_and_copy_categories():
@@ -53,7 +55,7 @@ def test_a_planted_kineto_trace_reads_its_kernel_and_copy_categories():
           {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 20},
           {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 8, "ts": 45, "dur": 5},
           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5, "dur": 90}]
-    assert K.per_run_s({"traceEvents": ev}, 1) == pytest.approx([25e-6])
+    assert K.per_run_s({"traceEvents": ev}, 1) == pytest.approx([30e-6])
 
 
 def test_a_trace_without_the_ranges_or_without_device_work_gives_no_clock():
@@ -82,7 +84,7 @@ def test_jax_on_the_cpu_reads_xlas_ops_from_a_real_trace():
     got = K.measure(b, impl, variant_call(impl, scn.variant("matched_fp32")), scn.make_inputs(p), p, calls=2)
     assert "samples" in got, got
     assert len(got["samples"]) == K.REPEATS and all(0 < s < 1 for s in got["samples"])
-    assert got["source"] == "jax.profiler (XLA:CPU ops)"
+    assert got["source"] == "jax.profiler (XLA:CPU ops span)"
 
 
 class _TracedBackend:

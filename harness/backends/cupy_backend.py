@@ -111,7 +111,7 @@ class CupyBackend(Backend):
         # CuPy has no CUDA activity tracer of its own; torch.profiler's CUPTI records CuPy's kernels too
         from harness.backends.torch_backend import kineto_trace
 
-        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI) in CuPy's process"
+        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span) in CuPy's process"
 
     def timeline_recorder(self) -> TimelineRecorder:
         return _CupyTimeline(self.fw)

@@ -212,7 +212,7 @@ class JaxBackend(Backend):
             if not files:
                 raise Unavailable("jax.profiler wrote no *.trace.json.gz")
             with gzip.open(files[-1], "rt") as f:
-                return json.load(f), "jax.profiler (CUPTI)" if self.on_gpu else "jax.profiler (XLA:CPU ops)"
+                return json.load(f), "jax.profiler (CUPTI span)" if self.on_gpu else "jax.profiler (XLA:CPU ops span)"
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -151,7 +151,7 @@ class TorchBackend(Backend):
     def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
         if not self.on_gpu:
             raise Unavailable("no CUDA device: torch's kernels run on the CPU")
-        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI)"
+        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span)"
 
     def timeline_recorder(self) -> TimelineRecorder:
         if not self.on_gpu:

@@ -1,12 +1,13 @@
 """The kernel clock: what a call costs the device, read from a CUDA activity trace (CUPTI).
 
 A row has three clocks. Host-return is what the call costs the host, device-done what the user waits for
-(the host's dispatch and wake-up included), and the kernel clock what the call costs the device: the
-union of the intervals in which any of its kernels or copies ran, per call. Why: a ratio about the device's
-work (a GEMM's TF32 speed-up, in place against a new buffer) must not count one framework's dispatch.
+(the host's dispatch and wake-up included), and the kernel clock what the call occupies the device: per
+call, from its first kernel or copy to the end of its last, idle gaps between them included. Why: a ratio
+about the device's work (a GEMM's TF32 speed-up, in place against a new buffer) must not count one
+framework's dispatch; and the gaps count in all three, as CUDA events count them (a loop that reads a value
+every step leaves the device idle between its kernels: that idle time is the loop's too).
 
-- A framework with CUDA events (Backend.has_events) times it with events around every timed call (they
-  bracket the current stream, so an idle gap between two kernels that the host launched late counts too).
+- A framework with CUDA events (Backend.has_events) times it with events around every timed call.
 - One without events (JAX) reads the trace its profiler collects: REPEATS untimed runs per row and process,
   after the point's timed ones (so that no profiler meets a timed call), each of `calls` back-to-back calls
   between one `before` and one wait, as a timed sample is. Inside the trace, WARM_S of the same runs come
@@ -22,8 +23,6 @@ the warm runs count for no run. Nothing here imports a framework.
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
-
-import numpy as np
 
 from harness.backends.base import Unavailable
 from harness.measure.timeline import rehearsed
@@ -42,15 +41,10 @@ class NoKernelClock(Exception):
     """No kernel clock for this row; str(self) is the one-line reason."""
 
 
-def union_s(intervals: Iterable[tuple[float, float]]) -> float:
-    """The length of the union of [start, end) intervals: overlapping kernels (two streams) count once."""
-    total, reach = 0.0, -np.inf
-    for a, b in sorted(intervals):
-        if b <= reach:
-            continue
-        total += b - max(a, reach)
-        reach = b
-    return total
+def span_s(intervals: Iterable[tuple[float, float]]) -> float:
+    """From the first start to the last end of [start, end) intervals; 0 for none."""
+    got = list(intervals)
+    return max(b for _, b in got) - min(a for a, _ in got) if got else 0.0
 
 
 def device_intervals(trace: dict[str, Any]) -> list[tuple[float, float]]:
@@ -87,8 +81,8 @@ def windows(trace: dict[str, Any], repeats: int) -> list[tuple[float, float]]:
 
 
 def per_run_s(trace: dict[str, Any], repeats: int, calls: int = 1) -> list[float]:
-    """Each traced run's device busy time per call, in seconds: the union of the device intervals that
-    start inside its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one
+    """Each traced run's device time per call, in seconds: the span of the device intervals that start inside
+    its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one
     rank to nothing), where the trace saw the device's work elsewhere (a `before`'s); a trace with no device
     work at all says nothing, and raises NoKernelClock."""
     ranges, intervals = windows(trace, repeats), device_intervals(trace)
@@ -100,7 +94,7 @@ def per_run_s(trace: dict[str, Any], repeats: int, calls: int = 1) -> list[float
             if lo <= a < hi:
                 got[i].append((a, b))
                 break
-    return [union_s(g) / 1e6 / calls for g in got]
+    return [span_s(g) / 1e6 / calls for g in got]
 
 
 def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) -> dict[str, Any]:

@@ -2,31 +2,36 @@
 
 `python -m harness docs` (or `make docs`) rewrites both; `python -m harness docs --check` and
 tests/test_docs.py fail when the committed ones differ from what the specs (and the committed GPU
-result) give now. The porting guide holds, per concept, the frameworks' APIs side by side,
-links to the impl files and the spec, the traps the specs state (framework notes, variants a
-framework cannot express, GPU-only variants, hazards), and what the newest committed full-size GPU
-result holding each scenario measured (numbers, framework gaps, refuted claims, hazards that went wrong).
-Nothing here imports a framework: NOT_EXPRESSIBLE is read from the impl files' syntax tree.
+result) give now. The porting guide is written for a reader porting code: per concept its lesson in one
+sentence, the variant that shows it in the three impls side by side, the first key APIs, the traps (each
+framework note's first sentence; what a framework cannot express), and what the newest committed
+full-size GPU result holding it measured: a table of figures in human units (a sweep's largest point),
+the largest gaps between the frameworks, and its claims as a table (claim x framework: verdict, figure).
+What one GPU cannot show is said once. The specs and the reports hold the rest. Nothing here imports a
+framework: snippets and NOT_EXPRESSIBLE are read from the impl files' syntax tree.
 """
 from __future__ import annotations
 
 import ast
+import html
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from harness.backends import FRAMEWORKS, backend_class, in_prose
-from harness.report.report import fmt_pct, fmt_s, points_of, sig, timed
+from harness.report.report import fmt_s, points_of, sig, timed
 from harness.results.files import read_regular, write_files
-from harness.report.labels import NAMES, gpu_label, kernel_of, pct_of_floor
+from harness.report.labels import NAMES, kernel_of, kernel_said
 from harness.results.results import MAX_BYTES, ResultError, load
+from scenarios.spec import human_bytes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PORTING = Path("docs/porting.md")
 SCENARIOS = Path("docs/scenarios.md")
 RESULT_NAME = re.compile(r"^\d{8}T\d{6}Z_[a-z0-9-]+_full(-\d+)?\.json$")
 GAP = 1.2  # a framework this many times slower than the fastest at a variant is worth a line
+GAP_LINES = 2  # such lines a scenario shows at most; its report has them all
 
 # Defaults that differ between the frameworks and hold in every scenario, in the guide's order; each
 # backend states its cell per topic (Backend.porting). The harness pins the first three
@@ -44,10 +49,6 @@ class DocsError(Exception):
 
 # ---------------------------------------------------------------------------------------------- helpers
 
-def _gpu_mark(v: Any) -> str:
-    return gpu_label(v, " ", "*({})*")
-
-
 def not_expressible(root: Path, scenario: str, fw: str) -> dict[str, str]:
     """The impl's NOT_EXPRESSIBLE = {variant: why}, read from its syntax tree (no framework import)."""
     path = root / "impls" / scenario / f"{fw}_impl.py"
@@ -63,6 +64,44 @@ def not_expressible(root: Path, scenario: str, fw: str) -> dict[str, str]:
                     raise DocsError(f"{path}: NOT_EXPRESSIBLE must be a literal dict") from None
                 return {str(k): str(v) for k, v in value.items()}
     return {}
+
+
+API_LINES = 3  # of a scenario's key APIs per framework, the first (the spec lists them all)
+SNIPPET_LINES = 7  # a snippet longer than this is cut; the impl has it whole
+
+
+def snippet(root: Path, scenario: str, fw: str, variant: str) -> str | None:
+    """The impl's run_<variant> function as written (decorators and docstring left out), or None where the
+    impl has none; cut after SNIPPET_LINES lines."""
+    path = root / "impls" / scenario / f"{fw}_impl.py"
+    if not path.exists():
+        return None
+    text = path.read_text()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == f"run_{variant}":
+            body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                                     and isinstance(node.body[0].value, ast.Constant)) and len(node.body) > 1 else node.body
+            lines = text.splitlines()[node.lineno - 1:node.lineno] + text.splitlines()[body[0].lineno - 1:node.end_lineno]
+            return "\n".join(lines[:SNIPPET_LINES] + (["    ..."] if len(lines) > SNIPPET_LINES else []))
+    return None
+
+
+def _concept_variant(s: Any) -> Any:
+    """The variant that shows the concept: the first after the baseline that is no hazard (else the baseline)."""
+    return next((v for v in s.variants[1:] if not v.hazard), s.baseline)
+
+
+def _snippets(root: Path, s: Any) -> str:
+    """The concept variant in the three impls side by side: an HTML table of <pre> cells (GitHub renders it)."""
+    v = _concept_variant(s)
+    cells = []
+    for fw in FRAMEWORKS:
+        code = snippet(root, s.name, fw, v.name)
+        why = not_expressible(root, s.name, fw).get(v.name)
+        cells.append(f"<pre>{html.escape(code)}</pre>" if code else f"<em>{html.escape(why or 'no such function')}</em>")
+    head = "".join(f"<th>{NAMES[fw]}</th>" for fw in FRAMEWORKS)
+    return (f"[`{v.name}`](../impls/{s.name}/):\n\n<table><tr>{head}</tr><tr>"
+            + "".join(f'<td valign="top">{c}</td>' for c in cells) + "</tr></table>")
 
 
 def _holds(path: Path) -> tuple[bool, set[str]] | None:
@@ -154,24 +193,26 @@ def _gaps(rows: dict[str, dict[str, Any]], fws: list[str], variant: str, label: 
     return out
 
 
-def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: frozenset[str] = frozenset()) -> list[str]:
-    """What the committed GPU result says about one scenario: numbers, gaps, refuted claims, hazards.
+def _measured(root: Path, scn: dict[str, Any], rel: str, talking: frozenset[str] = frozenset()) -> list[str]:
+    """What the committed GPU result says about one scenario: a table of its figures, the gaps between the
+    frameworks, the hazards that went wrong, and its claims as a table (claim x framework).
     ``talking``: the ids of its claims about communication, which a run of one rank cannot decide."""
     fws = [f for f in FRAMEWORKS if any(r["framework"] == f for r in scn["rows"])]
     points = points_of(scn)
     report = Path(rel).with_suffix("") / "report.md"
-    link = f", [its report](../{report.as_posix()})" if (root / report).exists() else ""
+    link = f", [report](../{report.as_posix()})" if (root / report).exists() else ""
     if _one_rank(scn):  # a rank scenario run by one rank: nothing moved between ranks, so no figure is published
         return [f"**{NOT_MEASURED_ONE_GPU}** The newest run ([{Path(rel).name}](../{rel}){link}) had one rank: see "
-                "[what one GPU cannot show](#one-gpu)."] + \
-            _claim_lines(scn, talking, [])
-    out = [f"**Measured on {gpu}** ([{Path(rel).name}](../{rel}){link}): device-done median (host-return), and the "
-           "kernel clock: the device's own busy time per call."]
-    header = (["point"] if len(points) > 1 else []) + ["variant"] + [NAMES.get(f, f) for f in fws]
+                "[what one GPU cannot show](#one-gpu)."] + _claims_table(scn, fws, talking)
+    shown = [len(points) - 1] if len(points) > 1 else [0]  # a sweep: its largest point; the report has them all
+    out = [f"**Measured** ([{Path(rel).name}](../{rel}){link}"
+           + (f"; the sweep's largest point, {points[-1].get('label') or len(points) - 1}" if len(points) > 1 else "")
+           + "): [how to read a cell](#clocks)."]
+    header = ["variant"] + [NAMES.get(f, f) for f in fws]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    gaps, hazards = [], []
-    for i, p in enumerate(points):
-        label = str(p.get("label") or "")
+    notes: list[str] = []
+    for i in shown:
+        label = str(points[i].get("label") or "")
         for v in scn.get("variants", []):
             rows = {r["framework"]: r for r in scn["rows"] if r["variant"] == v["name"] and r.get("point", 0) == i}
             if not rows:
@@ -182,74 +223,111 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, gpu: str, talking: froz
                 if not timed(r):
                     cells.append(f"{r['status']}" if r else "—")
                     continue
-                t = r["timing"]
-                floor = f", {fmt_pct(pct_of_floor(r))} of floor" if pct_of_floor(r) is not None else ""
-                kernel = kernel_of(t)
-                kernel_text = f", kernel {fmt_s(kernel['median'])}" if kernel else ""
-                cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])}){kernel_text}"
-                             f"{floor}")
+                t, kernel = r["timing"], kernel_of(r["timing"])
+                cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])})"
+                             + (f"<br>k {fmt_s(kernel['median'])}" if kernel else ""))
                 chk = r.get("check") or {}
                 if v.get("hazard") and chk.get("wrong"):
-                    hazards.append(f"hazard `{v['name']}` went wrong in {chk['wrong']} of {chk.get('checked', 0)} "
-                                   f"runs in {NAMES.get(fw, fw)}" + (f" at {label}" if label else ""))
-            lines.append("| " + " | ".join(([label] if len(points) > 1 else []) + [f"`{v['name']}`"] + cells) + " |")
+                    notes.append(f"hazard `{v['name']}` went wrong in {chk['wrong']} of {chk.get('checked', 0)} "
+                                 f"runs in {NAMES.get(fw, fw)}" + (f" at {label}" if label else ""))
+            lines.append("| " + " | ".join([f"`{v['name']}`" + (" *(hazard)*" if v.get("hazard") else "")
+                                            ] + cells) + " |")
             if not v.get("hazard"):
-                gaps += _gaps(rows, fws, v["name"], label)
+                notes += _gaps(rows, fws, v["name"], label)
     out.append("\n".join(lines))
-    return out + _claim_lines(scn, frozenset(), gaps + hazards)
+    if notes:
+        out.append("\n".join(f"- {_cell(n)}" for n in notes[:GAP_LINES])
+                   + (f"\n- and {len(notes) - GAP_LINES} more gaps or wrong hazards: [the report]"
+                      f"(../{report.as_posix()})" if len(notes) > GAP_LINES else ""))
+    last = str(points[shown[0]].get("label") or "")
+    return out + _claims_table(scn, fws, frozenset(), last if len(points) > 1 else None)
 
 
 NOT_MEASURED_ONE_GPU = "Not measured: one GPU."
-ONE_GPU = ('<a id="one-gpu"></a>\n\n## What one GPU cannot show\n\nThe rank scenarios (parts 2-6) ran with one rank '
-           "where the measured sections say *Not measured: one GPU*. At one rank nothing is communicated: the rows "
-           "check each framework's path (its outputs against the reference) and time one small point per operation, "
-           "the calls' own overhead, which this guide does not compare. Claims about communication are decided at "
-           "two ranks or more, which needs a machine of several GPUs.")
+ONE_GPU = ('<a id="one-gpu"></a>\n\n## What one GPU cannot show\n\nWhere a rank scenario (parts 2-6) says '
+           "*Not measured: one GPU*, it ran with one rank, where nothing is communicated: its rows check each "
+           "framework's path and time the calls' own overhead, which this guide does not compare. Claims about "
+           "communication need two GPUs or more.")
+
+
+def _clocks(rows: list[dict[str, Any]]) -> str:
+    """How to read a measured cell, said once (harness/measure/kernel_clock.py, docs/measuring.md)."""
+    return ('<a id="clocks"></a>\n\n## Reading the measured sections\n\n'
+            "| in a cell | what it is |\n|---|---|\n"
+            "| first figure | **device-done**: from the call until the device finished; what a user waits for |\n"
+            "| (in brackets) | **host-return**: until the call handed control back; what the host pays |\n"
+            f"| k | **kernel clock**: how long the call occupied the device ({_cell(kernel_said(rows))}) |\n\n"
+            "The reports add the % of the physical floor and every point of a sweep. "
+            "Each figure is the median of its worker processes' medians. In a claims table, ✔ is confirmed and ✘ "
+            "refuted (each holding in 95% of 200 resamples of the run's repeats), · inconclusive; beside it, the "
+            "claim's figure.")
+
+
+def lesson(concept: str) -> str:
+    """A concept's lesson: its first sentence."""
+    m = re.match(r"(.+?[.!?])(\s|$)", concept.strip(), re.S)
+    return m.group(1) if m else concept.strip()
 
 
 def _one_rank(scn: dict[str, Any]) -> bool:
     return {int(r["ranks"]) for r in scn["rows"] if "ranks" in r} == {1}
 
 
-def _claim_lines(scn: dict[str, Any], skip: frozenset[str], items: list[str]) -> list[str]:
-    """items, then the scenario's refuted and confirmed claims (but those in skip), as one list; [] if empty."""
-    claims = [c for c in scn.get("claims", []) if c["claim"] not in skip]
-    for c in claims:
-        if c["verdict"] == "refuted":
-            at = f" at {c['label']}" if c.get("label") else ""
-            who = NAMES.get(c["framework"], c["framework"])
-            items.append(f"refuted for {who}{at}: “{c['text']}” — {c['evidence']}")
-    confirmed = sorted({c["text"] for c in claims if c["verdict"] == "confirmed"})
-    for text in confirmed:
-        who = sorted({c["framework"] for c in claims if c["text"] == text and c["verdict"] == "confirmed"},
-                     key=FRAMEWORKS.index)
-        named = []
-        for f in who:  # a framework confirmed at some points of a sweep only: at which (the others said above)
-            mine = [c for c in claims if c["text"] == text and c["framework"] == f]
-            at = [c.get("label") or "" for c in mine if c["verdict"] == "confirmed"]
-            named.append(NAMES.get(f, f) + (f" at {'/'.join(at)}" if len(at) < len(mine) and all(at) else ""))
-        items.append(f"confirmed for {', '.join(named)}: “{text}”")
-    return ["\n".join(f"- {_cell(i)}" for i in items)] if items else []
+VERDICT_MARK = {"confirmed": "✔", "refuted": "✘", "inconclusive": "·"}  # said once, under "Reading the measured sections"
 
 
-# ---------------------------------------------------------------------------------------------- generators
+def _figure(numbers: dict[str, Any]) -> str:
+    """A claim's figure in human units: its ratio where it has one, else its one time or size; "" for a figure
+    whose unit the guide cannot say (a count is in the report's evidence)."""
+    if not isinstance(numbers, dict) or not numbers:
+        return ""
+    if isinstance(numbers.get("ratio"), (int, float)):
+        return f"{sig(numbers['ratio'], 3)}×"
+    if len(numbers) == 1:
+        (key, x), = numbers.items()
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return fmt_s(x) if key.endswith("_s") else human_bytes(x) if key.endswith("bytes") else ""
+    return ""
+
+
+def _claims_table(scn: dict[str, Any], fws: list[str], skip: frozenset[str], label: str | None = None) -> list[str]:
+    """The scenario's claims as a table: a row per claim (and point of a sweep where they differ; only the point
+    `label` where one is named), a column per framework, each cell its verdict and figure; claims in `skip`
+    (about communication, at one rank) left out."""
+    claims = [c for c in scn.get("claims", []) if c["claim"] not in skip
+              and (label is None or (c.get("label") or "") == label)]
+    if not claims:
+        return []
+    keys = list(dict.fromkeys((c["text"], c.get("label") or "") for c in claims))
+    # a sweep whose points all read alike is one row
+    by_text: dict[str, list[str]] = {}
+    for text, label in keys:
+        by_text.setdefault(text, []).append(label)
+    rows = []
+    for text, labels in by_text.items():
+        verdicts = {lab: {c["framework"]: c for c in claims if c["text"] == text and (c.get("label") or "") == lab}
+                    for lab in labels}
+        same = len({tuple(sorted((f, c["verdict"]) for f, c in v.items())) for v in verdicts.values()}) == 1
+        for lab in (labels[:1] if same else labels):
+            cells = []
+            for fw in fws:
+                c = verdicts[lab].get(fw)
+                figure = _figure(c.get("numbers") or {}) if c is not None and c["verdict"] != "inconclusive" else ""
+                cells.append("—" if c is None else f"{VERDICT_MARK.get(c['verdict'], c['verdict'])} {figure}".strip())
+            at = f" ({lab})" if lab and not same else (" (every point)" if len(labels) > 1 else "")
+            rows.append(f"| {_cell(text)}{at} | " + " | ".join(cells) + " |")
+    return ["| claim | " + " | ".join(NAMES.get(f, f) for f in fws) + " |\n|" + "---|" * (len(fws) + 1) + "\n"
+            + "\n".join(rows)]
+
 
 def _traps(root: Path, s: Any) -> list[str]:
-    """A scenario's traps: framework notes, what a framework cannot express, GPU-only variants, hazards."""
-    traps = [f"**{NAMES.get(fw, fw)}**: {s.framework_notes[fw]}" for fw in FRAMEWORKS if fw in s.framework_notes]
+    """A scenario's traps: each framework note's first sentence (the trap; its reasons stay in the spec), and what
+    a framework cannot express."""
+    traps = [f"**{NAMES.get(fw, fw)}**: {lesson(s.framework_notes[fw])}" for fw in FRAMEWORKS if fw in s.framework_notes]
     for fw in FRAMEWORKS:
         for variant, why in not_expressible(root, s.name, fw).items():
-            traps.append(f"**{NAMES[fw]}** has no equivalent of `{variant}`: {why}")
-    gpu_only = [v.name + ("" if v.gpu_only is True else f" (in {', '.join(NAMES[f] for f in v.gpu_only)})")
-                for v in s.variants if v.gpu_only]
-    if gpu_only:
-        traps.append(f"{', '.join(f'`{v}`' for v in gpu_only)} need a CUDA device (streams, events or pinned "
-                     "memory): on a CPU device they are skipped with that reason")
-    for v in s.variants:
-        if v.hazard:
-            traps.append(f"`{v.name}` is a hazard: it is wrong by design some of the time ({v.doc}); every timed "
-                         "run is checked and the report counts the wrong ones")
-    return traps
+            traps.append(f"**{NAMES[fw]}** has no `{variant}`: {lesson(why.split(': ')[0].rstrip('.') + '.')}")
+    return traps  # GPU-only variants and hazards are marked where they appear (the measured table, scenarios.md)
 
 
 def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]) -> list[str]:
@@ -266,13 +344,10 @@ def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]
         if measured is None:
             out.append("Not yet measured on a GPU.")
             continue
-        path, doc = measured
-        claims = doc["scenarios"][s.name].get("claims", [])
-        lines = [f"{c['verdict']} for {NAMES.get(c['framework'], c['framework'])}"
-                 + (f" at {c['label']}" if c.get("label") else "") + f": {c['evidence']}"
-                 for c in claims if c["verdict"] in ("confirmed", "refuted")]
-        out.append(f"Measured ([{path.name}](../{path.relative_to(root).as_posix()})):\n\n"
-                   + ("\n".join(f"- {_cell(t)}" for t in lines) or "- every claim inconclusive in that run"))
+        claims = measured[1]["scenarios"][s.name].get("claims", [])
+        counts = {w: sum(c["verdict"] == w for c in claims) for w in ("confirmed", "refuted", "inconclusive")}
+        out.append(f"Measured: {', '.join(f'{n} {w}' for w, n in counts.items() if n)} "
+                   f"([its claims](#{s.name})).")
     return ["The defaults below are measured as scenarios of their own (part 7): each framework runs with its "
             "real default, then with the setting that makes the three agree."] + out if out else []
 
@@ -287,9 +362,8 @@ def porting_guide(root: Path = ROOT) -> str:
         "# Porting guide: " + " ⇄ ".join(NAMES[f] for f in FRAMEWORKS),
         "<!-- Generated by `python -m harness docs` (`make docs`) from scenarios/*.py, impls/ and the newest "
         "full-size GPU result in results/. Do not edit by hand: tests/test_docs.py fails when this file is stale. -->",
-        "Each concept of the host/device paradigm, done three ways. For every scenario: the APIs side by side, "
-        "the three implementations (they define the same functions in the same order, so `diff` shows only the "
-        "framework), the traps, and what the GPU measured.",
+        "Each concept of the host/device paradigm, done three ways: its lesson, the three impls side by side, the "
+        "traps, and what the GPU measured.",
         "## Defaults that differ everywhere",
         "The first three are pinned by the harness (`harness/backends/`) so that the three compare like with like; "
         "a port has to pin them too.",
@@ -309,29 +383,26 @@ def porting_guide(root: Path = ROOT) -> str:
         parts.append(f"Measured sections come from `{path.relative_to(root).as_posix()}` ({env['gpu']}, "
                      f"driver {env.get('host', {}).get('driver', '?')}; {versions})"
                      + (f": {', '.join(f'`{n}`' for n in which)}." if len(used) > 1 else "."))
+    if used:
+        parts.append(_clocks([r for _, d in used for scn in d["scenarios"].values() for r in scn.get("rows", [])]))
     if any(s.ranks and m is not None and _one_rank(m[1]["scenarios"][s.name]) for s in all_scenarios()
            if (m := source[s.name]) is not None):
         parts.append(ONE_GPU)
     for n, s in enumerate(all_scenarios(), 1):
         parts.append(f'<a id="{s.name}"></a>\n\n## {n}. {s.name} — {s.title}')
-        parts.append(f"> {s.concept}")
-        impl = {fw: f"[`{fw}_impl.py`](../impls/{s.name}/{fw}_impl.py)" for fw in FRAMEWORKS}
+        parts.append(f"**{lesson(s.concept)}**")
+        parts.append(_snippets(root, s))
         parts.append(_header()
-                     + "| **APIs** | " + " | ".join(_codes(s.key_apis.get(fw, ())) for fw in FRAMEWORKS) + " |\n"
-                     + "| **impl** | " + " | ".join(impl[fw] for fw in FRAMEWORKS) + " |")
-        parts.append(f"Spec: [`scenarios/{s.name}.py`](../scenarios/{s.name}.py). Variants, baseline first:\n\n"
-                     + "\n".join(f"- `{v.name}`" + (" *(hazard)*" if v.hazard else "")
-                                 + _gpu_mark(v) + f" — {v.doc}" for v in s.variants))
+                     + "| **APIs** | " + " | ".join(_codes(s.key_apis.get(fw, ())[:API_LINES]) for fw in FRAMEWORKS) + " |")
         traps = _traps(root, s)
-        if traps:
-            parts.append("**Traps**\n\n" + "\n".join(f"- {_cell(t)}" for t in traps))
-        if s.metrics_doc:
-            parts.append("Metrics the impls report: " + "; ".join(f"`{k}` — {v}" for k, v in s.metrics_doc.items()))
+        parts.append(f"**Traps** ([spec](../scenarios/{s.name}.py)):\n\n"
+                     + "\n".join(f"- {_cell(t)}" for t in traps) if traps else
+                     f"The whole story: [the spec](../scenarios/{s.name}.py).")
         measured = source[s.name]
         if measured is not None:
             path, doc = measured
             parts += _measured(root, doc["scenarios"][s.name], path.relative_to(root).as_posix(),
-                               doc["environment"]["gpu"], frozenset(c.id for c in s.claims if c.communicates))
+                               frozenset(c.id for c in s.claims if c.communicates))
         elif committed:
             parts.append("*Not in any committed GPU result.*")
     return "\n\n".join(parts) + "\n"

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.backends import in_prose
 from harness.results.files import check_writable, write_files
-from harness.report.labels import gpu_label, kernel_of, pct_of_floor
+from harness.report.labels import gpu_label, kernel_of, kernel_said, pct_of_floor
 from harness.report.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
                             summary_status, timed)
 from harness.report.charts import chart_png, ordered_sweep, point_label, variants_of
@@ -375,14 +375,11 @@ def make_report(result: str | Path, out: str | Path | None = None, doc: dict[str
 def _clocks_said(doc: dict[str, Any]) -> str:
     """The report's words for its clocks and its medians: a file that says its rows' medians are the
     processes' (row_median) gets them said so; an older file, which pooled the repeats, keeps its words."""
-    kernel = any("kernel_source" in (r.get("timing") or {}) for s in doc.get("scenarios", {}).values()
-                 for r in s.get("rows", []))
+    rows = [r for scn in doc.get("scenarios", {}).values() for r in scn.get("rows", [])]
     if doc.get("row_median") == "processes":
         return ("**device-done**: from the call until the device finished its work (a device-wide synchronize "
                 "where the framework has one, else every output of the call ready); **host-return**: until the call handed "
-                "control back to Python; **kernel**: the device's own busy time per call (" +
-                ("CUDA events around the call where the framework has them, else the CUPTI trace of untimed runs"
-                 if kernel else "CUDA events around the call, where the framework has them") +
-                "). The median of the worker processes' medians; spread = IQR / median of every repeat")
+                "control back to Python; **kernel**: how long the call occupied the device, per call (" + kernel_said(rows)
+                + "). The median of the worker processes' medians; spread = IQR / median of every repeat")
     return ("**device-done**: from the call until the device finished (a full synchronize); **host-return**: "
             "until the call handed control back to Python. Medians over the repeats, spread = IQR / median")

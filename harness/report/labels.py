@@ -43,6 +43,19 @@ def pct_of_floor(row: dict[str, Any] | None) -> float | None:
     return row["pct_of_floor"]
 
 
+def kernel_said(rows: Any) -> str:
+    """How the rows' kernel clock was read, for a legend: CUDA events where a framework has them, and where a
+    row was traced, the trace's span; or, in files written before the span, its busy time (the union of the
+    call's kernels and copies, idle gaps left out), which says less than the label where a call idles."""
+    sources = {str((r.get("timing") or {}).get("kernel_source") or "") for r in rows}
+    traced = sorted(s for s in sources if "CUPTI" in s or "XLA" in s)
+    if not traced:
+        return "CUDA events around the call, where the framework has them"
+    how = ("from its first kernel or copy to the end of its last" if all("span" in s for s in traced)
+           else "the sum of its kernels and copies, idle gaps left out (a file written before the span)")
+    return f"CUDA events around the call where the framework has them, else untimed runs' CUPTI trace: {how}"
+
+
 def kernel_of(timing: dict[str, Any] | None) -> dict[str, Any] | None:
     """A timing's kernel clock (harness/measure/kernel_clock.py), or None. A file from before the kernel clock
     had one only where its framework had CUDA events, which were then what the kernel clock is now."""

@@ -4,7 +4,7 @@ In the spirit of torch.utils.benchmark's Compare: rows are variants (per point o
 are frameworks, one time unit per table, numbers trimmed to significant figures, and cells whose
 spread (IQR / median of device-done) is above 10% flagged `(! 12%)` with their row marked `!`. Each
 cell reads `device-done (host-return)`; indented rows under a variant carry the kernel clock (the device's own
-busy time, harness/measure/kernel_clock.py), % of the physical floor,
+time per call, harness/measure/kernel_clock.py), % of the physical floor,
 host syncs, hazard wrong-run counts and the impl's metrics. Skipped or failed cells carry a footnote
 mark whose reason is printed under the table. The Markdown/HTML report is harness/report/html.py.
 """
@@ -211,8 +211,8 @@ def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]
                 table.add_row(f"[dim]{'    ' if len(points) > 1 else '  '}· {what}[/dim]", *vals)
     unit_text = (f"Times in {UNIT_NAMES[units[0]]} ({units[0]})" if len(set(units)) == 1
                  else "Times in the unit by each point")
-    legend = (f"{unit_text}: [bold]device-done[/bold] (host-return), medians; · kernel: the device's own busy "
-              f"time per call; (! n%) marks a spread (IQR/median) above {100 * HIGH_SPREAD:.0f}%.")
+    legend = (f"{unit_text}: [bold]device-done[/bold] (host-return), medians; · kernel: how long the call occupied "
+              f"the device; (! n%) marks a spread (IQR/median) above {100 * HIGH_SPREAD:.0f}%.")
     return table, [legend] + [f"{MARKS[i] if i < len(MARKS) else f'[{i + 1}]'} {t}" for i, t in enumerate(notes.items)]
 
 

@@ -155,7 +155,7 @@ class Timing(_Record):
     host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr
     device_done: Json
     device_events: Json | None  # null where the framework has no device events (CPU)
-    # the kernel clock (harness/measure/kernel_clock.py): the device's busy time per call, where there is a
+    # the kernel clock (harness/measure/kernel_clock.py): how long a call occupies the device, where there is a
     # device; kernel_source says how it was read, kernel_why why a GPU row has none
     kernel: Json | None = None
     kernel_source: str | None = None

@@ -5,7 +5,7 @@ each framework's worker times the kernel with the harness (wall clock with a ful
 call) and with its own tool in the same process, like for like: one call timed alone
 (Backend.own_benchmark: a tool that times one call between its own synchronizes, or with device events
 around each call); a framework with no tool of its own gives none. Shown beside them, not judged: the
-harness's device-event median, the CUPTI trace's busy time of the same kernel (the kernel clock's reading
+harness's device-event median, the CUPTI trace's time of the same kernel (the kernel clock's reading
 where a framework has no events: harness/measure/kernel_clock.py), and torch's blocked_autorange, which runs ~100 calls back to back per
 measurement (a GPU that idles between synchronized calls runs a GEMM a few percent slower than back to
 back: a device effect that any caller who synchronizes after each call pays, not a fault of either clock).

@@ -345,7 +345,7 @@ def selfcheck(fw: str) -> list[dict[str, Any]]:
                     "harness_events_s": m.device_events.median if m.device_events else None,
                     "tool": tool["tool"] if tool else None, "tool_s": tool["tool_s"] if tool else None,
                     "tool_back_to_back_s": tool["back_to_back_s"] if tool else None})
-    # trace_s: the same calls' busy time in a CUPTI trace (harness/measure/kernel_clock.py), the events'
+    # trace_s: the same calls' device time in a CUPTI trace (harness/measure/kernel_clock.py), the events'
     # cross-check; traced after every timing, since a profiler session can slow the process's later launches
     for row, call in zip(out, kernels.values()):
         traced = kernel_clock.trace_call(b, call) if b.on_gpu else {}
