@@ -12,7 +12,8 @@ import pytest
 
 from harness.workers import processes
 from harness.measure.calibrate import host_series
-from harness.workers.handlers import same_bytes
+from harness.check import outputs
+from harness.check.outputs import same_bytes
 from harness.results.model import Timing
 from harness.measure.noise import host_sensitivity
 from harness.measure.timing import TimingConfig, measure
@@ -227,7 +228,7 @@ def test_same_bytes_sees_one_bit_anywhere_in_an_output_of_many_slices(monkeypatc
     (partial) slice, in a non-contiguous view too, is a difference."""
     from harness.workers import handlers
 
-    monkeypatch.setattr(handlers, "SAME_BYTES_SLICE", 64)
+    monkeypatch.setattr(outputs, "SAME_BYTES_SLICE", 64)
     a = np.random.default_rng(0).standard_normal(1000).astype(np.float32)  # 4000 bytes: 62.5 slices
     assert same_bytes(a, a.copy()) and same_bytes(a[::2], a.copy()[::2])
     for at in (0, 15, 16, 500, 999):
@@ -246,9 +247,9 @@ def test_same_bytes_reads_outputs_of_one_layout_in_memory_order_without_a_copy(m
     are compared element by element."""
     from harness.workers import handlers
 
-    monkeypatch.setattr(handlers, "SAME_BYTES_SLICE", 64)
+    monkeypatch.setattr(outputs, "SAME_BYTES_SLICE", 64)
     a = np.random.default_rng(1).standard_normal((40, 25)).astype(np.float32).T  # F order
-    first = np.array(a, copy=True)  # handlers._copied: order K keeps the layout
+    first = np.array(a, copy=True)  # outputs.copied: order K keeps the layout
     assert first.strides == a.strides and not a.flags.c_contiguous
     copies = []
     real = np.ascontiguousarray
@@ -387,8 +388,8 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
     backend_or_skip("torch")
     monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)  # smoke outputs are small: shortcut them too
     compared: list[str] = []
-    real = handlers.compare_outputs
-    monkeypatch.setattr(handlers, "compare_outputs",
+    real = outputs.compare_outputs
+    monkeypatch.setattr(outputs, "compare_outputs",
                         lambda scn, params, got, want, variant: compared.append(variant) or real(
                             scn, params, got, want, variant=variant))
     root = point_cache.start()
@@ -481,8 +482,8 @@ def test_a_bit_exact_check_that_passes_is_one_comparison_and_one_that_fails_is_s
     backend_or_skip("torch")
     monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)
     passes: list[str] = []
-    real_err, real_digest = handlers.relative_error, point_cache.digest
-    monkeypatch.setattr(handlers, "relative_error", lambda got, want: passes.append("error") or real_err(got, want))
+    real_err, real_digest = outputs.relative_error, point_cache.digest
+    monkeypatch.setattr(outputs, "relative_error", lambda got, want: passes.append("error") or real_err(got, want))
     monkeypatch.setattr(point_cache, "digest", lambda got: passes.append("digest") or real_digest(got))
     scn = get("pinned_transfer")
     cfg = timing.TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)
@@ -733,8 +734,8 @@ def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_ot
     # pinned_transfer's outputs are dicts of one tensor: a copy of the outputs is one call with the dict
     monkeypatch.setattr(b, "to_numpy", lambda x: (isinstance(x, dict) and copies.append(1)) or real(x))
     compared: list[str] = []
-    real_compare = handlers.compare_outputs
-    monkeypatch.setattr(handlers, "compare_outputs",
+    real_compare = outputs.compare_outputs
+    monkeypatch.setattr(outputs, "compare_outputs",
                         lambda scn, params, got, want, variant: compared.append(variant) or real_compare(
                             scn, params, got, want, variant=variant))
     cfg = timing.TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)

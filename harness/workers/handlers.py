@@ -17,7 +17,8 @@ from harness import backends
 from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
 from harness.measure.calibrate import python_loop_s
-from harness.check.equivalence import bit_exact, compare_outputs, relative_error, strided_sample
+from harness.check.equivalence import strided_sample
+from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.results.model import Check, Row, Timing
 from harness.measure.profiling import profile_variant, row_name
@@ -95,7 +96,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
             expected = got  # later variants are checked against this framework's baseline
             # bytes equal to the baseline's then pass uncopied (_time_variant), except where a comparison would
             # fail them against themselves: NaN at a tolerance, a distribution's own tests
-            expected_digest = got_digest if got_digest and not scn.distributions and not _has_nan(got) else None
+            expected_digest = got_digest if got_digest and not scn.distributions and not has_nan(got) else None
             sample = {k: strided_sample(a, SAMPLE_ELEMS) for k, a in got.items()}
         timed.setup_s = setup_s
         rows.append(timed)
@@ -171,70 +172,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     # waits for its outputs only, so the first call's own synchronize would leave them inside that call
     b.synchronize(state)
     poison = (lambda: impl.poison(state)) if hasattr(impl, "poison") else None
-    captured: list[Arrays] = []
-    rel_errs: list[float] = []  # of the checked repeats, for regressions in numbers (not hazards)
-    from_outputs: dict[str, float] = {}
-
-    # the first checked outputs' error, verdict and device digest (harness/backends/digest.py; None: none)
-    first: list[tuple[float | None, str | None, str | None]] = []
-    own: list[str | None] = []  # with nothing to check against: the captured outputs' device digest
-
-    def check(out: Any) -> str | None:
-        if want is None:  # nothing to judge against: the first outputs become the later variants' want
-            if not captured:  # a copy: an impl may hand back a buffer of its state, which the next run overwrites
-                captured.append(_copied(b.to_numpy(out)))
-                own.append(b.digest(out))
-            return None
-        dev = b.digest(out)  # on the device: the same key, the same bytes, and no host copy to learn it
-        got = None
-        if first and dev is not None and dev == first[0][2]:
-            err, verdict = first[0][:2]  # the same bytes get the same verdict: not compared again
-        elif dev is not None and dev == want_digest:  # the baseline's own bytes: equal, element for element
-            err, verdict = None if v.hazard else 0.0, None
-            if not first:
-                first.append((err, verdict, dev))
-        elif first and dev is None and first[0][2] is None and same_bytes(got := b.to_numpy(out), captured[0]):
-            err, verdict = first[0][:2]
-        else:
-            err, verdict, got = judge(out, got, not first, dev)
-            if not first:
-                first.append((err, verdict, dev))
-                if dev is None:  # later outputs are compared with these bytes
-                    captured.append(_copied(got))
-        if err is not None:
-            rel_errs.append(err)
-        return verdict
-
-    def judge(out: Any, got: Arrays | None, is_first: bool, dev: str | None) -> tuple[float | None, str | None, Any]:
-        """(relative error or None for a hazard, what is wrong or None, the numpy outputs or None where a
-        verdict was recalled); the first output's metrics too. Against the shared reference, another
-        process's verdict on the same bytes (point_cache, by device digest or else by sha256) stands."""
-        metrics = is_first and scn.output_metrics is not None and want_is_reference and not v.hazard
-
-        def usable(known: dict[str, Any] | None) -> bool:
-            return known is not None and (not metrics or "metrics" in known)
-
-        known = point_cache.recall(scn, params, v.name, dev) if want_is_reference else None
-        if not usable(known):
-            got = b.to_numpy(out) if got is None else got
-            exact = bit_exact(scn, params, want, v.name)  # one pass decides; sha256 would cost more than it saves
-            key = point_cache.digest(got) if want_is_reference and dev is None and (metrics or not exact) else None
-            known = point_cache.recall(scn, params, v.name, key)
-            if not usable(known):
-                m = compare_outputs(scn, params, got, want, variant=v.name)
-                # bit-exact outputs that pass equal the reference element for element: their error is 0
-                err = None if v.hazard else 0.0 if exact and m is None else float(relative_error(got, want))
-                known = {"err": err, "verdict": None if m is None else m.describe()}
-                if metrics:
-                    known["metrics"] = {k: float(x) for k, x in scn.output_metrics(got, want, params).items()}
-                point_cache.remember(scn, params, v.name, key, known)
-            if want_is_reference:
-                point_cache.remember(scn, params, v.name, dev, known)
-        assert known is not None
-        if metrics:
-            from_outputs.update(known["metrics"])
-        return known["err"], known["verdict"], got
-
+    check = OutputCheck(scn, v, b, params, want, want_is_reference, want_digest, point_cache)
     vcfg = cfg.for_variant(v.name)
     if v.fresh_process:  # every call a new child: nothing to warm (spec.Variant)
         vcfg = replace(vcfg, warmup=0, warmup_s=0.0)
@@ -247,61 +185,17 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     if m.device_events is not None:  # CUDA events around every timed call: the kernel clock of this row
         timing.kernel, timing.kernel_source = m.device_events.to_dict(), "CUDA events"
         timing.samples["kernel"] = list(m.samples["device_events"])
-    timing.metrics.update(from_outputs)
+    timing.metrics.update(check.metrics)
     timing.phase_s = time.perf_counter() - t_variant  # this process's whole share of the row
     return Row(
         scenario=scn.name, framework=b.name, variant=v.name, hazard=v.hazard,
         status="ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
         timing=timing,
         check=Check(checked=m.checked_repeats, wrong=m.wrong_repeats, worst=m.worst,
-                    max_rel_err=max(rel_errs) if rel_errs else None),
+                    max_rel_err=max(check.rel_errs) if check.rel_errs else None),
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
-    ), captured[0] if captured else None, own[0] if own else None
-
-
-SAME_BYTES_SLICE = 1 << 20
-
-
-def _copied(a: Any) -> Any:
-    """numpy outputs (arrays, or dicts of them) copied; anything else as it is."""
-    if isinstance(a, dict):
-        return {k: _copied(x) for k, x in a.items()}
-    return np.array(a, copy=True) if isinstance(a, np.ndarray) else a
-
-
-def _has_nan(a: Any) -> bool:
-    """Does a numpy output (an array, or a dict of them) hold a NaN? In slices, as same_bytes reads."""
-    if isinstance(a, dict):
-        return any(_has_nan(x) for x in a.values())
-    if not isinstance(a, np.ndarray) or a.dtype.kind not in "fc":
-        return False
-    flat = np.ravel(a, order="K")
-    step = max(1, SAME_BYTES_SLICE // max(1, a.itemsize))
-    return any(np.isnan(flat[i:i + step]).any() for i in range(0, flat.size, step))
-
-
-def same_bytes(a: Any, b: Any) -> bool:
-    """Are two numpy outputs (arrays, or dicts of them) the same bytes, dtypes and shapes? A check's
-    verdict is a function of the outputs alone, so outputs equal to already checked ones need no second
-    comparison with the reference (a float64 comparison of 8192 x 8192 took seconds a check on the H200
-    host). Anything else (objects, differing keys) is not the same: it is compared in full."""
-    if isinstance(a, dict) or isinstance(b, dict):
-        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
-                and all(same_bytes(a[k], b[k]) for k in a))
-    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.hasobject:
-        return False
-    dense = all(v.flags.c_contiguous or v.flags.f_contiguous for v in (a, b))
-    if dense and a.strides == b.strides:  # one layout (a transposed output, as .cpu() keeps it): memory order
-        x, y = (np.ravel(v, order="K").view(np.uint8) for v in (a, b))
-    else:  # layouts that differ, or gaps: element order, which copies
-        x, y = (np.ascontiguousarray(v).reshape(-1).view(np.uint8) for v in (a, b))
-    # in 1 MiB slices: one comparison of a whole output first builds a boolean array as large as it,
-    # whose fresh pages cost seconds a GiB on a cloud host
-    return all(np.array_equal(x[i:i + SAME_BYTES_SLICE], y[i:i + SAME_BYTES_SLICE])
-               for i in range(0, x.size, SAME_BYTES_SLICE))
+    ), check.captured, check.own_digest
 
 
 def _count_syncs(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None) -> Any:
