@@ -247,7 +247,7 @@ SCENARIO = Scenario(
                "buffer (the check reads the psum_scatter's result); in-place all_to_all, which NCCL lacks, "
                "runs in JAX alone (XLA buffers what it must). At one rank XLA folds broadcast, all_reduce and "
                "all_gather away: in place a call runs nothing on the GPU, out of place one device-to-device copy "
-               "into the receive buffer (traced on the H200: docs/probes/jax_collective_dispatch.md). barrier: a "
+               "into the receive buffer (traced on the H200: results/probes/jax_collective_dispatch.md). barrier: a "
                "psum of one element per "
                "rank in a jitted shard_map (the device all-reduce torch's NCCL barrier is); JAX's own "
                "multihost_utils.sync_global_devices would add a host-to-device copy of a hash, a device all-gather, "

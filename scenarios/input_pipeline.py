@@ -157,7 +157,7 @@ SCENARIO = Scenario(
                "batch i+2's device_put is issued right after step i is queued (flax's prefetch_to_device, size "
                "2). The runtime runs a host-to-device copy after the compute already queued (its destination may "
                "reuse memory that compute reads), so that copy runs beside step i+1; one batch ahead, each copy "
-               "would wait for the step before it and each step for its copy (docs/probes/jax_overlap.md). Three "
+               "would wait for the step before it and each step for its copy (results/probes/jax_overlap.md). Three "
                "batches are alive on the device where CuPy's ring has two slots; the host never waits. "
                "The naive device_put from pageable numpy may itself return before the copy is done: whatever overlap "
                "JAX finds on its own shows in the naive row.",

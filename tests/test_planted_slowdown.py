@@ -147,7 +147,7 @@ SLICE = ["--scenarios", "sync_points,launch_overhead", "--frameworks", "torch", 
 # this test runs only where a person says the host is quiet: TRIPTYCH_QUIET_HOST=1 (and a load average
 # under half the cores). The lent H200's 16 idle vCPUs are not quiet either (2026-12-04, four processes
 # a row: the planted row 0.77x [0.59, 1.12], two unplanted rows 0.68x and 0.58x: its host runs at two
-# speeds, docs/probes/host_speed.md); the test waits for a host that is.
+# speeds, results/probes/host_speed.md); the test waits for a host that is.
 QUIET = os.environ.get("TRIPTYCH_QUIET_HOST") == "1" and os.getloadavg()[0] <= 0.5 * (os.cpu_count() or 1)
 
 
