@@ -20,7 +20,7 @@ PROCESSES = 2
 # compile per shape and every framework a round trip: a few draws check the device paths, while the CPU
 # suite (tests/test_equivalence.py) and the gpu suite's thorough profile draw more. Five fit a full run
 # into one GPU lease: at 8 examples ten scenarios spent ~100 s outside their timed rows on the H200
-# (docs/gpu_runs.md).
+# (results/journal.md).
 EXAMPLES = {"full": 5, "smoke": 6}
 
 
