@@ -78,7 +78,7 @@ def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(m
     assert other["on_device"].device_done.median < 0.0101  # another scenario: not slowed
 
 
-# Noise between processes as measured on the H200 (results/journal.md), log scale: a row whose time the
+# Noise between processes as measured on the H200 (docs/design/processes.md), log scale: a row whose time the
 # device sets wanders about 0.5% between processes, a host-paced row (pageable copies, launch loops,
 # JAX's small transfers) about 15%. (repeat spread, process sd)
 DEVICE, HOST = (0.01, 0.005), (0.05, 0.15)

@@ -73,7 +73,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     setup_s = time.perf_counter() - t_setup
     against = "reference" if expected is not None else "baseline"
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
-    # changed speed during the run (on the H200, a factor of two between processes and runs: results/journal.md).
+    # changed speed during the run (a factor of two between processes and runs: docs/design/host_speed.md).
     host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
     rows: list[Row] = []
     sample = expected_digest = None
@@ -284,8 +284,9 @@ def _has_nan(a: Any) -> bool:
 def same_bytes(a: Any, b: Any) -> bool:
     """Are two numpy outputs (arrays, or dicts of them) the same bytes, dtypes and shapes? A check's
     verdict is a function of the outputs alone, so outputs equal to already checked ones need no second
-    comparison with the reference (a float64 comparison of 8192 x 8192 took seconds a check on the H200
-    host). Anything else (objects, differing keys) is not the same: it is compared in full."""
+    comparison with the reference (a float64 comparison of 8192 x 8192 took seconds a check:
+    docs/design/untimed_costs.md). Anything else (objects, differing keys) is not the same: it is compared
+    in full."""
     if isinstance(a, dict) or isinstance(b, dict):
         return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
                 and all(same_bytes(a[k], b[k]) for k in a))
