@@ -167,7 +167,7 @@ def reference(inputs: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]
 
 def _sweep(sizes: tuple[tuple[int, str], ...]) -> list[Params]:
     """Every operation at every size, but barrier at the smallest only: it moves none of the data, so its
-    time at 1 MiB and 256 MiB was the same latency again (~0.05-0.6 ms on the H200), for ~6 s a framework
+    time at 1 MiB and 256 MiB was the same latency again (~0.05-0.6 ms on a GPU), for ~6 s a framework
     of making and checking 256 MiB around it."""
     return [{"op": op, "bytes": b, "dtype": "float32", "label": f"{op} {label}"}
             for op in OPS for b, label in (sizes[:1] if op == "barrier" else sizes)]
@@ -247,7 +247,7 @@ SCENARIO = Scenario(
                "buffer (the check reads the psum_scatter's result); in-place all_to_all, which NCCL lacks, "
                "runs in JAX alone (XLA buffers what it must). At one rank XLA folds broadcast, all_reduce and "
                "all_gather away: in place a call runs nothing on the GPU, out of place one device-to-device copy "
-               "into the receive buffer (traced on the H200: docs/probes/jax_collective_dispatch.md). barrier: a "
+               "into the receive buffer (traced on a GPU: results/probes/jax_collective_dispatch.md). barrier: a "
                "psum of one element per "
                "rank in a jitted shard_map (the device all-reduce torch's NCCL barrier is); JAX's own "
                "multihost_utils.sync_global_devices would add a host-to-device copy of a hash, a device all-gather, "

@@ -2,7 +2,7 @@
 
 `jobs` independent jobs of `elems` 32-bit values each; every element runs `iters` steps of
 v <- v * 1664525 + 1013904223 (mod 2^32), then v ^= v >> 16: a linear congruential step followed by an
-xor-shift. One job is one kernel of a few blocks (a few SMs of the H200's 132) with a long, latency-bound
+xor-shift. One job is one kernel of a few blocks (a few of a large GPU's 100 or more SMs) with a long, latency-bound
 loop per thread: device-bound, not launch-bound (a tiny kernel would only measure the launch). On one
 stream the kernels run one after another; on N streams they run side by side. The third way is the one
 most code should use: one launch over all the jobs. Integer arithmetic keeps every framework bit-exact
@@ -84,9 +84,9 @@ SCENARIO = Scenario(
     sizes={
         "smoke": {"jobs": 4, "elems": 256, "iters": 64},
         # A job: 4096 elements = 32 blocks of 128 threads, one element per thread in all three kernels, 2^16
-        # dependent steps per element (a multiply-add, a shift, an xor): at least 0.3 ms per kernel on an H200
-        # (estimated from the 4.4 ns a step that CuPy's multiply-add loop took, not unrolled), device-bound, on
-        # 32 of 132 SMs. 2^16, not more: the reference runs every step on the host (2-6 s on one core).
+        # dependent steps per element (a multiply-add, a shift, an xor): at least 0.3 ms per kernel (estimated
+        # from the 4.4 ns a step that CuPy's multiply-add loop took on a GPU, not unrolled), device-bound, on
+        # 32 SMs. 2^16, not more: the reference runs every step on the host (2-6 s on one core).
         "full": {"jobs": 16, "elems": 4096, "iters": 1 << 16},
     },
     make_inputs=make_inputs,

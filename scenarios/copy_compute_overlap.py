@@ -8,7 +8,7 @@ saying "batch loaded" (the compute stream waits on it) and "buffer free again" (
 it before overwriting). In JAX, with no streams or events, the closest equivalent is an
 asynchronous device_put from pinned host memory issued two batches ahead of the step: the runtime runs a
 host-to-device copy after the compute already queued (its destination may reuse memory that compute
-reads), so one batch ahead would serialise copy and step (docs/probes/jax_overlap.py traces it), and JAX
+reads), so one batch ahead would serialise copy and step (docs/design/jax_prefetch.md), and JAX
 keeps three batches alive where the streams need two staging buffers.
 
 Reported as NVIDIA's simpleMultiCopy sample does: each stage timed alone (n copies back to back; n
@@ -162,8 +162,8 @@ SCENARIO = Scenario(
                "step of batch i. The runtime makes such a copy wait for the work already queued on the compute "
                "stream (the copy's destination comes from a pool that work may still read), so it runs after step "
                "i and beside step i+1. Issued one batch ahead, each copy would wait for the step before it and "
-               "each step for its copy: no overlap at all (the H200 trace in docs/probes/jax_overlap.py shows 0 ms "
-               "of copies beside kernels that way). Three batches are alive where torch and CuPy recycle two "
+               "each step for its copy: no overlap at all (a GPU trace shows 0 ms of copies beside kernels "
+               "that way: docs/design/jax_prefetch.md). Three batches are alive where torch and CuPy recycle two "
                "staging buffers, and the host never waits. The serial baseline jits the copy (jax.device_put to "
                "the device memory kind inside jit) and the step into one program per batch: the programs run in "
                "issue order, so copy i+1 waits for step i on the device, as on torch's single stream.",

@@ -187,7 +187,7 @@ SCENARIO = Scenario(
                   "dtype": "float32"},
         # 25.2 M parameters (101 MB of float32 gradients: DDP's buckets of 16, 64 and 16 MiB), 1024 rows per rank
         # and step: 146 GFLOP a step (forward 2 x rows x weights, backward twice that less the first layer's dx),
-        # ~5 ms of float32 matmuls on an H200 (~28 TFLOP/s measured) against ~1.4 ms of host launches, so the
+        # ~5 ms of float32 matmuls at the ~28 TFLOP/s measured on a GPU against ~1.4 ms of host launches, so the
         # device sets the pace (at 8.4 M parameters and 512 rows the host did: 4.31 ms host, 4.38 ms device).
         "full": {"d_in": 1024, "hidden": 4096, "d_out": 1024, "micro": 512, "accum": 2, "steps": 3, "lr": 0.05,
                  "dtype": "float32"},

@@ -118,10 +118,9 @@ SCENARIO = Scenario(
     params=lambda: S.params(m=S.dims(1, 48), n=S.dims(1, 48), dtype=S.float_dtypes("float32")),
     sizes={
         "smoke": {"m": 256, "n": 128, "dtype": "float32"},
-        # Each stage is a 0.14 TFLOP GEMM (about 2.5 ms on an H200); a hand-off's host work takes well under 1 ms,
-        # so every consumer imports while its producer is still computing. 64 MiB per activation (128 MiB once,
-        # cut to shorten a full run; via_host's first call, 8-10 s in each process on the H200, stayed
-        # as long at 64 MiB: its cause is not the size, and is not known).
+        # Each stage is a 0.14 TFLOP GEMM (about 2.5 ms at ~55 TFLOP/s); a hand-off's host work takes well under
+        # 1 ms, so every consumer imports while its producer is still computing. 64 MiB per activation (128 MiB
+        # once, cut to shorten a full run).
         "full": {"m": 4096, "n": 4096, "dtype": "float32"},
     },
     make_inputs=make_inputs,

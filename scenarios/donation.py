@@ -114,7 +114,7 @@ SCENARIO = Scenario(
     params=lambda: S.params(n=S.dims(1, 4096), dtype=S.float_dtypes("float32")),
     sizes={
         "smoke": {"n": 1 << 16, "dtype": "float32"},
-        # 1 GiB of float32 parameters: ~0.7 ms a step at the H200's HBM rate, and a second copy is 1 GiB.
+        # 1 GiB of float32 parameters: ~0.7 ms a step at a few TB/s of memory bandwidth, and a second copy is 1 GiB.
         "full": {"n": 1 << 28, "dtype": "float32"},
     },
     make_inputs=make_inputs,

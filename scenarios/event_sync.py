@@ -155,7 +155,7 @@ SCENARIO = Scenario(
                "cannot be written (no_sync is not expressible). device_synchronize has no JAX counterpart either: "
                "the closest is to block on every array in flight (here the producer's and the background's); "
                "stream_synchronize becomes blocking on the producer's result. What JAX decides for you, as the "
-               "H200 timelines show: computations run on one compute stream in dispatch order, and the "
+               "GPU timelines show: computations run on one compute stream in dispatch order, and the "
                "background upload did not run beside the producer in either order. Dispatched first, its mean held "
                "the producer back until the 5 ms upload had landed (both waits cost 7.7 ms); dispatched after the "
                "producer, the upload started only once the producer was done. So the result now comes first (the "

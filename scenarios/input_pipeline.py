@@ -118,7 +118,7 @@ SCENARIO = Scenario(
     sizes={
         "smoke": {"steps": 8, "batches": 4, "batch": 256, "dim": 64, "hidden": 256, "dtype": "float32"},
         # Per step: 16 MiB of batch (about 0.3 ms over the pinned link, about 2 ms from pageable memory) and
-        # 0.28 TFLOP of GEMMs (about 5.4 ms on an H200): compute-bound once the copy is hidden.
+        # 0.28 TFLOP of GEMMs (about 5.4 ms at ~50 TFLOP/s): compute-bound once the copy is hidden.
         "full": {"steps": 16, "batches": 8, "batch": 4096, "dim": 1024, "hidden": 16384, "dtype": "float32"},
     },
     make_inputs=make_inputs,
@@ -157,7 +157,7 @@ SCENARIO = Scenario(
                "batch i+2's device_put is issued right after step i is queued (flax's prefetch_to_device, size "
                "2). The runtime runs a host-to-device copy after the compute already queued (its destination may "
                "reuse memory that compute reads), so that copy runs beside step i+1; one batch ahead, each copy "
-               "would wait for the step before it and each step for its copy (docs/probes/jax_overlap.md). Three "
+               "would wait for the step before it and each step for its copy (docs/design/jax_prefetch.md). Three "
                "batches are alive on the device where CuPy's ring has two slots; the host never waits. "
                "The naive device_put from pageable numpy may itself return before the copy is done: whatever overlap "
                "JAX finds on its own shows in the naive row.",

@@ -25,7 +25,7 @@ from scenarios.spec import Claim, Params, Scenario, Tolerance, Variant, Verdict
 # of the scale; TF32 keeps 10 mantissa bits (median error ~2e-4, max ~2e-3 of the scale, more where cuBLAS
 # truncates instead of rounding); bf16 keeps 7, and its product is rounded to bf16 (max ~2e-2).
 # Full float32: a dot product of k terms errs by ~sqrt(k) x 2^-24 of the unit-scaled output, its largest over
-# 16 M outputs a few times that; the H200 put 8192^3's worst at 2.4e-5 (cuBLAS; JAX 1.1e-5). TF32's median
+# 16 M outputs a few times that; a GPU run put 8192^3's worst at 2.4e-5 (cuBLAS; JAX 1.1e-5). TF32's median
 # error (~2e-4) is 4x over, so a TF32 GEMM still fails this tolerance.
 FP32 = Tolerance({"float32": (1e-5, 5e-5)})
 TF32 = Tolerance({"float32": (1e-2, 1e-2)})
@@ -126,7 +126,7 @@ SCENARIO = Scenario(
     params=lambda: S.params(m=S.dims(1, 48), k=S.dims(1, 64), n=S.dims(1, 48), dtype=S.float_dtypes("float32")),
     sizes={
         "smoke": {"m": 256, "k": 512, "n": 256, "dtype": "float32"},
-        # ~137 GFLOP: ~2.7 ms at full float32 on an H200, ~0.4 ms at TF32: the GEMM sets the pace, not the
+        # ~137 GFLOP: ~2.7 ms at full float32 (~50 TFLOP/s), ~0.4 ms at TF32: the GEMM sets the pace, not the
         # launch. 8192^3 took 221 s of a run, most of it the float64 reference on the host.
         "full": {"m": 4096, "k": 4096, "n": 4096, "dtype": "float32"},
     },

@@ -147,7 +147,7 @@ SCENARIO = Scenario(
     sizes={
         "smoke": [{"n": 1 << 14, "cycles": 8, "label": "64 KiB"}, {"n": 1 << 18, "cycles": 8, "label": "1 MiB"}],
         # One point: each point costs fresh_process and beside_jax five new processes per framework and row
-        # (about two minutes on the H200); below MIN_JUDGED_BYTES the claims about held bytes are not judged.
+        # (about two minutes on a GPU); below MIN_JUDGED_BYTES the claims about held bytes are not judged.
         "full": [{"n": 1 << 28, "cycles": 8, "label": "1 GiB"}],
     },
     max_examples=2,  # each example starts a process per variant and framework

@@ -37,7 +37,7 @@ def prefaulted(a: np.ndarray) -> np.ndarray:
     """A pageable host copy of a, made the same way in every process: its own page-aligned anonymous
     mapping, advised for transparent huge pages (where the kernel has them), every page written once here,
     untimed. A pageable copy's speed depends on faulting pages in and on whether they are huge; a plain
-    numpy allocation leaves both to the allocator's history (seen on the H200: torch d2h_pageable at 256 MiB
+    numpy allocation leaves both to the allocator's history (seen on a GPU host: torch d2h_pageable at 256 MiB
     took 18.3 ms in one process and 25.5 ms in the next)."""
     size = max(a.nbytes, 1)
     buf = mmap.mmap(-1, -(-size // PAGE) * PAGE)  # anonymous, private, page-aligned
@@ -258,7 +258,7 @@ SCENARIO = Scenario(
                "and np.asarray of the result, its share shown as to_numpy_s; the *_jit_transfer variants are a jitted "
                "identity whose out_shardings name the other memory kind, so that XLA issues the copy. A jax.Array "
                "keeps its host copy once read, so each run reads a fresh device array (made untimed by poison). "
-               "JAX's paths measured on the H200 (256 MiB float32, median of 15; raw cudaMemcpyAsync "
+               "JAX's paths measured on one GPU (256 MiB float32, median of 15; raw cudaMemcpyAsync "
                "4.872 ms = 55.1 GB/s both ways), as % of the raw rate. H2D: jit transfer from a pinned_host array "
                "91.9% (h2d_jit_transfer, the best); device_put from a pinned_host array 90.2%, and with a list of "
                "2/4/8/16 pinned chunks in one call 90.1/89.8/86.7/84.5% (88.9/86.9/85.9/80.6% with the "

@@ -131,8 +131,8 @@ SCENARIO = Scenario(
     sizes={
         "smoke": {"batch": 64, "d_model": 128, "hidden_per_rank": 256, "dtype": "float32"},
         # GPT-2-medium-like block on one rank: 2048 tokens, d_model 1024, hidden 4096 (4 x d_model): ~100 GFLOP
-        # a step, each matmul ~0.3 ms of float32 on an H200 (far above a launch), the activation all-reduced
-        # 8 MiB. The GPT-2-XL block (4096 tokens, d_model 1600) took ~20 s a framework on the H200; the claim
+        # a step, each matmul ~0.3 ms of float32 at ~55 TFLOP/s (far above a launch), the activation all-reduced
+        # 8 MiB. The GPT-2-XL block (4096 tokens, d_model 1600) took ~20 s a framework of a full run; the claim
         # counts collectives, which the size does not change.
         "full": {"batch": 2048, "d_model": 1024, "hidden_per_rank": 4096, "dtype": "float32"},
     },

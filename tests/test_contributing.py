@@ -182,7 +182,8 @@ def make_docs(repo: Path, argv: list[str], out: Path) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     index, guide = (repo / "docs" / "scenarios.md").read_text(), (repo / "docs" / "porting.md").read_text()
     assert f"[`{NAME}`](../scenarios/{NAME}.py)" in index and f'<a id="{NAME}"></a>' in guide
-    assert "`torch.add(input, other, alpha=2)`" in guide and "`calls` — framework calls" in guide
+    assert "`torch.add(input, other, alpha=2)`" in guide  # its APIs, and its lesson heading its section
+    assert "**A multiply and an add are two framework calls; one fused call computes the same y = 2x + 1.**" in guide
 
 
 def pytest_step(repo: Path, argv: list[str], out: Path) -> None:

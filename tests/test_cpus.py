@@ -29,7 +29,7 @@ def test_choose_never_keeps_fewer_than_min_keep():
 
 
 def test_a_cpu_slow_in_some_rounds_only_is_kept():
-    # the H200 VM's CPUs: each fast or slow by turns, independently (the probe in docs/gpu_runs.md)
+    # the H200 VM's CPUs: each fast or slow by turns, independently (docs/design/host_speed.md)
     times = {c: [0.0065, 0.0115, 0.0065] if c % 2 else [0.0115, 0.0065, 0.0115] for c in range(8)}
     times[8] = [0.0115, 0.0118, 0.0112]  # slow in every round: dropped
     keep, why = cpus.choose(times)

@@ -14,7 +14,7 @@ P = {"steps": 5, "batches": 2, "batch": 16, "dim": 8, "hidden": 12, "dtype": "fl
 
 
 def test_jax_prefetch_issues_each_copy_two_steps_ahead_and_never_waits(monkeypatch):
-    """A copy queued after step i runs after it (docs/probes/jax_overlap.md): copy i+2 right after step i
+    """A copy queued after step i runs after it (docs/design/jax_prefetch.md): copy i+2 right after step i
     runs beside step i+1; one ahead would serialise them. At most two batches wait for their step."""
     backend_or_skip("jax")
     impl = load_impl(SCN.name, "jax")

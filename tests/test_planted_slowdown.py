@@ -78,7 +78,7 @@ def test_a_planted_slowdown_stretches_the_named_rows_timed_region_by_its_share(m
     assert other["on_device"].device_done.median < 0.0101  # another scenario: not slowed
 
 
-# Noise between processes as measured on the H200 (docs/gpu_runs.md), log scale: a row whose time the
+# Noise between processes as measured on the H200 (docs/design/processes.md), log scale: a row whose time the
 # device sets wanders about 0.5% between processes, a host-paced row (pageable copies, launch loops,
 # JAX's small transfers) about 15%. (repeat spread, process sd)
 DEVICE, HOST = (0.01, 0.005), (0.05, 0.15)
@@ -147,7 +147,7 @@ SLICE = ["--scenarios", "sync_points,launch_overhead", "--frameworks", "torch", 
 # this test runs only where a person says the host is quiet: TRIPTYCH_QUIET_HOST=1 (and a load average
 # under half the cores). The lent H200's 16 idle vCPUs are not quiet either (2026-12-04, four processes
 # a row: the planted row 0.77x [0.59, 1.12], two unplanted rows 0.68x and 0.58x: its host runs at two
-# speeds, docs/probes/host_speed.md); the test waits for a host that is.
+# speeds, results/probes/host_speed.md); the test waits for a host that is.
 QUIET = os.environ.get("TRIPTYCH_QUIET_HOST") == "1" and os.getloadavg()[0] <= 0.5 * (os.cpu_count() or 1)
 
 

@@ -281,7 +281,7 @@ def _jax_overlap_log(monkeypatch, variant: str, batches: int = 6) -> list[tuple[
 
 def test_jax_overlapped_prefetches_two_ahead_and_never_waits(monkeypatch):
     """The runtime runs a device_put after the compute queued before it (the H200 trace in
-    docs/probes/jax_overlap.py): copy i+2 is issued right after step i, so it runs beside step i+1; one
+    docs/design/jax_prefetch.md): copy i+2 is issued right after step i, so it runs beside step i+1; one
     ahead would serialise copy and step. No host wait, and no more than two batches wait for their step."""
     log = _jax_overlap_log(monkeypatch, "overlapped")
     assert not [e for e in log if e[0] == "waited"], log

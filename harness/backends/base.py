@@ -238,8 +238,9 @@ class Backend(ABC):
 
     def clock_elements(self, arrays: int = 4) -> int:
         """Elements of each float32 array of the selfcheck's elementwise kernels: 2^30 (4 GiB, so that each
-        kernel runs >= 1 ms on an H200) where `arrays` of them fit in this framework's memory cap, else the
-        largest power of two that does; 2^20 off the GPU. Why: a fixed 4 GiB ran out of an 80 GB card's cap."""
+        kernel runs about 1 ms or more at a few TB/s) where `arrays` of them fit in this framework's memory
+        cap, else the largest power of two that does; 2^20 off the GPU. Why: a fixed 4 GiB ran out of an
+        80 GB card's cap."""
         if not self.on_gpu:
             return 1 << 20
         cap = self.memory_cap.get("bytes")

@@ -2,8 +2,8 @@
 
 A check that meets bytes it has judged before reuses the verdict (harness/workers/handlers.py). On a GPU
 the host copy of the outputs was most of a check: a 256 MiB collective's checks (two variants, a first and
-a last check each) took 0.47-1.75 s a framework and operation on the H200's host (20261205T115840Z),
-against 0.10-0.33 s of timed calls. A digest brings back two small integers instead. Every backend
+a last check each) took seconds a framework and operation, against a fraction of a second of timed
+calls (docs/design/untimed_costs.md). A digest brings back two small integers instead. Every backend
 computes the same function (numpy's below is the definition the tests hold them to), so equal bytes give
 equal keys across frameworks and processes.
 

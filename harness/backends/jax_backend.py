@@ -34,7 +34,7 @@ class JaxBackend(Backend):
             "TF32-class on the GPU by default; the harness sets `jax_default_matmul_precision='highest'`, "
             "impls pass `precision=lax.Precision.HIGHEST`",
         "matrix-product library":
-            "XLA:GPU autotunes Triton GEMMs at compile time (17.6 s for data_parallel's step on the H200); "
+            "XLA:GPU autotunes Triton GEMMs at compile time (seconds for a training step's first call); "
             "the harness sets `XLA_FLAGS=--xla_gpu_enable_triton_gemm=false` so that JAX calls cuBLAS too (0.35 s)",
         "GPU memory at start":
             "preallocates 75% of the GPU at first use unless `XLA_PYTHON_CLIENT_PREALLOCATE=false` "

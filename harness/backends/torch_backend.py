@@ -192,7 +192,7 @@ class TorchBackend(Backend):
         # Timer defaults to one CPU thread; give it the harness's thread count so CPU numbers compare too.
         timer = Timer(stmt="f()", globals={"f": call}, num_threads=self.fw.get_num_threads())
         # blocked_autorange runs ~100 calls per block between two synchronizes: the device's back-to-back
-        # throughput. On the H200 a 4096 GEMM ran 2.2-3.5% faster that way than alone (CUDA events), so
+        # throughput. A 4096 GEMM ran 2-3.5% faster that way than alone (CUDA events; docs/measuring.md), so
         # the like-for-like check is Timer.timeit(1): one call between the Timer's own synchronizes.
         back_to_back = float(timer.blocked_autorange(min_run_time=1.0).median)
         alone, t_end = [], time.perf_counter() + 1.0

@@ -70,7 +70,7 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
     """None when got matches want; else the worst element. ``scale`` sets |ref| in the band; ``extra`` (per
     element, broadcast to want) widens it where the scenario derived a bound (Scenario.error_bound).
     Works through the outputs in cache-sized chunks: whole-array float64 temporaries, most of their cost in
-    fresh pages, were most of a large output's check and of its row's loop (docs/measuring.md)."""
+    fresh pages, were most of a large output's check and of its row's loop (docs/design/untimed_costs.md)."""
     g = np.asarray(got)
     w = np.asarray(want)
     if g.shape != w.shape:

@@ -120,8 +120,9 @@ def has_nan(a: Any) -> bool:
 def same_bytes(a: Any, b: Any) -> bool:
     """Are two numpy outputs (arrays, or dicts of them) the same bytes, dtypes and shapes? A check's
     verdict is a function of the outputs alone, so outputs equal to already checked ones need no second
-    comparison with the reference (a float64 comparison of 8192 x 8192 took seconds a check). Anything
-    else (objects, differing keys) is not the same: it is compared in full."""
+    comparison with the reference (a float64 comparison of 8192 x 8192 took seconds a check:
+    docs/design/untimed_costs.md). Anything else (objects, differing keys) is not the same: it is compared
+    in full."""
     if isinstance(a, dict) or isinstance(b, dict):
         return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
                 and all(same_bytes(a[k], b[k]) for k in a))

@@ -29,9 +29,9 @@ from harness.measure.timeline import rehearsed
 
 MARK = "triptych kernel clock "  # + the run's index: the host range around one traced run
 REPEATS = 3  # traced runs per row and process
-# Seconds of untraced runs inside the trace before the traced ones: the device's load of a timed loop. Seen on
-# an H100: a TF32 GEMM loop holds the 700 W cap at 1.5-1.6 GHz, and a run traced after an idle gap read
-# 0.343 ms, the loop's events 0.40 (results/journal.md).
+# Seconds of untraced runs inside the trace before the traced ones: the device's load of a timed loop. Why: a
+# card at its power cap clocks down under a loop, and a GEMM traced after an idle gap read about 15% under the
+# loop's own events (results/journal.md).
 WARM_S = 0.2
 # Kineto's (torch.profiler) categories of device work in a Chrome trace
 KINETO_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -1,7 +1,7 @@
 """The machine in the result: host, CPU, kernel, transparent huge pages, GPU clocks, code version.
 
-Timings move with the host as much as with the code (a tiny torch op cost ~6 µs on one H200 host and
-~9 µs on another), so the result records what the host was; the run's own calibration
+Timings move with the host as much as with the code (a tiny torch op cost ~6 µs on one host and ~9 µs
+on another with the same GPU), so the result records what the host was; the run's own calibration
 (harness/measure/calibrate.py) and the GPU ceilings (Backend.ceilings, of the backend that measures them) measure it.
 """
 from __future__ import annotations

@@ -50,7 +50,7 @@ def row_median(procs: Sequence[np.ndarray]) -> float:
     """A row's figure from its processes' repeats: the median of the processes' medians, every process one
     vote. Why not the pooled repeats' median: a process stops on time spent (TimingConfig), so a faster
     process runs more repeats, and a pooled median would lean toward it wherever processes differ more than
-    their repeats do, which on a GPU host is most rows (docs/probes/pair_spread.md). One process: its median."""
+    their repeats do, which on a GPU host is most rows (docs/design/processes.md). One process: its median."""
     meds = [float(np.median(p)) for p in procs if len(p)]
     if not meds:
         raise ValueError("no samples")

@@ -129,7 +129,7 @@ class TimingConfig:
 PRESETS: dict[str, TimingConfig] = {
     "smoke": TimingConfig(warmup=1, min_repeats=5, max_repeats=20, min_time_s=0.02, max_wall_s=0.5, max_noise=0.05),
     # Sized for a shared GPU lease: a full run of every scenario, two processes (or rank groups) a row, in
-    # under ten minutes (docs/gpu_runs.md). 200 repeats, not 60: a row of tens of microseconds stops there
+    # under ten minutes (docs/design/processes.md). 200 repeats, not 60: a row of tens of microseconds stops there
     # long before 0.1 s of device time, and its median's interval narrows as 1/sqrt(n). max_wall_s bounds
     # variants whose untimed per-run work (poisoning 256 MiB, bit-exact checks) dwarfs the timed part:
     # those stop at min_repeats. The noise rule needs 5 repeats; a 1% median takes ~25 of a row spread by 10%.

@@ -86,11 +86,11 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
     (pageable copies, launch-bound loops) can then move without a change of code. Said, not acted on:
     which rows the host paces is not known row by row.
 
-    The H200's host runs Python at two speeds, in spells of tens of milliseconds
-    (docs/probes/host_speed.md): where the loop's times of both runs together span two speeds (their
-    10th and 90th percentiles further apart than the threshold), the note gives the two speeds and the
-    share of measurements at the slower one in each run, which is what moves a host-paced row's median;
-    otherwise it compares the runs' medians."""
+    A lent GPU host ran Python at two speeds, in spells of milliseconds (docs/design/host_speed.md):
+    where the loop's times of both runs together span two speeds (their 10th and 90th percentiles
+    further apart than the threshold), the note gives the two speeds and the share of measurements at
+    the slower one in each run, which is what moves a host-paced row's median; otherwise it compares the
+    runs' medians."""
     (hb, wb), (hc, wc) = host_loops(base), host_loops(cand)
     if not hb or not hc:
         return None
@@ -193,8 +193,8 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
 SENSITIVITY_MIN_SPREAD = 0.05  # the host loop must have varied this much within a run to fit a slope
 SENSITIVITY_MIN_DF = 3  # residual degrees of freedom of the fit: fewer cannot show a row to be insensitive
 # The most of the host's change a row shows, d log(time) / d log(host loop), where its own cannot be
-# fitted: pairs of one row's processes whose loops differ by over 40% in the committed H200 runs give a
-# 99th percentile per framework of 0.90 to 1.47 (docs/probes/elasticity.md, docs/regress.md). A fitted
+# fitted: the 99th percentile of what pairs of one row's processes showed in the committed GPU runs
+# (docs/design/host_speed.md). A fitted
 # upper bound is held to it too: a few processes' fit does not show a row more sensitive than that.
 ELASTICITY_MAX = 1.5
 
@@ -207,7 +207,7 @@ class HostEffect:
     .host_loop_s, measured just before the point was timed in that process).
     fast_ms, slow_ms: the two speeds the host ran at during the runs (every process and point of both),
     where it ran at two: a process can time its row at either whatever the loop read just before it
-    (the H200's host switches in spells of tens of milliseconds, docs/probes/host_speed.md); else None.
+    (a host can switch speed in spells of milliseconds: docs/design/host_speed.md); else None.
     slope: the row's elasticity to the host, d log(time) / d log(host loop), fitted within each run
     (a run's own intercept: a change of code between the runs is not read as host sensitivity) over
     the row's processes; hi its upper 95% bound. None where it cannot be measured (too few processes,

@@ -12,15 +12,14 @@ STARTUP_TIMEOUT_S = 120.0
 ISOLATION = "process"
 # Worker processes per framework that time every row (harness/workers/processes.py). Most of a row's variance on
 # a shared host is between processes (harness/measure/noise.py); from the third process on, each process's
-# repeats follow Kalibera and Jones (harness/workers/processes.py plan). Two until an H200 run shows that six fit a
-# full default run in ten minutes (docs/measuring.md); --processes 6 asks for six now. --isolation none
+# repeats follow Kalibera and Jones (harness/workers/processes.py plan). Two until six fit a full default run
+# in ten minutes (docs/design/processes.md); --processes 6 asks for six now. --isolation none
 # runs one, in this process.
 PROCESSES = 2
 # Hypothesis examples per scenario's equivalence check. On the GPU (full) each example costs JAX a
 # compile per shape and every framework a round trip: a few draws check the device paths, while the CPU
 # suite (tests/test_equivalence.py) and the gpu suite's thorough profile draw more. Five fit a full run
-# into one GPU lease: at 8 examples ten scenarios spent ~100 s outside their timed rows on the H200
-# (docs/gpu_runs.md).
+# into one ten-minute GPU command (docs/design/untimed_costs.md).
 EXAMPLES = {"full": 5, "smoke": 6}
 
 

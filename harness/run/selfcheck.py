@@ -12,7 +12,7 @@ back: a device effect that any caller who synchronizes after each call pays, not
 
 The agreement is a measured figure, not one process's coin toss: PROCESSES worker processes each give a
 ratio harness / tool per kernel, and Student's t interval (95%, n - 1 degrees of freedom) on their logs
-bounds the true ratio. Most of the spread is between processes (harness/measure/noise.py); on the H200 torch's
+bounds the true ratio. Most of the spread is between processes (harness/measure/noise.py); on a lent GPU host torch's
 ratio moved by ~1.5-2% (standard deviation) from one process to the next, so four processes give a
 half-width of ~3%. The verdict on a GPU:
 - "disagree": the whole interval lies more than AGREE (3%) from 1. A true difference within 3% is called

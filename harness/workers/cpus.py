@@ -6,12 +6,9 @@ may use, in rounds spread over a few seconds, drops a CPU that is slow in every 
 process the run starts (workers, rank processes) inherits the CPUs kept. --cpus 2-5,8 names them;
 --cpus all, the default, keeps every CPU.
 
-All is the default because auto did not help on the one machine we measure on. On the H200's virtual
-machine (docs/probes/host_speed.md) its 16 CPUs ran the loop at two speeds about 1.6x
-apart, in spells of a few to tens of milliseconds, each CPU independently of the others: no CPU was
-slower than another for long. Two full runs with auto's first version (five rounds within 1.3 s) each
-dropped three CPUs, different ones, at random, and agreed no better than before. The sweep is still a
-record of the host's state as a run starts.
+All is the default because auto did not help on the lent GPU machine: its CPUs ran the loop at two
+speeds, in spells of milliseconds, each CPU on its own, so no CPU was slower than another for long
+(docs/design/host_speed.md). The sweep is still a record of the host's state as a run starts.
 
 Steal time is the time the hypervisor ran something else while this machine's CPUs wanted to run:
 the run records its share of the CPU time over the whole run (/proc/stat), Linux only.
@@ -27,7 +24,7 @@ from typing import Any, Callable
 from harness.measure.calibrate import python_loop_s
 
 ROUNDS = 6  # sweeps over the CPUs; each times the loop best of 2 (~15-30 ms a CPU)
-GAP_S = 0.5  # between rounds: longer than the H200 VM's slow spells (docs/probes/host_speed.md)
+GAP_S = 0.5  # between rounds: longer than a lent host's slow spells (docs/design/host_speed.md)
 SLOWER = 1.25  # a CPU counts as slow when even its best round is this much over the fastest CPU's
 MIN_KEEP = 4  # JAX's and CUDA's threads need room: never fewer CPUs than this (or all there are)
 

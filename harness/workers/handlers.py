@@ -74,7 +74,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     setup_s = time.perf_counter() - t_setup
     against = "reference" if expected is not None else "baseline"
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
-    # changed speed during the run (on the H200, a factor of two between processes and runs: docs/gpu_runs.md).
+    # changed speed during the run (a factor of two between processes and runs: docs/design/host_speed.md).
     host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
     rows: list[Row] = []
     sample = expected_digest = None

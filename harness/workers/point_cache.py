@@ -2,8 +2,8 @@
 
 Every framework times a point in two processes (harness/workers/processes.py), and all six need the same host
 inputs and float64 reference, deterministic from the params. Made in each, they were the largest
-untimed cost of several scenarios on the H200 host (sync_points' 1 GiB of inputs, ~5 s a
-process, 30 s of its 51 s; collectives ~3 s a process at 256 MiB). The first process to reach a point
+untimed cost of several scenarios in a GPU run (sync_points' 1 GiB of inputs: seconds a process;
+docs/design/untimed_costs.md). The first process to reach a point
 writes them as .npy files to the run's folder ($TRIPTYCH_POINT_CACHE, made by the runner, emptied after
 each point, removed with the run); the others read them back into fresh arrays with np.load, not as
 memory maps, so that what an impl copies from is ordinary anonymous memory in every process.
@@ -12,8 +12,8 @@ Without the variable (tests, a rank under torchrun) every process makes its own.
 The same folder keeps the verdicts of the timed checks against the reference (remember / recall),
 keyed by the variant and a digest of the checked outputs' bytes: a process whose outputs are the bytes
 another process already checked gets that check's verdict, error and output metrics without comparing
-64 M elements in float64 again (matmul_precision: seconds a check on the H200 host, most of its
-timing phase). Outputs that differ by one bit are compared in full, so a wrong output is still caught.
+64 M elements in float64 again (matmul_precision: seconds a check, most of its timing
+phase). Outputs that differ by one bit are compared in full, so a wrong output is still caught.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from scenarios.spec import Arrays, Params, Scenario
 
 ENV = "TRIPTYCH_POINT_CACHE"
 # The run's persistent compilation cache (JAX's, harness/backends/jax_backend.py): every JAX worker compiled
-# every variant in its own process, 14 s a process in a full H200 run; more processes a row, more compiles.
+# every variant in its own process, 14 s a process in a full GPU run; more processes a row, more compiles.
 # The first process of a point compiles (its first_call_s, the row's, stays a cold compile) and writes
 # the program; the row's later processes read it. Removed with the run: no run reads another's programs.
 COMPILE_ENV = "TRIPTYCH_COMPILE_CACHE"

@@ -47,9 +47,9 @@ def consume(p):
 def start(state):
     """The producer, then the background (an upload from pinned memory and its mean), dispatched at once.
     XLA runs every computation on one compute stream in dispatch order: a background mean dispatched
-    first held the producer back until the upload it reads had landed (H200 timeline, first run)."""
+    first held the producer back until the upload it reads had landed (a GPU timeline shows it)."""
     p = produce(state["x"], state["w"], state["steps"])
-    # On the H200 this copy started only when the producer had finished (its copy stream waited on the
+    # On a GPU this copy started only when the producer had finished (its copy stream waited on the
     # compute stream): unlike torch's and CuPy's background, it does not run beside the producer.
     return p, consume(jax.device_put(state["bg_host"], state["dev"]))
 

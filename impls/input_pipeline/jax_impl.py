@@ -6,7 +6,7 @@ batch right before its step. `prefetched` first copies each batch into page-lock
 (device_put to memory_kind="pinned_host": JAX cannot pin a user's numpy array), then issues batch i+2's
 device_put right after step i is queued (flax's prefetch_to_device with size 2). The runtime runs a
 host-to-device copy after the compute already queued, so that copy runs beside step i+1; one batch ahead
-would serialise copy and step (docs/probes/jax_overlap.md). Three batches are alive where CuPy's ring
+would serialise copy and step (docs/design/jax_prefetch.md). Three batches are alive where CuPy's ring
 has two slots, and the host never waits. `compute_only` runs the same steps on batches placed on the
 device beforehand.
 """

@@ -53,7 +53,7 @@ def poison(state):
 
 def produce(state):
     # The step that made the data, queued on the current stream: some compute first (a WORK^3 GEMM keeps
-    # the device busy ~0.3 ms on an H200), then src = ~flipped, bit for bit x.
+    # the device busy a fraction of a millisecond), then src = ~flipped, bit for bit x.
     state["busy"] = state["work"] @ state["work"]
     u = f"u{state['x'].itemsize}"
     cupy.invert(state["flipped_dev"].view(u), out=state["src"].view(u))

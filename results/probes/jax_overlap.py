@@ -12,7 +12,7 @@ by mean(tanh(x @ W)), W 2048 x 2560). Each way is timed wall-clock to the last r
   depth2, depth3  device_put(batch i+k) queued right after step i, no host wait: k + 1 batches alive
 Then each way runs once under jax.profiler, and the trace's GPU plane says on which streams the copies and
 the kernels ran and how long copies and kernels overlapped in time.
-Usage: python3 docs/probes/jax_overlap.py [out.json] [trace_dir]
+Usage: python3 results/probes/jax_overlap.py [out.json] [trace_dir]
 """
 from __future__ import annotations
 

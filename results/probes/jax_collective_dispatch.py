@@ -18,7 +18,7 @@ change of the host's speed reaches all of them alike. Median and quartiles over 
   out_alloc    f(x): no receive buffer, XLA allocates every output
 Then one sample of each way runs under jax.profiler, and the trace's GPU plane gives the device events a
 call (kernels, copies, their names) and the device time a call.
-Usage: python3 docs/probes/jax_collective_dispatch.py [--distributed] [out.json] [trace_dir]
+Usage: python3 results/probes/jax_collective_dispatch.py [--distributed] [out.json] [trace_dir]
 (--distributed: jax.distributed.initialize as one process of one, as the harness's rank processes run.)
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ two speeds, instead of taking every row to follow the host. The test: the commit
 of one commit on the H200 (no change of code), s the two speeds the host ran at in both runs (10th and 90th
 percentiles of every host loop), every row that moved more than 10%, and whether its move lies within the
 model's reach widened by 10% of noise.
-Usage: python docs/probes/host_reach.py (from the repository root)
+Usage: python results/probes/host_reach.py (from the repository root)
 """
 import json
 import math

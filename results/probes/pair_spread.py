@@ -1,4 +1,4 @@
-"""Probe: what an interleaved regress run's spread between pairs is made of (docs/probes/pair_spread.md).
+"""Probe: what an interleaved regress run's spread between pairs is made of (results/probes/pair_spread.md).
 
 Reads the two side files of interleaved runs (results/regress/<stamp>_interleaved/: the baseline's
 <stamp>_<gpu>_<size>.json and the candidate's ...-1.json) and prints, over the rows both sides timed:
@@ -10,7 +10,7 @@ Reads the two side files of interleaved runs (results/regress/<stamp>_interleave
   5. how the host loop measured beside each request differs between two requests, by their distance in time;
   6. whether the warm-up (one call and at least 0.05 s) was done: a process's first repeat, and the median
      of its first three, against the median of its repeats from the eleventh on, per scenario.
-Usage: python docs/probes/pair_spread.py results/regress/<stamp>_interleaved [...]
+Usage: python results/probes/pair_spread.py results/regress/<stamp>_interleaved [...]
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ For every row of every committed H200 file whose processes recorded the host loo
 --min-move gives an elasticity log(median ratio) / log(loop ratio): how much of the host's change the
 row showed. Printed per framework: pairs, median, 95th and 99th percentiles, largest.
 
-    python docs/probes/elasticity.py [--min-move 0.4] [results/*.json ...]
+    python results/probes/elasticity.py [--min-move 0.4] [results/*.json ...]
 """
 from __future__ import annotations
 
