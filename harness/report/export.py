@@ -1,14 +1,14 @@
 """A result as tables other tools read: a tidy CSV, and a short Markdown summary for a CI job's page.
 Why: pandas, benchstat-style tools and CI summaries read flat tables, not the nested result JSON.
 
-CSV (to_csv): a header line (COLUMNS), then comma-separated values, UTF-8, "\\n" line ends, quoted only
-where a value needs it, no index column, a missing value empty: `pandas.read_csv(path)` reads it with
-no options. One line per row of the result (scenario x point x framework x variant) and clock the file
-has (clocks_of: model.CLOCKS that at least one of its rows read; a file from before the kernel clock
-has no kernel lines). A row that did not run, or did not read that clock, keeps its status and gives
-the reason, with empty figures. Figures are seconds (unit "s"); processes and samples count what the
-median is of. params is the point's parameters as JSON, without its label (a column of its own) and
-the run's seed, so that two runs' exports join on them.
+CSV (to_csv): a header line (COLUMNS, Line's fields), then comma-separated values, UTF-8, "\\n" line
+ends, quoted only where a value needs it, no index column, a missing value empty: `pandas.read_csv(path)`
+reads it with no options. One line per row of the result (scenario x point x framework x variant) and
+clock the file has (clocks_of: model.CLOCKS that at least one of its rows read; a file from before the
+kernel clock has no kernel lines). A row that did not run, or did not read that clock, keeps its status
+and gives the reason, with empty figures. Figures are seconds (unit "s"); processes and samples count
+what the median is of. params is the point's parameters as JSON, without its label (a column of its
+own) and the run's seed, so that two runs' exports join on them.
 
 Markdown (to_markdown): the run's environment line (GPU, driver, framework versions), then per
 scenario its equivalence verdict, its claims counted by verdict, and a table of variants x frameworks
@@ -22,21 +22,44 @@ import io
 import json
 import re
 from collections import Counter
+from dataclasses import astuple, dataclass, fields, replace
 from typing import Any, Iterator
 
 from harness.backends import FRAMEWORKS
 from harness.report.render import Block, render_md
 from harness.report.report import fmt_s
-from harness.results.model import CLOCKS, Result, Row, ScenarioResult, Timing
+from harness.results.model import CLOCKS, Json, Result, Row, ScenarioResult, Timing
 
-COLUMNS = ("scenario", "point", "label", "params", "framework", "variant", "clock", "status",
-           "median", "q1", "q3", "unit", "processes", "samples", "reason")
 UNIT = "s"
 VERDICTS = ("confirmed", "refuted", "inconclusive")  # the claims' verdicts, in the summary's order
 MAX_TEXT = 300  # characters of a file's text the summary shows (an equivalence failure's message)
 
 
 # --------------------------------------------------------------------------------------------- the CSV
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the CSV: a row of the result and one clock; its fields are the CSV's columns, in order."""
+
+    scenario: str
+    point: int
+    label: str
+    params: str  # JSON of the point's parameters but its label and the run's seed; empty where it has none
+    framework: str
+    variant: str
+    clock: str
+    status: str  # the row's (results.STATUSES)
+    median: float | None = None
+    q1: float | None = None
+    q3: float | None = None
+    unit: str = ""  # UNIT where there are figures
+    processes: int | None = None
+    samples: int | None = None  # what the median is of
+    reason: str = ""  # why the figures are empty: the row did not run, or did not read this clock
+
+
+COLUMNS = tuple(f.name for f in fields(Line))
+
 
 def clocks_of(result: Result) -> list[str]:
     """The clocks (model.CLOCKS, in its order) that at least one row of the result read."""
@@ -45,13 +68,13 @@ def clocks_of(result: Result) -> list[str]:
     return [c for c in CLOCKS if c in read]
 
 
-def _stats(timing: Timing | None, clock: str) -> dict[str, Any] | None:
+def _stats(timing: Timing | None, clock: str) -> Json | None:
     """The clock's statistics (median, q1, q3, n, ...: a plain mapping in the model) where it was read."""
     s = getattr(timing, clock, None) if timing is not None else None
     return s if isinstance(s, dict) and isinstance(s.get("median"), (int, float)) else None
 
 
-def _point(scn: ScenarioResult, row: Row) -> tuple[int, str, dict[str, Any]]:
+def _point(scn: ScenarioResult, row: Row) -> tuple[int, str, Json]:
     """The row's point: its index, its label and the parameters that identify it."""
     i = row.point or 0
     params = dict((scn.points or [])[i]) if i < len(scn.points or []) else {}
@@ -59,35 +82,34 @@ def _point(scn: ScenarioResult, row: Row) -> tuple[int, str, dict[str, Any]]:
     return i, label, {k: v for k, v in params.items() if k not in ("label", "seed")}
 
 
-def _figures(row: Row, clock: str) -> dict[str, Any]:
-    """median, q1, q3, unit, processes, samples and reason of one row's clock; empty where it has none."""
+def _clock_line(base: Line, row: Row, clock: str) -> Line:
+    """base with one clock's figures, or with why it has none."""
     s = _stats(row.timing, clock) if row.timed else None
     if s is None:
         why = row.reason if not row.timed else (row.timing.kernel_why if clock == "kernel" else None)
-        return {"reason": why or ("" if not row.timed else f"no {clock} clock in this row")}
-    return {"median": s["median"], "q1": s.get("q1"), "q3": s.get("q3"), "unit": UNIT,
-            "processes": len(row.timing.processes or ()) or 1, "samples": s.get("n"), "reason": ""}
+        return replace(base, clock=clock, reason=why or ("" if not row.timed else f"no {clock} clock in this row"))
+    return replace(base, clock=clock, median=s["median"], q1=s.get("q1"), q3=s.get("q3"), unit=UNIT,
+                   processes=len(row.timing.processes or ()) or 1, samples=s.get("n"))
 
 
-def csv_rows(result: Result) -> Iterator[dict[str, Any]]:
-    """The CSV's lines as {column: value}, in the result's order (scenario, its rows), clock by clock."""
+def csv_lines(result: Result) -> Iterator[Line]:
+    """The CSV's lines in the result's order (scenario, its rows), clock by clock."""
     clocks = clocks_of(result)
     for name, scn in result.scenarios.items():
         for row in scn.rows:
             point, label, params = _point(scn, row)
-            ident = {"scenario": name, "point": point, "label": label,
-                     "params": json.dumps(params, ensure_ascii=False) if params else "",
-                     "framework": row.framework, "variant": row.variant, "status": row.status}
+            base = Line(scenario=name, point=point, label=label,
+                        params=json.dumps(params, ensure_ascii=False) if params else "",
+                        framework=row.framework, variant=row.variant, clock="", status=row.status)
             for clock in clocks:
-                yield ident | {"clock": clock} | _figures(row, clock)
+                yield _clock_line(base, row, clock)
 
 
 def to_csv(result: Result) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n", restval="")
-    w.writeheader()
-    for line in csv_rows(result):
-        w.writerow({k: "" if v is None else v for k, v in line.items()})
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    w.writerows(["" if v is None else v for v in astuple(line)] for line in csv_lines(result))
     return buf.getvalue()
 
 
@@ -111,7 +133,7 @@ def md_text(text: Any, limit: int = MAX_TEXT) -> str:
 
 
 def environment_line(result: Result) -> str:
-    """GPU, driver and each framework's version (or why it did not run), size and seed."""
+    """GPU, driver, each framework's version (or that it was not available), size and seed."""
     env = result.environment
     host = env.host or {}
     parts = [f"GPU {md_text(env.gpu)}" if env.gpu else "no GPU (CPU only)"]
@@ -175,9 +197,10 @@ def scenario_blocks(name: str, scn: ScenarioResult) -> list[Block]:
 
 def to_markdown(result: Result, name: str) -> str:
     """The summary of the result file `name` (its file name, shown in the heading)."""
+    run = "a complete run" if result.complete is not False else "an incomplete run"
     blocks: list[Block] = [("h", 2, f"triptych result {md_text(name)}", ""), ("p", environment_line(result)),
-                           ("p", f"Medians of device-done per call (the kernel clock's in parentheses, where the row read it); "
-                                 f"{'a complete run' if result.complete is not False else 'an incomplete run'}.")]
+                           ("p", f"Medians of device-done per call, the kernel clock's in parentheses where the row "
+                                 f"read it; {run}.")]
     if result.not_run:
         blocks.append(("ul", [f"not run: {md_text(n.get('scenario'))} ({md_text(n.get('why'))})"
                               for n in result.not_run]))
