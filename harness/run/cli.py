@@ -1,4 +1,4 @@
-"""`python -m harness {list,compare,report,docs,check,selfcheck,regress}`: one module per command.
+"""`python -m harness {list,compare,report,export,docs,check,selfcheck,regress}`: one module per command.
 
 Bad input is answered with one line on stderr and exit status 2, before any work and without a
 traceback or a partial file. `compare` exits 1 when a check failed or nothing was measured (the
@@ -15,7 +15,8 @@ from harness.run.parser import UsageError, build_parser, gpu_present
 
 __all__ = ["main", "UsageError", "gpu_present"]
 
-COMMANDS = {"list": "cmd_list", "compare": "cmd_compare", "report": "cmd_report", "docs": "cmd_docs",
+COMMANDS = {"list": "cmd_list", "compare": "cmd_compare", "report": "cmd_report",
+            "export": "cmd_export", "docs": "cmd_docs",
             "check": "cmd_check", "selfcheck": "cmd_selfcheck", "regress": "cmd_regress"}
 
 

@@ -133,6 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=None,
                    help="folder for the report (default: next to the result, named after its stem)")
 
+    x = sub.add_parser("export", help="a result as a tidy CSV (pandas reads it as is) or a Markdown summary for CI")
+    x.add_argument("result", type=Path, metavar="RESULT.json")
+    form = x.add_mutually_exclusive_group(required=True)
+    form.add_argument("--csv", dest="form", action="store_const", const="csv",
+                      help="one line per scenario x point x framework x variant x clock: median, q1, q3 (seconds), "
+                           "processes, samples, status")
+    form.add_argument("--markdown", dest="form", action="store_const", const="markdown",
+                      help="per scenario a table of variants x frameworks, the equivalence verdict and the claims, "
+                           "for a CI job's summary page ($GITHUB_STEP_SUMMARY)")
+    x.add_argument("--out", type=Path, default=None, metavar="FILE",
+                   help="write into this file, atomically (default: standard output); never the result itself")
+
     d = sub.add_parser("docs", help="regenerate docs/porting.md and docs/scenarios.md from the specs")
     d.add_argument("--check", action="store_true", help="write nothing; exit 1 when either is stale")
 
