@@ -86,6 +86,11 @@ def snippet(root: Path, scenario: str, fw: str, variant: str) -> str | None:
     return None
 
 
+def pre(code: str) -> str:
+    """Code as the text of an HTML <pre>: escaped, brackets too (`x[i](y)` is code, not a Markdown link)."""
+    return html.escape(code).replace("[", "&#91;").replace("]", "&#93;")
+
+
 def _concept_variant(s: Any) -> Any:
     """The variant that shows the concept: the first after the baseline that is no hazard (else the baseline)."""
     return next((v for v in s.variants[1:] if not v.hazard), s.baseline)
@@ -98,7 +103,7 @@ def _snippets(root: Path, s: Any) -> str:
     for fw in FRAMEWORKS:
         code = snippet(root, s.name, fw, v.name)
         why = not_expressible(root, s.name, fw).get(v.name)
-        cells.append(f"<pre>{html.escape(code)}</pre>" if code else f"<em>{html.escape(why or 'no such function')}</em>")
+        cells.append(f"<pre>{pre(code)}</pre>" if code else f"<em>{html.escape(why or 'no such function')}</em>")
     head = "".join(f"<th>{NAMES[fw]}</th>" for fw in FRAMEWORKS)
     return (f"[`{v.name}`](../impls/{s.name}/):\n\n<table><tr>{head}</tr><tr>"
             + "".join(f'<td valign="top">{c}</td>' for c in cells) + "</tr></table>")
