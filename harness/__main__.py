@@ -15,8 +15,10 @@ def _missing(e: ImportError) -> str | None:
 
 
 if __name__ == "__main__":
+    from harness.run import stops  # the standard library alone: before anything that can be interrupted
+
+    stops.process_wide()
     try:
-        from harness.run import stops
         from harness.run.cli import main
 
         code = main()

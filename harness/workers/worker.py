@@ -78,11 +78,16 @@ class ProcessWorker(Handle):
         self._conn: Any = None
 
     def _start(self) -> None:
+        from multiprocessing import resource_tracker
+
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
         # The child inherits this thread's signal mask: blocked, a Ctrl-C to the group while it imports
-        # is not a KeyboardInterrupt traceback in it; _serve ignores both and unblocks them.
+        # is not a KeyboardInterrupt traceback in it; _serve ignores the stop signals and unblocks them.
+        # multiprocessing's resource tracker, started by the first start, unblocks SIGINT and SIGTERM in the
+        # starting thread once it is up: started first, so that it cannot undo the mask this child inherits.
+        resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
         try:
             self._proc.start()
