@@ -183,6 +183,16 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool 
     raise OSError(f"{why}; no rescue folder ({', '.join(map(str, files.rescue_folders()))}) could take it either")
 
 
+def refused(doc: dict[str, Any] | Result) -> str | None:
+    """Why `read` would refuse doc once written (one line), or None: a writer checks what it wrote with
+    the readers' own check, so that a run never passes with a file that report and regress refuse."""
+    try:
+        validate(as_written(doc))
+    except ResultError as e:
+        return str(e)
+    return None
+
+
 MAX_BYTES = 256 << 20  # a full run of every scenario is a few MB
 MAX_DEPTH = 32  # a result nests about ten deep
 MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20

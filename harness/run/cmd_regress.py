@@ -201,7 +201,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     from harness.run.interleave import (ADDED, Plan, Schedule, Side, SideError, check_python, run as run_interleaved,
                                         tree)
     from harness.regress.view import render_paired
-    from harness.results.results import claim_name, release_folder, write_or_rescue
+    from harness.results.results import claim_name, refused, release_folder, write_or_rescue
     from harness.workers import faults
     from harness.workers.ranks import FAULT_RANK_ENV
     from scenarios import DEFAULT_RUN, get
@@ -280,7 +280,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 os.environ.pop(MEMORY_FRACTION_ENV, None)
             else:
                 os.environ[MEMORY_FRACTION_ENV] = old_fraction
-        paths = []
+        paths, invalid = [], []
         for side, doc in zip(sides, res.docs):
             doc["command"] = ["python -m harness", *argv]
             name = claim_name(out, doc)
@@ -288,6 +288,9 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
             release_folder(out, name)
             paths.append(path)
             print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
+            if why := refused(doc):  # the readers' own check: a file that report and regress refuse fails the run
+                invalid.append(f"harness: error: {path} does not pass its own schema, so report and regress "
+                               f"refuse it: {why}")
         late = stops.resume()  # a signal that came while the files were written, after the timing was done
         code = 0
         try:
@@ -306,4 +309,6 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
             print(f"harness: stopped ({sig}) {'during the timing' if res.signal else 'after the timing'}: what was "
                   f"timed is in {' and '.join(map(str, paths))}", file=sys.stderr, flush=True)
             return 128 + signal.Signals[sig].value
-        return code
+        for line in invalid:
+            print(line, file=sys.stderr, flush=True)
+        return max(code, 1) if invalid else code
