@@ -20,6 +20,11 @@ class OutputError(ValueError):
     """An output folder that cannot be written; str(self) is the one-line reason."""
 
 
+class NowhereToWrite(OSError):
+    """No place could take a result, not even compressed (harness/results/results.py write_or_rescue);
+    str(self) is the one-line reason, which names every place tried."""
+
+
 def check_writable(folder: Path) -> None:
     """Bad output folder: OutputError with one line, before any work and without creating anything.
     Each part of the path is looked at with stat, not Path.exists (which reads a symlink loop or a
@@ -94,8 +99,18 @@ def write_files(folder: Path, files: dict[str, bytes], exclusive: bool = False, 
 
 def rescue_folders() -> list[Path]:
     """Where a result goes when its own folder cannot take it (full disk, read-only): the system's
-    temporary folder, then the current folder."""
-    return [Path(tempfile.gettempdir()) / "triptych-rescue", Path.cwd()]
+    temporary folder, then the home folder, then the current folder (each where there is one): places on
+    other file systems, most often, than the one that failed."""
+    places = [Path(tempfile.gettempdir()) / "triptych-rescue"]
+    try:
+        places.append(Path.home() / "triptych-rescue")
+    except (RuntimeError, KeyError, OSError):  # no $HOME and no entry in the password database
+        pass
+    try:
+        places.append(Path.cwd())
+    except OSError:  # the current folder was removed
+        pass
+    return places
 
 
 def read_regular(path: Path, limit: int) -> bytes:

@@ -164,8 +164,11 @@ def _is_placeholder(path: Path) -> bool:
 
 
 def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool = False) -> tuple[Path, str | None]:
-    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
-    (the rescue copy, the one-line reason): measurements that were made are never thrown away.
+    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only, a file
+    size limit), (the rescue copy, the one-line reason naming where it went): measurements that were made
+    are never thrown away while some place can hold them. The last place is the smallest form: the
+    document compact and gzip-compressed (a tenth of the bytes), in the same places, for a limit on the
+    size of a file. NowhereToWrite (one line) where none could take it.
     claimed: name was claimed by claim_name (its placeholder is replaced, or removed on a rescue)."""
     try:
         return write_atomic(doc, folder, name, claimed=claimed), None
@@ -175,12 +178,25 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool 
             with contextlib.suppress(OSError):
                 os.unlink(Path(folder) / name)
             release_folder(folder, name)
+    tried = []
     for rescue in files.rescue_folders():
         try:
             return write_atomic(doc, rescue, name), why
+        except OSError as e:
+            tried.append(f"{rescue}: {e.strerror or e}")
+    import gzip
+
+    packed = gzip.compress(json.dumps(_jsonable(doc), separators=(",", ":"), allow_nan=False).encode(), mtime=0)
+    for place in (Path(folder), *files.rescue_folders()):
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            path = files.write_files(place, {unused_name(place, name + ".gz"): packed}, exclusive=True)[0]
         except OSError:
             continue
-    raise OSError(f"{why}; no rescue folder ({', '.join(map(str, files.rescue_folders()))}) could take it either")
+        return path, (f"{why}; nor in {'; '.join(tried)}; so compressed, the smallest form (gunzip it to read it; "
+                      f"{len(packed)} bytes)")
+    raise files.NowhereToWrite(f"{why}; no rescue folder could take it either ({'; '.join(tried)}), not even "
+                         f"compressed ({len(packed)} bytes)")
 
 
 def refused(doc: dict[str, Any] | Result) -> str | None:

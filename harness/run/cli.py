@@ -12,6 +12,7 @@ import importlib
 import signal
 import sys
 
+from harness.results.files import NowhereToWrite
 from harness.run.parser import UsageError, build_parser, gpu_present
 
 __all__ = ["main", "UsageError", "gpu_present"]
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as e:
             print(f"harness: error: {e}", file=sys.stderr)
             return 2
+        except NowhereToWrite as e:  # the measurements were made and no place could keep them
+            print(f"harness: error: {e}: the measurements are lost", file=sys.stderr)
+            return 1
         except (KeyboardInterrupt, stops.Stopped) as e:
             name = str(e) if isinstance(e, stops.Stopped) else "SIGINT"
             print(f"harness: stopped ({name}) before a result was written", file=sys.stderr)

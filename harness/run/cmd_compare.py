@@ -131,7 +131,8 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
                                               f"regress refuse it: {invalid}"))
         if traces:
             print(f"profiles: {out / stem}/ ({len(traces)} traces, one profiled repeat a row)", flush=True)
-        _draw(doc, path, stem, drawn, problems, report)
+        if path.suffix == ".json":  # a compressed rescue (the last place) is kept, not drawn from
+            _draw(doc, path, stem, drawn, problems, report)
         ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
     except (KeyboardInterrupt, Stopped) as e:
         stops.defer()  # a second signal now is ignored
