@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import in_prose
-from harness.results.files import check_writable, write_files
+from harness.results.files import check_writable, own_folder, write_files
 from harness.report.labels import gpu_label, pct_of_floor
 from harness.report.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
                             summary_status, timed)
@@ -367,6 +367,8 @@ def make_report(result: str | Path, out: str | Path | None = None, doc: dict[str
     path = Path(result)
     doc = load(path) if doc is None else doc
     dest = Path(out) if out is not None else default_out(path)
+    if out is None:  # beside the result: its own folder, never where a link put there leads
+        own_folder(dest, path.parent)
     check_writable(dest)
     files = build(doc, path, dest)
     return write_files(dest, files, last="report.html")[-1]

@@ -53,6 +53,25 @@ def check_writable(folder: Path) -> None:
         raise OutputError(f"cannot write to {folder}: {e.strerror or e}") from None
 
 
+def own_folder(folder: Path, home: Path) -> Path:
+    """folder, a folder of home's own (as `compare` claims one with os.mkdir): its links resolved, it must
+    lie inside home's, and folder itself may not be a link (a link beside a result, R/ for R.json, once
+    made `report R.json` write its files wherever it led, replacing files there). The resolved folder;
+    OutputError with one line otherwise, before anything is written."""
+    folder, home = Path(folder), Path(home)
+    try:
+        real, base = folder.resolve(), home.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise OutputError(f"cannot write to {folder}: {getattr(e, 'strerror', None) or e}") from None
+    if os.path.islink(folder):
+        raise OutputError(f"{folder}: is a symbolic link (to {os.readlink(folder)}), not the result's own folder: "
+                          "remove it, or name a folder with --out")
+    if real != base and not real.is_relative_to(base):
+        raise OutputError(f"{folder}: leads outside the result's own folder ({base}), to {real}: name a folder "
+                          "with --out")
+    return real
+
+
 def _put(folder: Path, name: str, data: bytes, exclusive: bool) -> Path:
     """One file, atomically; exclusive: never replace an existing name (FileExistsError)."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.tmp-")
