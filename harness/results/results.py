@@ -35,9 +35,22 @@ class ResultError(ValueError):
     """A result file that cannot be used; str(self) is the one-line reason."""
 
 
+def _text(x: str) -> str:
+    """x as text that UTF-8 can hold: a lone surrogate (an undecodable byte of a path or an argument, a
+    \\udc80 escape in a file) is written as its escape, so that every writer of the text (the result, the
+    report, a terminal) can encode it."""
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return x.encode("utf-8", "backslashreplace").decode("utf-8")
+    return x
+
+
 def _jsonable(x: Any) -> Any:
+    if isinstance(x, str):
+        return _text(x)
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {_text(str(k)): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
@@ -209,6 +222,7 @@ def refused(doc: dict[str, Any] | Result) -> str | None:
     return None
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 MAX_BYTES = 256 << 20  # a full run of every scenario is a few MB
 MAX_DEPTH = 32  # a result nests about ten deep
 MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20
@@ -251,6 +265,8 @@ def read(path: str | Path) -> Result:
         raise ResultError(f"{p}: nested deeper than a result file ever is") from None
     except ValueError as e:
         raise ResultError(f"{p}: {e}") from None
+    if _SURROGATE.search(text):  # only an escape in the text can make one: UTF-8 itself holds none
+        doc = _jsonable(doc)
     doc = upgrade(doc)
     validate(doc, str(p))
     return Result.from_dict(doc)
