@@ -11,13 +11,16 @@ What went wrong becomes a status: "error" (an exception), "oom" (the framework's
 error, classified by its backend), "timeout" (no answer in time: the parent kills the worker) and
 "crashed" (the process died). The child ignores every stop signal (harness/run/stops.py SIGNALS: Ctrl-C,
 SIGTERM, a closed terminal's SIGHUP, SIGQUIT): the parent decides what stops. A parent that is gone (its end
-of the pipe closed, a send that breaks) ends the loop quietly, and the run's cache folders (harness/workers/
-point_cache.py), which that parent can no longer remove, go with the last child that finds it gone.
+of the pipe closed, a send that breaks, or, while a request runs, this process handed to another parent)
+ends the child quietly, and the run's cache folders (harness/workers/point_cache.py), which that parent can
+no longer remove, go with the children that find it gone.
 """
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
@@ -166,7 +169,7 @@ def died(fw: str, code: int | None) -> str:
 Handler = Callable[[Request, Progress], Any]
 
 
-class ParentGone(Exception):
+class ParentGone(BaseException):  # like KeyboardInterrupt: no handler's `except Exception` may swallow it
     """The parent's end of the pipe is closed: nobody reads this worker's answers any more."""
 
 
@@ -181,6 +184,7 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
         signal.signal(s, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     parent = os.getppid()
+    threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
     if os.environ.get(faults.ENV):
         handle = faults.planted_into(framework, handle)
 
@@ -215,11 +219,22 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
             point_cache.orphaned()
 
 
+WATCH_S = 0.5  # how often a child looks whether its parent is still there
+
+
+def _watch(parent: int) -> None:
+    """A request may run for minutes (or hang): a parent that died meanwhile is found here, and the child
+    leaves at once, its parent's folders removed (the pipe would tell it only at its next answer)."""
+    while True:
+        time.sleep(WATCH_S)
+        if os.getppid() != parent:
+            point_cache.orphaned()
+            os._exit(0)
+
+
 def _orphaned(parent: int, wait_s: float = 2.0) -> bool:
     """Whether this process was handed to another parent (its own died): a dying process closes its pipes
     before its children are handed on, so a closed pipe is given wait_s to become an orphaning."""
-    import time
-
     end = time.monotonic() + wait_s
     while os.getppid() == parent:
         if time.monotonic() > end:
