@@ -1,6 +1,6 @@
 """A run stopped from outside (Ctrl-C, SIGTERM from `timeout` or a job's limit, SIGHUP from a closed
-terminal or ssh session, SIGQUIT from Ctrl-\\) at any moment: SIGNALS, one list for the command and its
-workers, so that no stop is a kill that loses the run.
+terminal or ssh session, SIGQUIT from Ctrl-\\) at any moment: harness/workers/signals.py SIGNALS, the one
+list of the command and its workers, so that no stop is a kill that loses the run.
 
 While a run measures ("raise"), the first stop signal raises KeyboardInterrupt (SIGINT) / Stopped in
 the main thread, so that the run ends what it is doing and keeps what it finished. From then on,
@@ -25,9 +25,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-# Every signal that asks a run to stop, rather than to dump core or to die outright: the command honours each
-# as a stop (exit 128 + its number), its workers ignore each (harness/workers/protocol.py: the parent decides).
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+from harness.workers.signals import SIGNALS  # the standard library alone, as this module
+
 
 
 class Stopped(BaseException):  # like KeyboardInterrupt: no `except Exception` may swallow it

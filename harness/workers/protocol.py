@@ -9,7 +9,7 @@ each sender must remember to put into params.
 
 What went wrong becomes a status: "error" (an exception), "oom" (the framework's own out-of-memory
 error, classified by its backend), "timeout" (no answer in time: the parent kills the worker) and
-"crashed" (the process died). The child ignores every stop signal (harness/run/stops.py SIGNALS: Ctrl-C,
+"crashed" (the process died). The child ignores every stop signal (harness/workers/signals.py: Ctrl-C,
 SIGTERM, a closed terminal's SIGHUP, SIGQUIT): the parent decides what stops. A parent that is gone (its end
 of the pipe closed, a send that breaks, or, while a request runs, this process handed to another parent)
 ends the child quietly, and the run's cache folders (harness/workers/point_cache.py), which that parent can
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from harness import backends
-from harness.run.stops import SIGNALS
 from harness.workers import faults, point_cache
+from harness.workers.signals import SIGNALS
 from harness.measure.timing import TimingConfig
 from scenarios.spec import Params
 
