@@ -371,7 +371,7 @@ def test_a_host_that_ran_slower_during_the_run_is_named():
     assert "at the slower in 40% of the measurements in the baseline and 60% in the candidate" in note, note
     assert not any("host's speed during" in n for n in regress(a, a).notes)  # same share: nothing to say
     # one speed over both runs (the few slower measurements of one run are below the pooled 90th percentile)
-    note = next(n for n in regress(with_host(*[8e-3] * 2), with_host(*[6.6e-3] * 20)).notes if "during" in n)
+    note = next(n for n in regress(with_host(*[8e-3] * 2), with_host(*[6.6e-3] * 16)).notes if "during" in n)
     assert "took 8.0 ms [8.0-8.0] in the baseline and 6.6 ms [6.6-6.6]" in note and "move by 18%" in note, note
 
 
