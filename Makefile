@@ -21,11 +21,14 @@
 #                                both sides timed in one run, interleaved (default candidate: this tree)
 #
 # Exit status: make exits 2 whenever a command fails, whatever its own status; compare and regress then
-# say the harness's own in their last line (1: a check failed or a regression; 2: bad input; 130/143:
-# stopped). `$(VENV)/bin/python -m harness compare ...` exits with it.
+# say the harness's own in their last line (1: a check failed or a regression; 2: bad input; 128 + the
+# signal: stopped). `$(VENV)/bin/python -m harness compare ...` exits with it.
 #
 # Variables: ARGS (extra `python -m harness compare` options, e.g. ARGS="--scenarios sync_points"),
 # RESULT, PYTEST_ARGS, TEST_WORKERS, EXTRA (cuda12 | cuda13 | cpu; detected from the driver's CUDA version), VENV.
+# RESULT, BASELINE and CANDIDATE reach the shell as quoted variables, never as text of a command: any file
+# name is safe. ARGS and PYTEST_ARGS are split at blanks (no quotes, no globs, nothing run). PYTHON is a
+# command, split likewise.
 
 SHELL := /bin/bash
 VENV ?= .venv
@@ -36,9 +39,12 @@ PYTEST_ARGS ?=
 # their own, so more workers than cores only makes them wait on each other); 0 (one process) where there is
 # a GPU, whose timing tests would otherwise measure each other.
 TEST_WORKERS ?= $(if $(CUDA_MAJOR),0,auto)
-# The newest result file (names start with their UTC time): a user's run in runs/, else a committed one;
-# never a running or killed run's checkpoint (*.partial.json).
-RESULT ?= $(or $(lastword $(sort $(filter-out %.partial.json,$(wildcard runs/*.json)))),$(lastword $(sort $(wildcard results/*.json))))
+RESULT ?=
+BASELINE ?=
+CANDIDATE ?=
+# Names and options reach the recipes through the environment ("$$RESULT"), so that the shell reads them as
+# data: a result named runs/zzz;touch$${IFS}PWNED;.json once ran `touch PWNED` through `make report`.
+export RESULT BASELINE CANDIDATE ARGS PYTEST_ARGS
 
 # The CUDA major version the driver supports ("CUDA Version: 13.0" in nvidia-smi's header); empty without a GPU.
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
@@ -64,7 +70,7 @@ endif
 
 .PHONY: setup compare report docs test test-slow test-gpu list selfcheck regress clean help
 help:
-	@sed -n '1,30p' Makefile
+	@sed -n '1,/^$$/p' Makefile
 
 setup: $(STAMP)
 
@@ -77,16 +83,25 @@ $(VENV)/.installed-%: pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 # $(call harness,ARGS): run the harness; on failure say its own exit status, which make turns into 2.
-harness = $(PY) -m harness $(1) || { rc=$$?; echo "make $@: python -m harness $(firstword $(1)) exited $$rc \
+harness = set -f; $(PY) -m harness $(1) || { rc=$$?; echo "make $@: python -m harness $(firstword $(1)) exited $$rc \
 ($(if $(filter regress,$(firstword $(1))),1: a regression,1: a check failed or the run was cut short); \
-2: bad input; 130/143: stopped); make itself exits 2 on any failure" >&2; exit $$rc; }
+2: bad input; 128 + the signal: stopped); make itself exits 2 on any failure" >&2; exit $$rc; }
 
 compare: $(STAMP)
-	$(call harness,compare $(ARGS))
+	$(call harness,compare $$ARGS)
 
+# Without RESULT: the newest result file (names start with their UTC time), a user's run in runs/, else a
+# committed one; never a running or killed run's checkpoint (*.partial.json). The shell's glob, which
+# sorts, picks it: file names stay data.
 report: $(STAMP)
-	@test -n "$(RESULT)" || { echo "no result file in runs/ or results/: run make compare first, or pass RESULT=path" >&2; exit 2; }
-	$(PY) -m harness report $(RESULT)
+	@result="$$RESULT"; \
+	for dir in runs results; do \
+	  test -n "$$result" && break; \
+	  for f in "$$dir"/*.json; do case "$$f" in *.partial.json) ;; *) test -f "$$f" && result="$$f";; esac; done; \
+	done; \
+	test -n "$$result" || { echo "no result file in runs/ or results/: run make compare first, or pass RESULT=path" >&2; exit 2; }; \
+	echo "$(PY) -m harness report $$result"; \
+	$(PY) -m harness report "$$result"
 
 docs: $(STAMP)
 	$(PY) -m harness docs
@@ -95,26 +110,28 @@ list: $(STAMP)
 	$(PY) -m harness list
 
 selfcheck: $(STAMP)
-	$(PY) -m harness selfcheck $(ARGS)
+	set -f; $(PY) -m harness selfcheck $$ARGS
 
 # BASELINE (and CANDIDATE) is a result file, or a side of an interleaved run: an executable file is an
-# interpreter, anything else (a folder, a git ref) a code tree.
-SIDE = $(if $(wildcard $(2)),$(if $(shell test -x "$(2)" -a ! -d "$(2)" && echo x),--$(1)-python,$(if $(shell test -f "$(2)" && echo x),--$(1),--$(1)-tree)),--$(1)-tree)
+# interpreter, anything else (a folder, a git ref) a code tree. `side` says which option names it.
+SIDE = side() { if test -x "$$2" && test ! -d "$$2"; then echo "--$$1-python"; elif test -f "$$2"; then echo "--$$1"; \
+  else echo "--$$1-tree"; fi; }
 regress: $(STAMP)
-	@test -n "$(BASELINE)" || { echo "make regress: BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" >&2; exit 2; }
-	$(call harness,regress $(call SIDE,baseline,$(BASELINE)) "$(BASELINE)" $(if $(CANDIDATE),$(call SIDE,candidate,$(CANDIDATE)) "$(CANDIDATE)") $(ARGS))
+	@test -n "$$BASELINE" || { echo "make regress: BASELINE=path/to/result.json (or a git ref, a folder, a python) is required" >&2; exit 2; }
+	@$(SIDE); echo "$(PY) -m harness regress $$(side baseline "$$BASELINE") $$BASELINE$${CANDIDATE:+ $$(side candidate "$$CANDIDATE") $$CANDIDATE} $$ARGS"; \
+	$(call harness,regress "$$(side baseline "$$BASELINE")" "$$BASELINE" $${CANDIDATE:+"$$(side candidate "$$CANDIDATE")" "$$CANDIDATE"} $$ARGS)
 
 # Tests that take the shared rank groups run on one worker (tests/conftest.py, --dist loadgroup). An
 # interpreter given as PYTHON= without pytest-xdist runs the suite in one process.
 XDIST = $$($(PY) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadgroup")
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(XDIST) --durations=10 $(PYTEST_ARGS)
+	set -f; $(PY) -m pytest -m "not slow" $(XDIST) --durations=10 $$PYTEST_ARGS
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow $(XDIST) --durations=10 $(PYTEST_ARGS)
+	set -f; $(PY) -m pytest -m slow $(XDIST) --durations=10 $$PYTEST_ARGS
 
 test-gpu: $(STAMP)
-	$(PY) -m pytest -m gpu --hypothesis-profile=thorough --durations=15 $(PYTEST_ARGS)
+	set -f; $(PY) -m pytest -m gpu --hypothesis-profile=thorough --durations=15 $$PYTEST_ARGS
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -15,11 +15,16 @@ def _missing(e: ImportError) -> str | None:
 
 
 if __name__ == "__main__":
+    from harness.run import stops  # the standard library alone: before anything that can be interrupted
+
+    stops.process_wide()
+    from harness.run import output
+
+    output.install()
     try:
-        from harness.run import stops
         from harness.run.cli import main
 
-        code = main()
+        code = output.finish(main())
         stops.exiting(code)
         sys.exit(code)
     except ImportError as e:

@@ -69,6 +69,8 @@ SLOW = (
     "tests/test_ranks_torchrun.py::test_two_torchrun_launchers_on_localhost[jax]",
     # A sweep of damaged files: [with_jsonschema] stays in make test; without it, the fallback checks
     "tests/test_sweep_results.py::test_damaged_files_never_crash_report_or_regress[without_jsonschema]",
+    # The quick families of issue 49's hostile sweep (make test holds each family with tests of its own)
+    *(f"tests/test_sweep_hostile.py::test_every_hostile_case_of_a_quick_family_holds[{f}]" for f in (1, 2, 3, 4, 10, 11)),
     # A whole compare with timelines drawn (the timeline's unit tests stay in make test)
     "tests/test_timeline.py::test_compare_writes_timelines_next_to_the_result",
     # JAX's cold and warm compile caches, each in fresh child processes

@@ -39,7 +39,17 @@ def files(tmp_path_factory) -> dict[str, Path]:
          "list": d / "list.json",
          "bad_status": d / "bad_status.json",
          "bad_samples": d / "bad_samples.json",
-         "no_timing": d / "no_timing.json"}
+         "no_timing": d / "no_timing.json",
+         # counts a file carries into a fresh run, beyond what the command line allows (issue 49, family 4)
+         "processes17": d / "p17.json",
+         "examples_huge": d / "examples.json", "seed_huge": d / "seed.json", "fraction_huge": d / "fraction.json"}
+    seventeen = json.loads(text)
+    seventeen["scenarios"]["async_dispatch"]["rows"] = [row("torch", v, samples(1e-3, n=34), processes=17)
+                                                        for v in ("async", "sync_each")]
+    f["processes17"].write_text(json.dumps(seventeen))
+    f["examples_huge"].write_text(json.dumps(good | {"examples": 10**6}))
+    f["seed_huge"].write_text(json.dumps(good | {"seed": 2**40}))
+    f["fraction_huge"].write_text(json.dumps(good | {"environment": good["environment"] | {"gpu_memory_fraction": 5.0}}))
     f["empty"].write_text("")
     (d / "loop2.json").symlink_to(d / "loop.json")
     f["loop"] = d / "loop.json"
@@ -120,6 +130,28 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
                                     "--gpu-memory-fraction must be in (0, 1], not 0", {}),
     "fresh: bad fault spec": (["--baseline", "{good}", "--out", "{out}"], "TRIPTYCH_FAULT: unknown kind 'melt'",
                               {"TRIPTYCH_FAULT": "*:torch:melt"}),
+    # issue 49, family 4: a file's counts are bounded as the command line's (17 processes started 17 workers)
+    "fresh: a baseline timed by 17 processes": (["--baseline", "{processes17}", "--out", "{out}"],
+                                                "timing.processes: 17 items, more than 16", {}),
+    "fresh: a baseline of a million examples": (["--baseline", "{examples_huge}", "--out", "{out}"],
+                                                "examples: 1000000 is greater than the maximum of 10000", {}),
+    "fresh: a baseline seed beyond --seed's": (["--baseline", "{seed_huge}", "--out", "{out}"],
+                                               "seed: 1099511627776 is greater than the maximum of 4294967295", {}),
+    "fresh: a baseline memory fraction of 5": (["--baseline", "{fraction_huge}", "--out", "{out}"],
+                                               "gpu_memory_fraction: 5.0 is greater than the maximum of 1", {}),
+    # issue 49, family 10: bounds that mean something, named by their option; options of another mode refused
+    "fdr zero": (["--baseline", "{good}", "--candidate", "{good}", "--fdr", "0"],
+                 "--fdr must be above 0 and below 1 (100%), not 0", {}),
+    "fdr 500%": (["--baseline", "{good}", "--candidate", "{good}", "--fdr", "500%"], "--fdr must be above 0", {}),
+    "fdr one": (["--baseline", "{good}", "--candidate", "{good}", "--fdr", "1"], "--fdr must be above 0", {}),
+    "pairs and seed with result files": (["--baseline", "{good}", "--candidate", "{good}", "--pairs", "8", "--seed", "3"],
+                                         "--seed, --pairs only apply to an interleaved run", {}),
+    "fdr with a fresh candidate": (["--baseline", "{good}", "--out", "{out}", "--fdr", "0.1"],
+                                   "--fdr only apply to an interleaved run", {}),
+    "size with result files": (["--baseline", "{good}", "--candidate", "{good}", "--size", "full"],
+                               "--size only apply to an interleaved run", {}),
+    "fresh: an empty --out": (["--baseline", "{good}", "--out", ""], "--out is empty", {}),
+    "an empty --baseline": (["--baseline", "", "--candidate", "{good}"], "--baseline is empty", {}),
 }
 
 BAD_COMPARE: dict[str, tuple[list[str], str, dict[str, str]]] = {

@@ -42,6 +42,7 @@ from harness.run import runner
 from harness.workers import processes, worker
 
 PHASE, paused = os.environ["STOP_TEST_PHASE"], []
+STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
 wake_r, wake_w = os.pipe()  # every signal Python's handler sees writes a byte here, whatever the handler does
 os.set_blocking(wake_r, False)
 os.set_blocking(wake_w, False)
@@ -58,7 +59,7 @@ def pause(phase):
     os.write(2, f"harness: paused at {phase}\n".encode())
     end = time.monotonic() + 60
     while time.monotonic() < end:
-        if select.select([wake_r], [], [], 0.01)[0] or {signal.SIGINT, signal.SIGTERM} & signal.sigpending():
+        if select.select([wake_r], [], [], 0.01)[0] or STOPS & signal.sigpending():
             return
 
 
@@ -98,6 +99,31 @@ def time_point(procs, frameworks, scn, params, cfg, timeout, step, detail, **kw)
 
 
 equiv_phase.run_equivalence, processes.time_point = run_equivalence, time_point
+# "spawned": just after a worker process was started, while it imports (Ctrl-C to the group lands there)
+real_start = worker.ProcessWorker._start
+
+
+def _start(self):
+    real_start(self)
+    pause("spawned")
+
+
+worker.ProcessWorker._start = _start
+# "exit": in the interpreter's exit, among the exit handlers (registered once the result is written, so that
+# it runs before those registered earlier: torch's)
+real_release = results.release_folder
+
+
+def release_folder(*a, **kw):
+    import atexit
+    if not paused:
+        atexit.register(pause, "exit")
+    return real_release(*a, **kw)
+
+
+results.release_folder = release_folder
+if os.environ.get("STOP_TEST_WAKE"):  # SIGUSR1 wakes a pause without stopping anything
+    signal.signal(signal.SIGUSR1, lambda *a: None)
 runpy.run_module("harness", run_name="__main__")  # as `python -m harness` (sys.argv[1:] are its arguments)
 """
 
@@ -106,13 +132,15 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
 
 
-def _stop_at(phase: str, sig: signal.Signals, to_group: bool, out: Path) -> tuple[int, str]:
+def _stop_at(phase: str, sig: signal.Signals, to_group: bool, out: Path, isolation: str | None = None,
+             **env: str) -> tuple[int, str]:
     """Run compare paused at phase, send sig twice (50 ms apart) to it or to its group; (exit status, stderr)."""
     # a group: the framework's workers get the signal too; a second timing process needs --isolation process
-    isolation = "process" if to_group or phase == "timing2" else "none"
+    isolation = isolation or ("process" if to_group or phase == "timing2" else "none")
     p = subprocess.Popen([sys.executable, "-c", DRIVER, *ARGS, "--processes", "2", "--isolation", isolation, "--out",
                           str(out)] + ([] if phase == "report" else ["--no-report"]),
-                         cwd=ROOT, env=_env(STOP_TEST_PHASE=phase), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         cwd=ROOT, env=_env(STOP_TEST_PHASE=phase, **env), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE,
                          text=True, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
@@ -144,6 +172,12 @@ def test_a_stop_at_each_phase_keeps_the_result(tmp_path, phase, sig, to_group):
     backend_or_skip("torch")
     out = tmp_path / "out"
     code, err = _stop_at(phase, sig, to_group, out)
+    _kept(out, phase, sig, code, err)
+
+
+def _kept(out: Path, phase: str, sig: signal.Signals, code: int, err: str) -> None:
+    """What a stop at phase must leave: a valid result, complete where everything was measured; the exit
+    status of a stop (or 1 where it cut the measuring short); no traceback, no half-written file."""
     assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
     results = sorted(out.glob("*.json"))
     assert len(results) == 1, (code, err[-3000:])  # a result, also for a stop before anything was measured
@@ -257,3 +291,86 @@ def test_a_stop_outside_a_run_is_one_line_and_its_exit_status(tmp_path, sig):
     assert p.returncode == 128 + sig.value and "Traceback" not in err, (p.returncode, err[-2000:])
     assert err.strip() == f"harness: stopped ({sig.name}) before a result was written", err
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir()), sorted((tmp_path / "r").rglob("*"))
+
+
+# -- issue 49, family 6: the other stops, a parent that is gone, the exit window, workers that start -------
+
+# (phase, signal, to the group): a closed terminal or ssh session sends SIGHUP to the group; Ctrl-\ sends
+# SIGQUIT; `kill -HUP` or `kill -QUIT` reach the process alone
+OTHER_STOPS = [("startup", signal.SIGHUP, False), ("timing1", signal.SIGHUP, True), ("result", signal.SIGHUP, True),
+               ("startup", signal.SIGQUIT, True), ("timing1", signal.SIGQUIT, False), ("result", signal.SIGQUIT, False)]
+
+
+@pytest.mark.parametrize("phase,sig,to_group", OTHER_STOPS,
+                         ids=[f"{p}-{s.name}-{'group' if g else 'process'}" for p, s, g in OTHER_STOPS])
+def test_sighup_and_sigquit_stop_a_run_as_sigterm_does(tmp_path, phase, sig, to_group):
+    """The result is kept and the exit status is 128 + the signal, as for SIGTERM; the workers, which get
+    the group's signal too, neither die of it nor print; no point-cache folder is left behind."""
+    backend_or_skip("torch")
+    out = tmp_path / "out"
+    (tmp_path / "tmp").mkdir()
+    code, err = _stop_at(phase, sig, to_group, out, isolation="process", TMPDIR=str(tmp_path / "tmp"))
+    _kept(out, phase, sig, code, err)
+    assert not list((tmp_path / "tmp").glob("triptych-points-*")), sorted((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_while_the_interpreter_exits_keeps_the_documented_status(tmp_path, sig):
+    """The run is done and its result written; the signal lands among the exit handlers (torch's among
+    them): exit 128 + the signal, as for a stop at any moment after measuring began, no traceback
+    ("Exception ignored in atexit callback" and exit 0, or killed: -2 / -15)."""
+    backend_or_skip("torch")
+    out = tmp_path / "out"
+    code, err = _stop_at("exit", sig, False, out)
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert code == 128 + sig.value, (code, err[-2000:])
+    (path,) = out.glob("*.json")
+    doc = json.loads(path.read_text())
+    validate(doc)
+    assert doc["complete"] is True
+
+
+def test_ctrl_c_to_the_group_while_workers_start_is_a_clean_stop(tmp_path):
+    """The signal lands while a worker process imports (just started): it keeps the stop signals blocked
+    until it serves (the resource tracker, which the first start launches, unblocked them in the thread
+    that started the first worker): no KeyboardInterrupt traceback of a worker, a result that says the
+    run was stopped while the frameworks started."""
+    backend_or_skip("torch")
+    out = tmp_path / "out"
+    code, err = _stop_at("spawned", signal.SIGINT, True, out, isolation="process")
+    _kept(out, "startup", signal.SIGINT, code, err)
+
+
+def test_a_worker_whose_parent_died_leaves_quietly_and_takes_the_run_caches(tmp_path):
+    """The parent is killed outright (SIGKILL: nothing of it runs) while its worker is inside a request
+    (one that never answers: a planted hang). The worker leaves at once, without a BrokenPipeError
+    traceback, and the run's point-cache and compilation folders in the temporary folder, which nobody
+    else is left to remove, go with it."""
+    backend_or_skip("torch")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, *ARGS, "--processes", "1", "--isolation", "process", "--out",
+                          str(tmp_path / "out"), "--no-report"], cwd=ROOT,
+                         env=_env(STOP_TEST_PHASE="timing1", STOP_TEST_WAKE="1", TMPDIR=str(tmp),
+                                  TRIPTYCH_FAULT="event_sync:torch:hang:time"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if "paused at timing1" in line:
+                break
+        assert list(tmp.glob("triptych-points-*")), "the run made no cache folder to leave behind"
+        os.kill(p.pid, signal.SIGUSR1)  # the request goes out, and its worker hangs in it...
+        time.sleep(1.0)
+        os.kill(p.pid, signal.SIGKILL)  # ... when its parent is gone
+        try:
+            err = "".join(lines) + p.communicate(timeout=30)[1]  # to its end: every worker closed its stderr
+        except subprocess.TimeoutExpired:
+            err = "".join(lines) + "(a worker outlived its parent by 30 s)"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # the session's workers, had any outlived it
+        p.wait()
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "outlived" not in err, err[-3000:]
+    assert not list(tmp.glob("triptych-points-*")), sorted(tmp.iterdir())

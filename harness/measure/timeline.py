@@ -136,7 +136,15 @@ def chrome_trace(scenario: str, panels: list[tuple[str, dict[str, Any]]]) -> dic
 
 
 def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path | io.BytesIO) -> None:
-    """A panel per framework x variant, a lane per stream, one shared time axis (ms)."""
+    """A panel per framework x variant, a lane per stream, one shared time axis (ms); its labels drawn as
+    written (no mathtext: a '$' in an op's name is a dollar sign)."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        _render_png(scenario, panels, path)
+
+
+def _render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path | io.BytesIO) -> None:
     from matplotlib import colormaps
     from matplotlib.figure import Figure  # no pyplot: no global backend state
     from matplotlib.patches import Patch

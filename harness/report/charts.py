@@ -175,7 +175,18 @@ def _sweep(fig: Any, scn: dict[str, Any], fws: list[str], variants: list[dict[st
 
 def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
     """Variants x frameworks: bars (one point) or one panel per variant over a sweep's points; None
-    where nothing was timed. Variants without a timed row take no panel."""
+    where nothing was timed. Variants without a timed row take no panel. Every label is plain text: a
+    file's `$...$` is not matplotlib's mathtext (a label a file chose crashed the report)."""
+    import matplotlib
+
+    with matplotlib.rc_context(PLAIN_TEXT):
+        return _chart_png(scn, fws)
+
+
+PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}  # labels are data, drawn as written
+
+
+def _chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
     from matplotlib.figure import Figure
 
     variants = [v for v in variants_of(scn) if any(timed(r) and r["variant"] == v["name"] for r in scn["rows"])]

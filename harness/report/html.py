@@ -14,21 +14,23 @@ it lies: it is not copied under a second name.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from harness.backends import in_prose
-from harness.results.files import check_writable, write_files
+from harness.results.files import check_writable, own_folder, write_files
 from harness.report.labels import gpu_label, kernel_of, kernel_said, pct_of_floor
 from harness.report.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of, spread,
                             summary_status, timed)
 from harness.report.charts import chart_png, ordered_sweep, point_label, variants_of
 from harness.report.measuring import blocks as measuring_blocks
-from harness.report.render import Block, machine_line, render_html, render_md, text_of
+from harness.report.render import Block, code, machine_line, render_html, render_md, text, text_of
 
 VERDICT_MARK = {"confirmed": "✓", "refuted": "✗", "inconclusive": "?"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TIMELINE_MAX_BYTES = 64 << 20  # a timeline picture is a few hundred kB
+PLAIN_HREF = re.compile(r"(?:\.\./)*[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)*")  # what render.py links
 
 
 def default_out(result_path: Path) -> Path:
@@ -49,24 +51,27 @@ def fmt_value(key: str, v: Any) -> str:
 def _environment_blocks(doc: dict[str, Any], result_name: str) -> list[Block]:
     env = doc["environment"]
     host = env.get("host", {})
-    driver = f", driver {host['driver']}" if host.get("driver") else ""
-    items = [f"GPU: **{env.get('gpu') or 'none (CPU only)'}**{driver}",
-             f"host: {host.get('platform', '—')}, {host.get('cpus', '—')} CPUs, python {host.get('python', '—')}, "
-             f"numpy {host.get('numpy', '—')}, hypothesis {host.get('hypothesis', '—')}",
-             f"size `{doc['size']}`, seed {doc.get('seed', '—')}, "
+    driver = f", driver {text(host['driver'])}" if host.get("driver") else ""
+    items = [f"GPU: **{text(env.get('gpu') or 'none (CPU only)')}**{driver}",
+             f"host: {text(host.get('platform', '—'))}, {text(host.get('cpus', '—'))} CPUs, python "
+             f"{text(host.get('python', '—'))}, numpy {text(host.get('numpy', '—'))}, hypothesis "
+             f"{text(host.get('hypothesis', '—'))}",
+             f"size {code(doc['size'])}, seed {doc.get('seed', '—')}, "
              f"{doc.get('examples', '—')} equivalence examples per scenario, "
-             f"isolation `{doc.get('isolation', '—')}`",
-             f"run {doc['created']} → {doc.get('finished', '—')}; result file `{result_name}`; triptych code "
-             f"{'`' + host['code'] + '`' if host.get('code') else 'unknown (no .git where it ran)'}"]
+             f"isolation {code(doc.get('isolation', '—'))}",
+             f"run {text(doc['created'])} → {text(doc.get('finished', '—'))}; result file {code(result_name)}; "
+             f"triptych code {code(host['code']) if host.get('code') else 'unknown (no .git where it ran)'}"]
     if doc.get("command"):
-        items.append("command: `" + " ".join(map(str, doc["command"])) + "`")
+        items.append("command: " + code(" ".join(map(str, doc["command"]))))
     items.append(machine_line(env.get("machine") or {}))
     rows = []
     for fw, info in env.get("frameworks", {}).items():
         e = info.get("env", {})
-        extra = "; ".join(f"{k} {_flat(v)}" for k, v in e.items() if k not in ("version", "device", "float32_matmul"))
-        rows.append([f"**{fw}**", e.get("version", "—"), ("yes", "ok") if info.get("available") else ("no", "bad"),
-                     e.get("device") or info.get("why", ""), e.get("float32_matmul", "—"), extra or "—"])
+        extra = "; ".join(text(f"{k} {_flat(v)}") for k, v in e.items()
+                          if k not in ("version", "device", "float32_matmul"))
+        rows.append([f"**{text(fw)}**", text(e.get("version", "—")),
+                     ("yes", "ok") if info.get("available") else ("no", "bad"),
+                     text(e.get("device") or info.get("why", "")), text(e.get("float32_matmul", "—")), extra or "—"])
     return [("h", 2, "Environment", "environment"), ("ul", items),
             ("table", ["framework", "version", "available", "device / why", "float32 matmul", "more"], rows)]
 
@@ -86,14 +91,14 @@ def _summary_blocks(doc: dict[str, Any]) -> list[Block]:
         eq = scn.get("equivalence") or {}
         counts = {k: sum(c["verdict"] == k for c in scn.get("claims", [])) for k in VERDICT_MARK}
         problems = [r for r in scn["rows"] if r["status"] in ("wrong", "error", "timeout", "crashed", "oom")]
-        rows.append([f"[{name}](#{name})", scn.get("title", ""),
-                     (eq.get("status", "not run"), {"passed": "ok", "failed": "bad"}.get(eq.get("status"), "")),
+        rows.append([f"[{text(name)}](#{name})", text(scn.get("title", "")),
+                     (text(eq.get("status", "not run")), {"passed": "ok", "failed": "bad"}.get(eq.get("status"), "")),
                      (f"{counts['confirmed']} ✓ · {counts['refuted']} ✗ · {counts['inconclusive']} ?", ""),
                      (f"{len(problems)} rows" if problems else "—", "bad" if problems else "")])
     for nr in doc.get("not_run", []):
-        rows.append([nr["scenario"], nr["why"], ("not run", "bad"), ("—", ""), ("—", "")])
+        rows.append([text(nr["scenario"]), text(nr["why"]), ("not run", "bad"), ("—", ""), ("—", "")])
     _, problems = summary_status(doc)
-    paras = [("p", f"{head}: " + "; ".join(f"`{p}`" for p in problems if p.kind == kind) + ".")
+    paras = [("p", f"{head}: " + "; ".join(code(p) for p in problems if p.kind == kind) + ".")
              for kind, head in (("failed", "**Checks that failed**"), ("incomplete", "**Not run**"),
                                 ("refuted", "**Claims the numbers refuted** (findings, not failed checks)"))
              if any(p.kind == kind for p in problems)]
@@ -119,11 +124,11 @@ def _timing_table(scn: dict[str, Any], fws: list[str]) -> Block:
                 r = find_row(scn, fw, v["name"], i)
                 if r is None:
                     continue
-                lead = ([point_label(scn, i)] if len(points) > 1 else []) + [
-                    f"`{v['name']}`" + (" (hazard)" if v.get("hazard") else ""), fw]
+                lead = ([text(point_label(scn, i))] if len(points) > 1 else []) + [
+                    code(v["name"]) + (" (hazard)" if v.get("hazard") else ""), text(fw)]
                 if not timed(r):  # one cell across the rest of the row
-                    rows.append(lead + [(f"{r['status']}: {r.get('reason', '')}", "muted" if r["status"] == "skipped"
-                                         else "bad", len(headers) - len(lead))])
+                    rows.append(lead + [(text(f"{r['status']}: {r.get('reason', '')}"),
+                                         "muted" if r["status"] == "skipped" else "bad", len(headers) - len(lead))])
                     continue
                 t = r["timing"]
                 dd, hr, ev = t["device_done"], t["host_return"], kernel_of(t)
@@ -132,12 +137,12 @@ def _timing_table(scn: dict[str, Any], fws: list[str]) -> Block:
                 if v.get("hazard"):
                     checked = (f"wrong {chk.get('wrong', 0)}/{chk.get('checked', 0)} runs", "hazard")
                 elif r["status"] == "wrong":
-                    checked = (f"WRONG: {chk.get('worst', '')}", "bad")
+                    checked = (f"WRONG: {text(chk.get('worst', ''))}", "bad")
                 else:
-                    checked = f"{chk.get('checked', 0)} runs vs {chk.get('against', '—')}" if chk else "—"
-                metrics = "; ".join(f"{k} {fmt_num(val)}" for k, val in sorted(t.get("metrics", {}).items()))
+                    checked = text(f"{chk.get('checked', 0)} runs vs {chk.get('against', '—')}") if chk else "—"
+                metrics = "; ".join(text(f"{k} {fmt_num(val)}") for k, val in sorted(t.get("metrics", {}).items()))
                 rows.append(lead + [
-                    (r["status"], "ok" if r["status"] == "ok" else "bad"),
+                    (text(r["status"]), "ok" if r["status"] == "ok" else "bad"),
                     f"**{fmt_s(dd['median'])}** [{fmt_s(dd['q1'])}–{fmt_s(dd['q3'])}]",
                     (f"±{100 * sp:.0f}%" + (" !" if sp > HIGH_SPREAD else ""), "warn" if sp > HIGH_SPREAD else ""),
                     fmt_s(hr["median"]),
@@ -181,15 +186,15 @@ def _claims_table(scn: dict[str, Any], fws: list[str]) -> Block | None:
     rows = []
     for cid, point in keys:
         cs = [c for c in claims if c["claim"] == cid and c.get("point", 0) == point]
-        row: list[Any] = [cs[0]["text"] + (f" — at {point_label(scn, point)}" if sweep else "")]
+        row: list[Any] = [text(cs[0]["text"]) + (f" — at {text(point_label(scn, point))}" if sweep else "")]
         for fw in in_use:
             c = next((c for c in cs if c["framework"] == fw), None)
             if c is None:
                 row.append(("not judged", "muted"))
                 continue
-            numbers = ", ".join(f"{k} {fmt_value(k, v)}" for k, v in (c.get("numbers") or {}).items())
+            numbers = ", ".join(text(f"{k} {fmt_value(k, v)}") for k, v in (c.get("numbers") or {}).items())
             cls = {"confirmed": "ok", "refuted": "bad"}.get(c["verdict"], "warn")
-            row.append((f"**{VERDICT_MARK.get(c['verdict'], '')} {c['verdict']}** — {c['evidence']}"
+            row.append((f"**{VERDICT_MARK.get(c['verdict'], '')} {text(c['verdict'])}** — {text(c['evidence'])}"
                         + (f" ({numbers})" if numbers else ""), cls))
         rows.append(row)
     return ("table", ["claim"] + in_use, rows)
@@ -199,19 +204,20 @@ def _checks_blocks(scn: dict[str, Any]) -> list[Block]:
     items = []
     eq = scn.get("equivalence")
     if eq:
-        items.append(f"equivalence under hypothesis: **{eq['status']}** ({eq['examples']} examples; "
-                     f"{', '.join(eq.get('frameworks', [])) or 'no framework'})"
-                     + (f": {eq['message']}" if eq.get("status") == "failed" and eq.get("message") else ""))
+        items.append(f"equivalence under hypothesis: **{text(eq['status'])}** ({eq['examples']} examples; "
+                     f"{text(', '.join(eq.get('frameworks', [])) or 'no framework')})"
+                     + (f": {text(eq['message'])}" if eq.get("status") == "failed" and eq.get("message") else ""))
     for xc in scn.get("cross_framework", []):
-        at = f" at {xc['label']}" if xc.get("label") else ""
-        items.append(f"full-size outputs across frameworks{at}: **{xc['status']}** ({', '.join(xc['frameworks'])}; "
-                     f"{xc['elements']} sampled elements)" + "".join(f"; {p}" for p in xc.get("problems", [])))
+        at = f" at {text(xc['label'])}" if xc.get("label") else ""
+        items.append(f"full-size outputs across frameworks{at}: **{text(xc['status'])}** "
+                     f"({text(', '.join(xc['frameworks']))}; {xc['elements']} sampled elements)"
+                     + "".join(f"; {text(p)}" for p in xc.get("problems", [])))
     hazards = [r for r in scn["rows"] if r.get("hazard") and timed(r)]
     for r in hazards:
         chk = r.get("check") or {}
-        at = f" at {r['label']}" if r.get("label") else ""
-        items.append(f"hazard `{r['variant']}` in {r['framework']}{at}: wrong in {chk.get('wrong', 0)} of "
-                     f"{chk.get('checked', 0)} timed runs" + (f" (first: {chk['worst']})" if chk.get("worst") else ""))
+        at = f" at {text(r['label'])}" if r.get("label") else ""
+        items.append(f"hazard {code(r['variant'])} in {text(r['framework'])}{at}: wrong in {chk.get('wrong', 0)} of "
+                     f"{chk.get('checked', 0)} timed runs" + (f" (first: {text(chk['worst'])})" if chk.get("worst") else ""))
     return [("h", 3, "Checks", None), ("ul", items)] if items else []
 
 
@@ -225,7 +231,7 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
 
     path = result_dir / str(tl["png"])  # the schema allows no '..' and no absolute path in it
     if not path.exists() and not path.is_symlink():
-        return None, f"timeline picture `{tl['png']}` could not be read next to the result (no such file)"
+        return None, f"timeline picture {code(tl['png'])} could not be read next to the result (no such file)"
     try:
         if not path.resolve().is_relative_to(result_dir.resolve()):
             raise ValueError("it leads outside the result's folder")
@@ -234,7 +240,7 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
         raise ResultError(f"{path}: the timeline picture the result names is refused: "
                           f"{getattr(e, 'strerror', None) or e}") from None
     if not data.startswith(PNG_MAGIC):
-        return None, f"timeline picture `{tl['png']}` is not a PNG"
+        return None, f"timeline picture {code(tl['png'])} is not a PNG"
     return data, ""
 
 
@@ -249,7 +255,7 @@ def _profiles(scn: dict[str, Any], result_dir: Path, out: Path | None) -> list[B
         prof = r.get("profile")
         if not isinstance(prof, dict):
             continue
-        at = f" [{r['label']}]" if r.get("label") else ""
+        at = f" \\[{text(r['label'])}\\]" if r.get("label") else ""
         links = []
         for key in ("trace", "xplane"):
             if not prof.get(key):
@@ -260,10 +266,14 @@ def _profiles(scn: dict[str, Any], result_dir: Path, out: Path | None) -> list[B
             except OSError:
                 regular = False
             href = os.path.relpath(path, out if out is not None else result_dir).replace(os.sep, "/")
-            links.append(f"[{path.name}]({href})" if regular else f"`{prof[key]}` (not found next to the result)")
-        what = ", ".join(links) or f"no trace: {prof.get('why') or 'none written'}"
-        tool = f" — {prof['tool']}" if prof.get("tool") else ""
-        items.append(f"`{r['framework']}/{r['variant']}`{at}: {what}{tool}")
+            if regular and PLAIN_HREF.fullmatch(href):  # the report's own link, to a file it found there
+                links.append(f"[{text(path.name)}]({href})")
+            else:
+                links.append(f"{code(prof[key])} (" + ("not found next to the result)" if not regular
+                                                       else "not linked: not a plain name)"))
+        what = ", ".join(links) or f"no trace: {text(prof.get('why') or 'none written')}"
+        tool = f" — {text(prof['tool'])}" if prof.get("tool") else ""
+        items.append(f"{code(r['framework'] + '/' + r['variant'])}{at}: {what}{tool}")
     if not items:
         return []
     return [("h", 3, "Profiles", None),
@@ -294,9 +304,9 @@ def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, 
         mdoc = {k: v for k, v in (scn.get("metrics_doc") or {}).items()
                 if any(k in (r.get("timing") or {}).get("metrics", {}) for r in scn["rows"] if timed(r))}
         if mdoc:
-            blocks.append(("ul", [f"`{k}`: {v}" for k, v in mdoc.items()]))
+            blocks.append(("ul", [f"{code(k)}: {text(v)}" for k, v in mdoc.items()]))
         if scn.get("floor_why"):
-            blocks.append(("p", f"Floor: {scn['floor_why']}."))
+            blocks.append(("p", f"Floor: {text(scn['floor_why'])}."))
     else:
         blocks.append(("p", "Not timed in this run."))
     tl_png, tl_note = _timeline(scn, result_path.parent)
@@ -309,7 +319,7 @@ def _figures(name: str, scn: dict[str, Any], fws: list[str], result_path: Path, 
         blocks += [("h", 3, "Timeline", None),
                    ("img", tl_name, f"{name}: timeline",
                     "what host and device did over time, every framework" +
-                    (f"; the trace it was drawn from: `{trace}` (next to the result file)" if trace else ""))]
+                    (f"; the trace it was drawn from: {code(trace)} (next to the result file)" if trace else ""))]
     elif tl_note:
         blocks += [("h", 3, "Timeline", None), ("p", tl_note)]
     return blocks + _profiles(scn, result_path.parent, out)
@@ -320,12 +330,13 @@ def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> di
     `out` is embedded and referenced, not written again."""
     fws = frameworks_of(doc)
     env = doc["environment"]
-    gpu = env.get("gpu") or "CPU only (no GPU)"
-    versions = ", ".join(f"{fw} {i['env'].get('version', '')}".strip() for fw, i in env.get("frameworks", {}).items()
-                         if i.get("available"))
+    gpu = text(env.get("gpu") or "CPU only (no GPU)")
+    versions = ", ".join(text(f"{fw} {i['env'].get('version', '')}".strip())
+                         for fw, i in env.get("frameworks", {}).items() if i.get("available"))
+    title = f"triptych report — {env.get('gpu') or 'CPU only (no GPU)'} · {doc['size']} · {doc['created']}"
     images: dict[str, bytes] = {}
     blocks: list[Block] = [
-        ("h", 1, f"triptych report — {gpu} · {doc['size']} · {doc['created']}", "top"),
+        ("h", 1, text(title), "top"),
         ("p", f"Each scenario is one concept of the GPU host/device paradigm, written in {in_prose(display=True)}, "
               "checked for equivalence and timed on one clock. " + _clocks_said(doc) +
               f" (marked ! above {100 * HIGH_SPREAD:.0f}%)."),
@@ -334,24 +345,26 @@ def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> di
     blocks += _environment_blocks(doc, result_path.name)
     blocks += measuring_blocks(doc)
     for n, (name, scn) in enumerate(doc["scenarios"].items(), 1):
-        blocks += [("h", 2, f"{n}. {name} — {scn.get('title', '')}", name), ("quote", scn.get("concept", ""))]
-        blocks.append(("p", f"Measured on {gpu} with {versions or 'no framework'}; size `{doc['size']}`, "
+        blocks += [("h", 2, f"{n}. {text(name)} — {text(scn.get('title', ''))}", name),
+                   ("quote", text(scn.get("concept", "")))]
+        blocks.append(("p", f"Measured on {gpu} with {versions or 'no framework'}; size {code(doc['size'])}, "
                             f"seed {doc.get('seed', '—')}."))
-        vitems = [f"`{v['name']}`" + (" (hazard)" if v.get("hazard") else "") + gpu_label(v) + (f" — {v['doc']}" if v.get("doc") else "") for v in variants_of(scn)]
+        vitems = [code(v["name"]) + (" (hazard)" if v.get("hazard") else "") + text(gpu_label(v))
+                  + (f" — {text(v['doc'])}" if v.get("doc") else "") for v in variants_of(scn)]
         blocks += [("p", "Variants, baseline first:"), ("ul", vitems)]
         points = scn.get("points") or []
         if points:
             keys = list(dict.fromkeys(k for p in points for k in p if k != "label"))  # in order, from every point
-            blocks.append(("table", (["point"] if len(points) > 1 else []) + keys,
-                           [([point_label(scn, i)] if len(points) > 1 else []) + [str(p.get(k, "")) for k in keys]
-                            for i, p in enumerate(points)]))
+            blocks.append(("table", (["point"] if len(points) > 1 else []) + [text(k) for k in keys],
+                           [([text(point_label(scn, i))] if len(points) > 1 else [])
+                            + [text(p.get(k, "")) for k in keys] for i, p in enumerate(points)]))
         blocks += _figures(name, scn, fws, result_path, out, images)
         claims = _claims_table(scn, fws)
         if claims is not None:
             blocks += [("h", 3, f"Claims, judged on {gpu}", None), claims]
         blocks += _checks_blocks(scn)
     md = render_md(blocks)
-    page = render_html(blocks, images, title=f"triptych report — {gpu} · {doc['size']} · {doc['created']}")
+    page = render_html(blocks, images, title=title)
     there = {n for n in images if out is not None and (out / n).is_file() and n.startswith("timeline_")}
     return {"report.md": md.encode(), "report.html": page.encode(), **{n: b for n, b in images.items()
                                                                         if n not in there}}
@@ -367,6 +380,8 @@ def make_report(result: str | Path, out: str | Path | None = None, doc: dict[str
     path = Path(result)
     doc = load(path) if doc is None else doc
     dest = Path(out) if out is not None else default_out(path)
+    if out is None:  # beside the result: its own folder, never where a link put there leads
+        own_folder(dest, path.parent)
     check_writable(dest)
     files = build(doc, path, dest)
     return write_files(dest, files, last="report.html")[-1]

@@ -2,8 +2,11 @@
 
 Blocks (the document model): ("h", level, text, anchor) | ("p", text) | ("quote", text) |
 ("ul", [text]) | ("table", headers, rows), each cell str, (str, css class) or (str, css class,
-columns spanned) | ("img", file name, alt, caption). Inline text may use `code`, **bold** and
-[links](#anchor), or [links](to/a/file) relative to the report (plain names, '..' only leading).
+columns spanned) | ("img", file name, alt, caption). Inline text is the report's own Markdown: it may
+use `code`, **bold** and [links](#anchor), or [links](to/a/file) relative to the report (plain names,
+'..' only leading), and backslash escapes. Text that comes from a result file enters it only through
+text() or code(): shown as written in both renderers, never as a link, an emphasis or HTML that the
+file chose (a result is data: issue 49 found its links in report.html and raw <script> in report.md).
 Pure functions: no file is read or written here.
 """
 from __future__ import annotations
@@ -17,6 +20,33 @@ from harness.backends import ceilings_framework
 from harness.report.labels import NAMES
 
 Block = tuple
+
+
+# What Markdown (CommonMark, GitHub's tables and strikethrough) can read as markup inside a line, escaped
+# with a backslash, which both renderers show as the character itself: a backslash that would escape, a
+# backtick, '*', an '_' that could open emphasis (one after a letter or digit cannot: pinned_host), '<' before what
+# could be a tag or an autolink, '[' before what could be a link ("[x](", "[x]["), an entity, '~~'.
+# '|' is the table renderer's.
+_MARKUP = re.compile(r"\\(?=[!-/:-@\[-`{-~])|[`*]|(?<![A-Za-z0-9])_|<(?=[A-Za-z/!?])"
+                     r"|\[(?=[^\]]*\][(\[])|&(?=#?\w+;)|~(?=~)")
+# first in a line: a list item's, a heading's, a quote's or a link definition's mark ("[x]: url")
+_BLOCK_START = re.compile(r"^(\s*\d*)([-+.)#>=]|\[(?=[^\]]*\]:))(?=[\s\-#=]|$|(?<=\[))")
+
+
+def text(value: Any) -> str:
+    """A result file's text as inline text of the report: every character shown as written, on one line
+    (a line break is a space: a file's text opens no block of its own)."""
+    t = " ".join(str(value).splitlines())
+    return _BLOCK_START.sub(r"\1\\\2", _MARKUP.sub(lambda m: "\\" + m.group(0), t), count=1)
+
+
+def code(value: Any) -> str:
+    """A result file's text as a code span: fenced by more backticks than it holds in a row (CommonMark),
+    so that no backtick of its own ends the span early; inside one, nothing is markup."""
+    t = " ".join(str(value).splitlines())
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") or (t.startswith(" ") and t.endswith(" ") and t.strip()) else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
 
 
 def text_of(c: Any) -> str:
@@ -55,21 +85,28 @@ def render_md(blocks: Iterable[Block]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*"
-                     r"|\[([^\]]+)\]\((#[\w-]+|(?:\.\./)*[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)*)\)")
+_INLINE = re.compile(r"\\([!-/:-@\[-`{-~])"  # a backslash escape: the character itself
+                     r"|(?<!`)(`+)(?!`)(.+?)(?<!`)\2(?!`)"  # a code span, fenced by any number of backticks
+                     r"|\*\*((?:\\.|[^\\])+?)\*\*"
+                     r"|\[((?:\\.|[^\]\\])+)\]\((#[\w-]+|(?:\.\./)*[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)*)\)")
 
 
 def inline_html(text: str) -> str:
-    """Escape, then render `code`, **bold** and [links](#anchor or relative file)."""
+    """Escape, then render backslash escapes, `code`, **bold** and [links](#anchor or relative file)."""
     out, pos = [], 0
     for m in _INLINE.finditer(text):
         out.append(html.escape(text[pos:m.start()]))
         if m.group(1) is not None:
-            out.append(f"<code>{html.escape(m.group(1))}</code>")
+            out.append(html.escape(m.group(1)))
         elif m.group(2) is not None:
-            out.append(f"<strong>{inline_html(m.group(2))}</strong>")
+            span = m.group(3)
+            if len(span) > 2 and span.startswith(" ") and span.endswith(" ") and span.strip():
+                span = span[1:-1]  # CommonMark strips one space each side
+            out.append(f"<code>{html.escape(span)}</code>")
+        elif m.group(4) is not None:
+            out.append(f"<strong>{inline_html(m.group(4))}</strong>")
         else:
-            out.append(f'<a href="{html.escape(m.group(4))}">{html.escape(m.group(3))}</a>')
+            out.append(f'<a href="{html.escape(m.group(6))}">{inline_html(m.group(5))}</a>')
         pos = m.end()
     out.append(html.escape(text[pos:]))
     return "".join(out)

@@ -20,6 +20,11 @@ class OutputError(ValueError):
     """An output folder that cannot be written; str(self) is the one-line reason."""
 
 
+class NowhereToWrite(OSError):
+    """No place could take a result, not even compressed (harness/results/results.py write_or_rescue);
+    str(self) is the one-line reason, which names every place tried."""
+
+
 def check_writable(folder: Path) -> None:
     """Bad output folder: OutputError with one line, before any work and without creating anything.
     Each part of the path is looked at with stat, not Path.exists (which reads a symlink loop or a
@@ -46,6 +51,25 @@ def check_writable(folder: Path) -> None:
         os.unlink(tmp)
     except OSError as e:
         raise OutputError(f"cannot write to {folder}: {e.strerror or e}") from None
+
+
+def own_folder(folder: Path, home: Path) -> Path:
+    """folder, a folder of home's own (as `compare` claims one with os.mkdir): its links resolved, it must
+    lie inside home's, and folder itself may not be a link (a link beside a result, R/ for R.json, once
+    made `report R.json` write its files wherever it led, replacing files there). The resolved folder;
+    OutputError with one line otherwise, before anything is written."""
+    folder, home = Path(folder), Path(home)
+    try:
+        real, base = folder.resolve(), home.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise OutputError(f"cannot write to {folder}: {getattr(e, 'strerror', None) or e}") from None
+    if os.path.islink(folder):
+        raise OutputError(f"{folder}: is a symbolic link (to {os.readlink(folder)}), not the result's own folder: "
+                          "remove it, or name a folder with --out")
+    if real != base and not real.is_relative_to(base):
+        raise OutputError(f"{folder}: leads outside the result's own folder ({base}), to {real}: name a folder "
+                          "with --out")
+    return real
 
 
 def _put(folder: Path, name: str, data: bytes, exclusive: bool) -> Path:
@@ -94,8 +118,18 @@ def write_files(folder: Path, files: dict[str, bytes], exclusive: bool = False, 
 
 def rescue_folders() -> list[Path]:
     """Where a result goes when its own folder cannot take it (full disk, read-only): the system's
-    temporary folder, then the current folder."""
-    return [Path(tempfile.gettempdir()) / "triptych-rescue", Path.cwd()]
+    temporary folder, then the home folder, then the current folder (each where there is one): places on
+    other file systems, most often, than the one that failed."""
+    places = [Path(tempfile.gettempdir()) / "triptych-rescue"]
+    try:
+        places.append(Path.home() / "triptych-rescue")
+    except (RuntimeError, KeyError, OSError):  # no $HOME and no entry in the password database
+        pass
+    try:
+        places.append(Path.cwd())
+    except OSError:  # the current folder was removed
+        pass
+    return places
 
 
 def read_regular(path: Path, limit: int) -> bytes:

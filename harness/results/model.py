@@ -265,7 +265,10 @@ class ScenarioResult(_Record):
 @dataclass(eq=False, kw_only=True)
 class Environment(_Record):
     """Where the run ran: the GPU (null on a CPU run), the host, each framework, the machine's ceilings
-    and calibration, the memory fraction in effect and the CPUs the processes were pinned to."""
+    and calibration, the memory fraction in effect and the CPUs the processes were pinned to.
+    machine["calibration"][framework] holds one entry per worker process: its measures in seconds
+    (tiny_op_s, python_loop_s, at), or {"error": why} where the process did not answer; readers take the
+    numbers and pass over an error (harness/regress/env.py, harness/measure/calibrate.py host_series)."""
 
     gpu: str | None
     host: Json

@@ -35,9 +35,22 @@ class ResultError(ValueError):
     """A result file that cannot be used; str(self) is the one-line reason."""
 
 
+def _text(x: str) -> str:
+    """x as text that UTF-8 can hold: a lone surrogate (an undecodable byte of a path or an argument, a
+    \\udc80 escape in a file) is written as its escape, so that every writer of the text (the result, the
+    report, a terminal) can encode it."""
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return x.encode("utf-8", "backslashreplace").decode("utf-8")
+    return x
+
+
 def _jsonable(x: Any) -> Any:
+    if isinstance(x, str):
+        return _text(x)
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {_text(str(k)): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
@@ -164,8 +177,11 @@ def _is_placeholder(path: Path) -> bool:
 
 
 def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool = False) -> tuple[Path, str | None]:
-    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only),
-    (the rescue copy, the one-line reason): measurements that were made are never thrown away.
+    """(where the result went, None) or, when folder cannot take it (full disk, turned read-only, a file
+    size limit), (the rescue copy, the one-line reason naming where it went): measurements that were made
+    are never thrown away while some place can hold them. The last place is the smallest form: the
+    document compact and gzip-compressed (a tenth of the bytes), in the same places, for a limit on the
+    size of a file. NowhereToWrite (one line) where none could take it.
     claimed: name was claimed by claim_name (its placeholder is replaced, or removed on a rescue)."""
     try:
         return write_atomic(doc, folder, name, claimed=claimed), None
@@ -175,14 +191,38 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool 
             with contextlib.suppress(OSError):
                 os.unlink(Path(folder) / name)
             release_folder(folder, name)
+    tried = []
     for rescue in files.rescue_folders():
         try:
             return write_atomic(doc, rescue, name), why
+        except OSError as e:
+            tried.append(f"{rescue}: {e.strerror or e}")
+    import gzip
+
+    packed = gzip.compress(json.dumps(_jsonable(doc), separators=(",", ":"), allow_nan=False).encode(), mtime=0)
+    for place in (Path(folder), *files.rescue_folders()):
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            path = files.write_files(place, {unused_name(place, name + ".gz"): packed}, exclusive=True)[0]
         except OSError:
             continue
-    raise OSError(f"{why}; no rescue folder ({', '.join(map(str, files.rescue_folders()))}) could take it either")
+        return path, (f"{why}; nor in {'; '.join(tried)}; so compressed, the smallest form (gunzip it to read it; "
+                      f"{len(packed)} bytes)")
+    raise files.NowhereToWrite(f"{why}; no rescue folder could take it either ({'; '.join(tried)}), not even "
+                         f"compressed ({len(packed)} bytes)")
 
 
+def refused(doc: dict[str, Any] | Result) -> str | None:
+    """Why `read` would refuse doc once written (one line), or None: a writer checks what it wrote with
+    the readers' own check, so that a run never passes with a file that report and regress refuse."""
+    try:
+        validate(as_written(doc))
+    except ResultError as e:
+        return str(e)
+    return None
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 MAX_BYTES = 256 << 20  # a full run of every scenario is a few MB
 MAX_DEPTH = 32  # a result nests about ten deep
 MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20
@@ -225,6 +265,8 @@ def read(path: str | Path) -> Result:
         raise ResultError(f"{p}: nested deeper than a result file ever is") from None
     except ValueError as e:
         raise ResultError(f"{p}: {e}") from None
+    if _SURROGATE.search(text):  # only an escape in the text can make one: UTF-8 itself holds none
+        doc = _jsonable(doc)
     doc = upgrade(doc)
     validate(doc, str(p))
     return Result.from_dict(doc)

@@ -3,7 +3,7 @@
 The GPU image has no jsonschema, and `report` and `regress` must refuse there exactly what they refuse
 elsewhere: so no file is ever checked by jsonschema, but by this interpreter of the keywords the schema
 uses (type, const, enum, required, properties, additionalProperties, propertyNames, items, minimum,
-maximum, minLength, maxLength, pattern, format date-time, anyOf, if/then, $ref). Each error is one
+maximum, minLength, maxLength, maxItems, pattern, format date-time, anyOf, if/then, $ref). Each error is one
 line naming the field. A keyword it does not know is an error in the schema, not a pass.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
 _KNOWN = {"$schema", "$id", "$defs", "title", "description", "type", "const", "enum", "required", "properties",
-          "additionalProperties", "propertyNames", "items", "minimum", "maximum", "minLength", "maxLength",
+          "additionalProperties", "propertyNames", "items", "maxItems", "minimum", "maximum", "minLength", "maxLength",
           "pattern", "format", "anyOf", "if", "then", "$ref"}
 
 
@@ -124,6 +124,8 @@ class Checker:
                     raise SchemaError(f"{where(path)}: unexpected property {_short(k)}")
                 elif isinstance(extra, dict):
                     self._check(v, extra, [*path, k])
+        if isinstance(x, list) and "maxItems" in s and len(x) > s["maxItems"]:
+            raise SchemaError(f"{where(path)}: {len(x)} items, more than {s['maxItems']}")
         if isinstance(x, list) and isinstance(s.get("items"), dict):
             for i, v in enumerate(x):
                 self._check(v, s["items"], [*path, i])

@@ -93,8 +93,8 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
     from harness.run import stops
     from harness.measure.profiling import plan_profiles, write_profiles
     from harness.run.progress import make_ui
-    from harness.report.report import make_console, render_terminal, summary_status
-    from harness.results.results import (checkpoint_name, claim_name, release_folder, write_checkpoint,
+    from harness.report.report import Problem, make_console, render_terminal, summary_status
+    from harness.results.results import (checkpoint_name, claim_name, refused, release_folder, write_checkpoint,
                                          write_or_rescue)
     from harness.run.runner import run_compare
     from harness.run.stops import Stopped
@@ -125,9 +125,14 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
         if rescued:
             print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
             ok = False
+        invalid = refused(doc)  # the readers' own check: report and regress must be able to read what passed
+        if invalid:
+            problems.append(Problem("failed", f"the result file does not pass its own schema, so report and "
+                                              f"regress refuse it: {invalid}"))
         if traces:
             print(f"profiles: {out / stem}/ ({len(traces)} traces, one profiled repeat a row)", flush=True)
-        _draw(doc, path, stem, drawn, problems, report)
+        if path.suffix == ".json":  # a compressed rescue (the last place) is kept, not drawn from
+            _draw(doc, path, stem, drawn, problems, report)
         ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
     except (KeyboardInterrupt, Stopped) as e:
         stops.defer()  # a second signal now is ignored

@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from harness.backends import FRAMEWORKS
-from harness.run.parser import DEFAULT_OUT, UsageError, default, gpu_present
+from harness.run.parser import (DEFAULT_OUT, INTERLEAVED, MAX_EXAMPLES, MAX_PROCESSES, UsageError, bounded_int,
+                                memory_fraction, default, gpu_present)
 
 
 class CandidateStopped(Exception):
@@ -29,6 +30,11 @@ def _load(path: Any, option: str) -> dict[str, Any]:
         return load(path)
     except ResultError as e:
         raise UsageError(f"{option} {e}") from None
+
+
+def _given(a: argparse.Namespace, options: Any) -> list[str]:
+    """The options among `options` (argparse names) given on the command line (their default is None)."""
+    return ["--" + o.replace("_", "-") for o in options if getattr(a, o, None) is not None]
 
 
 def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
@@ -63,6 +69,10 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     if a.baseline is None:
         raise UsageError("--baseline (a result file) or --baseline-tree / --baseline-python (an interleaved run) "
                          "is required")
+    interleaved_only = _given(a, INTERLEAVED)
+    if interleaved_only:
+        raise UsageError(f"{', '.join(interleaved_only)} only apply to an interleaved run (--baseline-tree or "
+                         "--baseline-python), not to result files: drop them")
     fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),
                                  ("--gpu-memory-fraction", a.gpu_memory_fraction)) if v is not None]
     if a.candidate is not None and fresh_only:
@@ -111,14 +121,17 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
         raise UsageError(f"the baseline ran on {base['environment']['gpu']}; this machine has no GPU to rerun it on")
     fraction = a.gpu_memory_fraction
     if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
-        fraction = base["environment"]["gpu_memory_fraction"]  # like with like
+        fraction = _as_option(memory_fraction, base["environment"]["gpu_memory_fraction"], "its memory fraction")
     # like with like: auto again where the baseline chose its CPUs; a list named the baseline machine's CPUs
     auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
-    processes = _processes(base)  # like with like
+    processes = _as_option(bounded_int(1, MAX_PROCESSES, "--processes"), _processes(base),
+                           "the processes that timed a row")  # like with like, within --processes' bounds
     start_checks(out, fraction, frameworks, processes, scenarios, base["size"], processes_option=False)
     opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
-                          examples=int(base.get("examples") or 1), seed=base["seed"],
+                          examples=_as_option(bounded_int(1, MAX_EXAMPLES, "--examples"), base.get("examples") or 1,
+                                              "its examples"),
+                          seed=_as_option(bounded_int(0, 2**32 - 1, "--seed"), base["seed"], "its seed"),
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
                           gpu_memory_fraction=fraction, cpus="auto" if auto else "all",
@@ -133,6 +146,15 @@ def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str
     if stopped is not None:
         raise CandidateStopped(stopped, path)
     return _load(path, "--candidate"), str(path)
+
+
+def _as_option(parse: Any, value: Any, what: str) -> Any:
+    """A value a baseline file carries into the fresh run, through the parser of the option that sets it on
+    the command line: a file starts no more processes (examples, ...) than a user could ask for."""
+    try:
+        return parse(str(value))
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"--baseline: {what} cannot be rerun: {e}") from None
 
 
 def _fraction_for_the_largest_point(fraction: float, pools: int, scenarios: list[str], size: str,
@@ -179,7 +201,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     from harness.run.interleave import (ADDED, Plan, Schedule, Side, SideError, check_python, run as run_interleaved,
                                         tree)
     from harness.regress.view import render_paired
-    from harness.results.results import claim_name, release_folder, write_or_rescue
+    from harness.results.results import claim_name, refused, release_folder, write_or_rescue
     from harness.workers import faults
     from harness.workers.ranks import FAULT_RANK_ENV
     from scenarios import DEFAULT_RUN, get
@@ -189,8 +211,13 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     if not (a.baseline_tree or a.baseline_python):
         raise UsageError("an interleaved run needs --baseline-tree or --baseline-python (the candidate defaults to "
                          "this checkout and this interpreter)")
-    if a.variants is not None or a.allow_version_change:
-        raise UsageError("--variants and --allow-version-change apply to result files, not to an interleaved run")
+    files_only = [o for o, v in (("--variants", a.variants), ("--allow-version-change", a.allow_version_change),
+                                 ("--all", a.all), ("--isolation", a.isolation)) if v]
+    if files_only:
+        raise UsageError(f"{', '.join(files_only)} apply to result files, not to an interleaved run: drop them")
+    for key, value in INTERLEAVED.items():  # the interleaved run's defaults (the parser leaves them None)
+        if getattr(a, key) is None:
+            setattr(a, key, value)
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
     # both sides inherit this process's environment: a fault planted there would be planted on both alike
@@ -253,7 +280,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 os.environ.pop(MEMORY_FRACTION_ENV, None)
             else:
                 os.environ[MEMORY_FRACTION_ENV] = old_fraction
-        paths = []
+        paths, invalid = [], []
         for side, doc in zip(sides, res.docs):
             doc["command"] = ["python -m harness", *argv]
             name = claim_name(out, doc)
@@ -261,11 +288,19 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
             release_folder(out, name)
             paths.append(path)
             print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
+            if why := refused(doc):  # the readers' own check: a file that report and regress refuse fails the run
+                invalid.append(f"harness: error: {path} does not pass its own schema, so report and regress "
+                               f"refuse it: {why}")
         late = stops.resume()  # a signal that came while the files were written, after the timing was done
         code = 0
         try:
             if late is None:
                 code = render_paired(res, sides, plan, print)
+                if not res.rows and not res.signal:  # nothing judged: a gate must not read that as "no change"
+                    why = "; ".join(f"{w}: {y}" for w, y in res.not_comparable[:2]) or "no row was timed on both sides"
+                    print(f"harness: error: compared no row, so no change could be ruled out ({why})", file=sys.stderr,
+                          flush=True)
+                    code = 2
         except (KeyboardInterrupt, Stopped) as e:
             stops.defer()
             late = stops.name_of(e)
@@ -274,4 +309,6 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
             print(f"harness: stopped ({sig}) {'during the timing' if res.signal else 'after the timing'}: what was "
                   f"timed is in {' and '.join(map(str, paths))}", file=sys.stderr, flush=True)
             return 128 + signal.Signals[sig].value
-        return code
+        for line in invalid:
+            print(line, file=sys.stderr, flush=True)
+        return max(code, 1) if invalid else code

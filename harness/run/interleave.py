@@ -161,14 +161,21 @@ def tree(spec: str | None, repo: Path = ROOT) -> Iterator[tuple[str, str]]:
 
 
 def check_python(python: str) -> str:
-    """The interpreter's absolute path; SideError where it cannot run."""
+    """The interpreter's absolute path; SideError where it cannot run, or cannot import numpy, which
+    every worker imports first (an interpreter without the harness's dependencies: its side never
+    started, and the run compared nothing)."""
     try:
-        out = subprocess.run([python, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run([python, "-c", "import sys; import numpy; print(sys.executable)"], capture_output=True,
+                             text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SideError(f"{python}: cannot run it ({e})") from None
+    if "ModuleNotFoundError" in out.stderr:
+        raise SideError(f"{python}: has no numpy, which the harness's workers need: install the dependencies there "
+                        f"({python} -m pip install -e .)")
     if out.returncode != 0:
         raise SideError(f"{python}: exit code {out.returncode}")
+    if not out.stdout.strip():
+        raise SideError(f"{python}: printed nothing where it was asked for its path: not a Python interpreter")
     return python if os.path.isabs(python) else out.stdout.strip()
 
 

@@ -17,6 +17,10 @@ from harness.run.options import EXAMPLES
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "runs"  # ignored by git; results/ holds runs committed on purpose (--out results)
 MAX_EXAMPLES = 10_000
+MAX_PROCESSES = 16  # --processes; a baseline file's count too (cmd_regress), which the schema bounds alike
+# The interleaved run's options and their defaults; a run of result files takes none of them.
+INTERLEAVED = {"size": "auto", "seed": None, "pairs": 4, "max_pairs": 12, "budget": None, "fdr": 0.05,
+               "world_size": None}
 
 
 def default(name: str) -> Any:
@@ -59,7 +63,7 @@ def _csv(known: Sequence[str], what: str):
     return parse
 
 
-def _bounded_int(lo: int, hi: int, what: str):
+def bounded_int(lo: int, hi: int, what: str):
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -91,21 +95,58 @@ def _seconds(what: str):
 
 
 _positive_float = _seconds("timeout")
-_fraction = _number("--gpu-memory-fraction", lambda v: 0 < v <= 1, "in (0, 1]")
+memory_fraction = _number("--gpu-memory-fraction", lambda v: 0 < v <= 1, "in (0, 1]")
 _confidence = _number("--confidence", lambda v: 0.5 <= v <= 0.999, "between 0.5 and 0.999")
 
 
-def _threshold(text: str) -> float:
-    """10% or 0.1; at least 0.1% and at most 500% (a threshold past that would hide everything)."""
-    t = text.strip()
-    try:
-        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--threshold must be a fraction (0.1) or a percentage (10%), not {text!r}") from None
-    if not 0.001 <= v <= 5:
-        raise argparse.ArgumentTypeError(f"--threshold must be between 0.1% and 500%, not {text}")
-    return v
+def _share(option: str, lo: float, hi: float, bounds: str, open_lo: bool = False, open_hi: bool = False):
+    """A share given as a fraction (0.1) or a percentage (10%), within [lo, hi] (an end open where said):
+    `{option} must be {bounds}` outside; every message names the option it parses."""
+    def parse(text: str) -> float:
+        t = text.strip()
+        try:
+            v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{option} must be a fraction (0.1) or a percentage (10%), not {text!r}") from None
+        if not ((lo < v if open_lo else lo <= v) and (v < hi if open_hi else v <= hi)):
+            raise argparse.ArgumentTypeError(f"{option} must be {bounds}, not {text}")
+        return v
+
+    return parse
+
+
+# 10% or 0.1; at least 0.1% and at most 500% (a threshold past that would hide everything)
+_threshold = _share("--threshold", 0.001, 5, "between 0.1% and 500%")
+# a false discovery rate is a probability: 0 would call nothing different, 1 everything
+_fdr = _share("--fdr", 0, 1, "above 0 and below 1 (100%)", open_lo=True, open_hi=True)
+
+
+def _nonempty(option: str):
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{option} is empty")
+        return text
+
+    return parse
+
+
+def _path(option: str):
+    """A path option: refused when empty (Path('') is the current folder, which nobody means by it) or
+    when its name is not text (a byte that is not UTF-8 could not be said in the result, the report or a
+    message)."""
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{option} is empty: name a file or folder")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise argparse.ArgumentTypeError(f"{option} {shown!r} has a byte that is not UTF-8 text: name a path "
+                                             "whose name is") from None
+        return Path(text)
+
+    return parse
 
 
 def gpu_present() -> bool:
@@ -129,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_parser(sub, ORDER)
 
     r = sub.add_parser("report", help="report.md and a self-contained report.html from a result file")
-    r.add_argument("result", type=Path, metavar="RESULT.json")
-    r.add_argument("--out", type=Path, default=None,
+    r.add_argument("result", type=_path("RESULT.json"), metavar="RESULT.json")
+    r.add_argument("--out", type=_path("--out"), default=None,
                    help="folder for the report (default: next to the result, named after its stem)")
 
     x = sub.add_parser("export", help="a result as a tidy CSV (pandas reads it as is) or a Markdown summary for CI")
@@ -157,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selfcheck", help="trust the clock: harness medians vs the frameworks' own benchmark tools")
     s.add_argument("--frameworks", type=_csv(FRAMEWORKS, "framework"), default=list(FRAMEWORKS),
                    help="comma-separated frameworks (default: all)")
-    s.add_argument("--out", type=Path, default=None, help="also write the rows as JSON into this folder")
+    s.add_argument("--out", type=_path("--out"), default=None, help="also write the rows as JSON into this folder")
 
     _add_regress_parser(sub, ORDER)
     return p
@@ -175,11 +216,11 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
                    help=f"comma-separated frameworks (default: {','.join(FRAMEWORKS)})")
     c.add_argument("--size", choices=["auto", "smoke", "full"], default="auto",
                    help="full on a GPU machine, smoke (small, fast: what a CPU runs) elsewhere; default: auto")
-    c.add_argument("--examples", type=_bounded_int(1, MAX_EXAMPLES, "--examples"), default=None,
+    c.add_argument("--examples", type=bounded_int(1, MAX_EXAMPLES, "--examples"), default=None,
                    help=f"hypothesis examples per scenario (default {EXAMPLES['full']} full, {EXAMPLES['smoke']} smoke)")
-    c.add_argument("--out", type=Path, default=DEFAULT_OUT,
+    c.add_argument("--out", type=_path("--out"), default=DEFAULT_OUT,
                    help="folder for the result JSON (default runs/, ignored by git; --out results for a run to commit)")
-    c.add_argument("--seed", type=_bounded_int(0, 2**32 - 1, "--seed"), default=None,
+    c.add_argument("--seed", type=bounded_int(0, 2**32 - 1, "--seed"), default=None,
                    help="seed of every input and of hypothesis (default: a random one, recorded in the result)")
     c.add_argument("--isolation", choices=["process", "none"], default=default("isolation"),
                    help="a child process per framework (default) or everything in this process")
@@ -194,13 +235,13 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
     c.add_argument("--no-equivalence", action="store_true", help="skip the equivalence checks: timing only")
     c.add_argument("--no-timing", action="store_true", help="skip the timing: equivalence only")
     c.add_argument("--quiet", action="store_true", help="no progress output")
-    c.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
+    c.add_argument("--gpu-memory-fraction", type=memory_fraction, default=None,
                    help="of the GPU's memory, each framework's cap (default $TRIPTYCH_GPU_MEMORY_FRACTION or 0.15)")
-    c.add_argument("--processes", type=_bounded_int(1, 16, "--processes"), default=default("processes"),
+    c.add_argument("--processes", type=bounded_int(1, MAX_PROCESSES, "--processes"), default=default("processes"),
                    help=f"worker processes per framework that time every row, interleaved (default "
                         f"{default('processes')}); more give regress tighter intervals (Student's t on "
                         "the processes' medians) and cost time in proportion")
-    c.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
+    c.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                    help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
     c.add_argument("--cpus", type=_cpus, default=default("cpus"),
                    help="CPUs of every process of the run: all (default), auto (time each CPU, drop those slow "
@@ -217,9 +258,9 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     from harness.regress.regress import CLOCKS
 
     r = sub.add_parser("regress", help="baseline vs candidate: timing changes with intervals, numerical changes")
-    r.add_argument("--baseline", type=Path, default=None,
+    r.add_argument("--baseline", type=_path("--baseline"), default=None,
                    help="a result file (or --baseline-tree / --baseline-python: an interleaved run of both sides)")
-    r.add_argument("--candidate", type=Path, default=None,
+    r.add_argument("--candidate", type=_path("--candidate"), default=None,
                    help="a result file; without it, a fresh run of the baseline's scenarios, frameworks, size, seed")
     r.add_argument("--threshold", type=_threshold, default=0.10, help="timing change that counts (default 10%%)")
     r.add_argument("--confidence", type=_confidence, default=0.95, help="of the ratio's interval (default 0.95)")
@@ -231,32 +272,34 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     r.add_argument("--allow-version-change", action="store_true",
                    help="compare a framework's rows across a change of its version")
     fresh = r.add_argument_group("fresh candidate run (without --candidate)")
-    fresh.add_argument("--out", type=Path, default=None, help="folder for the candidate's result (default runs/)")
+    fresh.add_argument("--out", type=_path("--out"), default=None, help="folder for the candidate's result (default runs/)")
     fresh.add_argument("--timeout", type=_positive_float, default=None,
                        help=f"seconds per framework per scenario (default {default('timeout_s'):g})")
     fresh.add_argument("--isolation", choices=["process", "none"], default=None,
                        help=f"as for compare (default {default('isolation')})")
-    fresh.add_argument("--gpu-memory-fraction", type=_fraction, default=None,
+    fresh.add_argument("--gpu-memory-fraction", type=memory_fraction, default=None,
                        help="as for compare (default: the baseline's)")
     fresh.add_argument("--quiet", action="store_true", help="no progress output")
     both = r.add_argument_group(
         "interleaved run (baseline and candidate timed in one run, process pairs in A-B-B-A order)")
     for side in ("baseline", "candidate"):
-        both.add_argument(f"--{side}-tree", default=None, metavar="DIR_OR_REF",
+        both.add_argument(f"--{side}-tree", type=_nonempty(f"--{side}-tree"), default=None, metavar="DIR_OR_REF",
                           help=f"the {side}'s code: a folder, or a git ref checked out into a temporary worktree "
                                "(default: this checkout)")
-        both.add_argument(f"--{side}-python", default=None, metavar="PY",
+        both.add_argument(f"--{side}-python", type=_nonempty(f"--{side}-python"), default=None, metavar="PY",
                           help=f"the {side}'s interpreter (default: this one)")
         both.add_argument(f"--{side}-env", action="append", default=[], metavar="KEY=VALUE",
                           help=f"an environment variable of the {side}'s processes alone, e.g. TRIPTYCH_FAULT=... "
                                "(repeatable)")
-    both.add_argument("--size", choices=["auto", "smoke", "full"], default="auto",
+    # their defaults (INTERLEAVED) are filled in by the interleaved run: None says "not given", which a run of
+    # result files refuses rather than ignores
+    both.add_argument("--size", choices=["auto", "smoke", "full"], default=None,
                       help="full on a GPU machine, smoke elsewhere (default: auto)")
-    both.add_argument("--seed", type=_bounded_int(0, 2**32 - 1, "--seed"), default=None,
+    both.add_argument("--seed", type=bounded_int(0, 2**32 - 1, "--seed"), default=None,
                       help="seed of every input, the same on both sides (default: a random one)")
-    both.add_argument("--pairs", type=_bounded_int(2, 64, "--pairs"), default=4,
+    both.add_argument("--pairs", type=bounded_int(2, 64, "--pairs"), default=None,
                       help="process pairs every row gets first (default 4)")
-    both.add_argument("--max-pairs", type=_bounded_int(2, 256, "--max-pairs"), default=12,
+    both.add_argument("--max-pairs", type=bounded_int(2, 256, "--max-pairs"), default=None,
                       help="pairs at most: rows whose verdict is unknown get two more pairs at a time, A-B and "
                            "B-A (default 12)")
     both.add_argument("--budget", type=_seconds("--budget"), default=None,
@@ -265,7 +308,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "its two; points that pairs 1-2 did not reach are listed as not timed, the result files "
                            "are incomplete and the exit code is 1; points that later first pairs did not reach keep "
                            "fewer pairs")
-    both.add_argument("--fdr", type=_threshold, default=0.05,
+    both.add_argument("--fdr", type=_fdr, default=None,
                       help="false discovery rate over the run's rows, Benjamini-Hochberg (default 0.05)")
-    both.add_argument("--world-size", type=_bounded_int(1, 1024, "--world-size"), default=None,
+    both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

@@ -310,9 +310,9 @@ class Run:
             ex = ThreadPoolExecutor(len(workers))
             try:
                 infos = list(ex.map(lambda fw_w: hello(fw_w[1]), workers))
-            except BaseException:  # a stop while a framework hangs at start-up: kill, do not wait out its timeout
-                for _, w in workers:
-                    w.kill()
+            except BaseException:  # a stop while a framework hangs at start-up: kill, do not wait out its timeout;
+                for _, w in workers:  # for good: a thread about to start a worker starts none
+                    w.stop()
                 raise
             finally:
                 ex.shutdown(wait=False)

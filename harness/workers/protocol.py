@@ -9,23 +9,30 @@ each sender must remember to put into params.
 
 What went wrong becomes a status: "error" (an exception), "oom" (the framework's own out-of-memory
 error, classified by its backend), "timeout" (no answer in time: the parent kills the worker) and
-"crashed" (the process died). The child ignores SIGINT and SIGTERM: the parent decides what stops.
+"crashed" (the process died). The child ignores every stop signal (harness/workers/signals.py: Ctrl-C,
+SIGTERM, a closed terminal's SIGHUP, SIGQUIT): the parent decides what stops. A parent that is gone (its end
+of the pipe closed, a send that breaks, or, while a request runs, this process handed to another parent)
+ends the child quietly, and the run's cache folders (harness/workers/point_cache.py), which that parent can
+no longer remove, go with the children that find it gone.
 """
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from harness import backends
-from harness.workers import faults
+from harness.workers import faults, point_cache
+from harness.workers.signals import SIGNALS
 from harness.measure.timing import TimingConfig
 from scenarios.spec import Params
 
 OPS = ("hello", "equiv", "time", "ceilings", "calibrate", "selfcheck")
-STOPS = {signal.SIGINT, signal.SIGTERM}
+STOPS = set(SIGNALS)
 Progress = Callable[[str], None]
 
 
@@ -162,33 +169,78 @@ def died(fw: str, code: int | None) -> str:
 Handler = Callable[[Request, Progress], Any]
 
 
+class ParentGone(BaseException):  # like KeyboardInterrupt: no handler's `except Exception` may swallow it
+    """The parent's end of the pipe is closed: nobody reads this worker's answers any more."""
+
+
 def serve(conn: Any, framework: str, handle: Handler) -> None:
     """A worker child's main loop: a Reply per Request, progress notes before it, until None or EOF.
     Planted faults ($TRIPTYCH_FAULT, harness/workers/faults.py) wrap the handler here, at the child's start."""
-    # Ctrl-C (and a SIGTERM sent to the process group) reaches every worker too: the parent decides what
-    # stops (it closes or kills us), so a worker neither dies under a request nor prints a traceback.
+    # Ctrl-C (and a SIGTERM or SIGHUP sent to the process group) reaches every worker too: the parent decides
+    # what stops (it closes or kills us), so a worker neither dies under a request nor prints a traceback.
     # A process worker has them blocked from its start (ProcessWorker._start) until now: one that came
     # meanwhile is dropped.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for s in STOPS:
+        signal.signal(s, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    parent = os.getppid()
+    threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
     if os.environ.get(faults.ENV):
         handle = faults.planted_into(framework, handle)
+
+    def send(msg: dict[str, Any]) -> None:
+        try:
+            conn.send(msg)
+        except (OSError, EOFError) as e:  # BrokenPipeError, ConnectionResetError: the parent is gone
+            raise ParentGone() from e
+
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):  # the parent is gone, or closed its end without a word
+                raise ParentGone() from None
+            if msg is None:
+                return
+            try:
+                reply = Reply(True, handle(Request.from_dict(msg), lambda text: send(note(text))))
+            except ParentGone:
+                raise
+            except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
+                reply = Reply.failed(framework, e)
+            try:
+                send(reply.to_dict())
+            except ParentGone:
+                raise
+            except Exception as e:  # noqa: BLE001 - a value that cannot be pickled is the handler's error, not a crash
+                send(Reply.failed(framework, e).to_dict())
+    except ParentGone:
+        if _orphaned(parent):  # it died: its folders are ours to remove
+            point_cache.orphaned()
+
+
+WATCH_S = 0.5  # how often a child looks whether its parent is still there
+
+
+def _watch(parent: int) -> None:
+    """A request may run for minutes (or hang): a parent that died meanwhile is found here, and the child
+    leaves at once, its parent's folders removed (the pipe would tell it only at its next answer)."""
     while True:
-        try:
-            msg = conn.recv()
-        except EOFError:  # the parent is gone
-            return
-        if msg is None:
-            return
-        try:
-            reply = Reply(True, handle(Request.from_dict(msg), lambda text: conn.send(note(text))))
-        except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
-            reply = Reply.failed(framework, e)
-        try:
-            conn.send(reply.to_dict())
-        except Exception as e:  # noqa: BLE001 - a value that cannot be pickled is the handler's error, not a crash
-            conn.send(Reply.failed(framework, e).to_dict())
+        time.sleep(WATCH_S)
+        if os.getppid() != parent:
+            point_cache.orphaned()
+            os._exit(0)
+
+
+def _orphaned(parent: int, wait_s: float = 2.0) -> bool:
+    """Whether this process was handed to another parent (its own died): a dying process closes its pipes
+    before its children are handed on, so a closed pipe is given wait_s to become an orphaning."""
+    end = time.monotonic() + wait_s
+    while os.getppid() == parent:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def receive(conn: Any) -> Reply | str:

@@ -11,8 +11,11 @@ $TRIPTYCH_FAULT (harness/workers/faults.py), which only the child reads.
 """
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
+import multiprocessing.util  # registers multiprocessing's exit handler before _kill_the_rest below (LIFO)
 import signal
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -21,6 +24,23 @@ from harness.workers.handlers import answer
 from harness.workers.protocol import STOPS, Progress, Request, WorkerError, WorkerLost, died, failure
 
 __all__ = ["Handle", "LocalWorker", "ProcessWorker", "Progress", "WorkerError", "WorkerLost", "failure", "make_worker"]
+
+
+_LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every worker process started here
+
+
+@atexit.register
+def _kill_the_rest() -> None:
+    """Worker processes still alive as the interpreter exits (one started by a thread while a stop was
+    being honoured) are killed: multiprocessing's own exit handler would send them SIGTERM, which a worker
+    ignores, and then wait for them for ever."""
+    for proc in list(_LIVE):
+        try:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        except (OSError, ValueError, AssertionError):
+            pass
 
 
 def _serve(conn: Any, fw: str) -> None:
@@ -66,7 +86,7 @@ class LocalWorker(Handle):
     def close(self, grace: float = 0.0) -> None:
         pass
 
-    kill = close
+    kill = stop = close
 
 
 class ProcessWorker(Handle):
@@ -76,24 +96,36 @@ class ProcessWorker(Handle):
         self.fw = fw
         self._proc: Any = None
         self._conn: Any = None
+        self._stopped = False  # stop(): no process starts any more (a thread may be about to start one)
 
     def _start(self) -> None:
+        from multiprocessing import resource_tracker
+
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
+        proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
         # The child inherits this thread's signal mask: blocked, a Ctrl-C to the group while it imports
-        # is not a KeyboardInterrupt traceback in it; _serve ignores both and unblocks them.
+        # is not a KeyboardInterrupt traceback in it; _serve ignores the stop signals and unblocks them.
+        # multiprocessing's resource tracker, started by the first start, unblocks SIGINT and SIGTERM in the
+        # starting thread once it is up: started first, so that it cannot undo the mask this child inherits.
+        resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
         try:
-            self._proc.start()
+            proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        _LIVE.add(proc)
         child.close()
-        self._conn = parent
+        self._proc, self._conn = proc, parent  # started: kill() from another thread now reaches it
 
     def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
         if self._proc is None or not self._proc.is_alive():
+            if self._stopped:
+                raise WorkerLost(f"{self.fw} worker: the run was stopped", "crashed")
             self._start()
+            if self._stopped:  # stopped while this thread started it
+                self.kill()
+                raise WorkerLost(f"{self.fw} worker: the run was stopped", "crashed")
         self._conn.send(req.to_dict())
         while True:
             try:
@@ -120,10 +152,15 @@ class ProcessWorker(Handle):
             return msg.result()
 
     def kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(5)
-        self._proc = self._conn = None
+        proc, self._proc, self._conn = self._proc, None, None
+        if proc is not None:
+            proc.kill()
+            proc.join(5)
+
+    def stop(self) -> None:
+        """Killed for good, from any thread: a request in flight fails, none starts a process again."""
+        self._stopped = True
+        self.kill()
 
     def close(self, grace: float = 10.0) -> None:
         """Ask the child to leave, wait up to `grace` seconds (a run being stopped gives little), kill it."""

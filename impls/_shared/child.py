@@ -8,9 +8,10 @@ JSON or says {"error": ...} raises ChildError with its stderr's tail. Nothing he
 
 A child runs in a session of its own, and its whole process group is killed when it ends, times out or
 its parent gives up on it: what it started (torch.compile's pool of compile workers, one per CPU) goes
-with it. A child module calls as_child() first: the workers ignore SIGINT and SIGTERM, which their
-children would inherit, and a child whose worker is killed outright is killed with it (what the child
-itself started is then left to its own end: torch's compile workers exit once their parent is gone).
+with it. A child module calls as_child() first: the workers ignore the stop signals (SIGINT, SIGTERM,
+SIGHUP, SIGQUIT), which their children would inherit, and a child whose worker is killed outright is
+killed with it (what the child itself started is then left to its own end: torch's compile workers exit
+once their parent is gone).
 """
 from __future__ import annotations
 
@@ -117,11 +118,13 @@ def _kill_group(p: subprocess.Popen) -> None:
 
 
 def as_child() -> None:
-    """The child's side, first thing: SIGINT and SIGTERM as a fresh interpreter has them (the worker that
-    starts it ignores both, and an ignored signal stays ignored in its children), and on Linux a
-    SIGKILL when the worker dies, so that no child outlives a worker the harness killed."""
+    """The child's side, first thing: the stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) as a fresh
+    interpreter has them (the worker that starts it ignores them, and an ignored signal stays ignored in
+    its children), and on Linux a SIGKILL when the worker dies, so that no child outlives a worker the
+    harness killed."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(s, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         import ctypes
 
