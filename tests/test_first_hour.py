@@ -71,7 +71,7 @@ def _resolved(monkeypatch, capsys, tmp_path, gpu: bool, *args: str) -> tuple[lis
         return doc([row("torch", "async")])
 
     monkeypatch.setattr(cmd_compare, "gpu_present", lambda: gpu)
-    monkeypatch.setattr(runner, "run_compare", run_compare)
+    monkeypatch.setattr(cmd_compare, "run_compare", run_compare)
     cli.main(["compare", "--out", str(tmp_path), "--seed", "1", "--no-report", *args])
     return got["opts"].scenarios, capsys.readouterr().err
 
@@ -107,7 +107,7 @@ def test_the_last_line_says_whether_every_check_passed_and_counts_the_claims_hon
     claims = [_claim("confirmed"), _claim("refuted"), _claim("inconclusive", not_decidable="cpu"),
               _claim("inconclusive"), _claim("inconclusive", not_decidable="cpu")]
     d = _doc_with(claims)
-    monkeypatch.setattr(runner, "run_compare", lambda opts, ui, checkpoint=None: json.loads(json.dumps(d)))
+    monkeypatch.setattr(cmd_compare, "run_compare", lambda opts, ui, checkpoint=None: json.loads(json.dumps(d)))
     code = cli.main(["compare", "--frameworks", "torch", "--scenarios", "async_dispatch", "--out",
                      str(tmp_path / "out"), "--quiet", "--seed", "1", "--no-report"])
     out = capsys.readouterr().out.strip().splitlines()

@@ -275,7 +275,7 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     host = Host(1.0)
     rates: list[float] = []
     real = regress_mod.judge_pairs
-    monkeypatch.setattr(regress_mod, "judge_pairs", lambda rows, th, conf, fdr: rates.append(fdr) or real(
+    monkeypatch.setattr(interleave, "judge_pairs", lambda rows, th, conf, fdr: rates.append(fdr) or real(
         rows, th, conf, fdr))
 
     class Noisy(FakeWorker):

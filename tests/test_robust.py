@@ -16,7 +16,7 @@ import pytest
 
 from harness.results import files as writer
 from harness.run import cli
-from harness.run import runner
+from harness.run import cmd_compare, runner
 from tests.synthetic import doc, row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def _fake_run(d):
 
 
 def _compare(tmp_path, monkeypatch, d, *extra):
-    monkeypatch.setattr(runner, "run_compare", _fake_run(d))
+    monkeypatch.setattr(cmd_compare, "run_compare", _fake_run(d))
     return cli.main(["compare", "--frameworks", "torch", "--scenarios", "async_dispatch", "--out",
                      str(tmp_path / "out"), "--quiet", "--seed", "1", *extra])
 

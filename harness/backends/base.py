@@ -1,7 +1,8 @@
 """What the harness needs from a framework, in one small class per framework.
 
 Every framework is imported lazily, on first use, so that importing the harness touches no GPU and a
-missing framework costs nothing but its own rows.
+missing framework costs nothing but its own rows: the imports of torch, CuPy and JAX inside this package's
+functions are that rule, each at the first use of what it imports.
 """
 from __future__ import annotations
 

@@ -10,6 +10,9 @@ import numpy as np
 from harness.backends import digest
 from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, _no_profile, memory_fraction
 from harness.backends.pins import pin
+from harness.backends.cuda_events import median_s as timed
+from harness.backends.nccl_floor import measure
+from harness.backends.torch_backend import kineto_trace
 
 
 class CupyBackend(Backend):
@@ -109,7 +112,6 @@ class CupyBackend(Backend):
 
     def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
         # CuPy has no CUDA activity tracer of its own; torch.profiler's CUPTI records CuPy's kernels too
-        from harness.backends.torch_backend import kineto_trace
 
         return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span) in CuPy's process"
 
@@ -155,8 +157,6 @@ class CupyBackend(Backend):
         fp32_flops: an 8192^3 float32 cuBLAS GEMM (TF32 off).
         Each is the median of 5 event-timed repeats after one warm-up.
         """
-        from harness.backends.cuda_events import median_s as timed
-
         cp = self.fw
         rt = cp.cuda.runtime
         stream = cp.cuda.get_current_stream()
@@ -185,8 +185,6 @@ class CupyBackend(Backend):
 
     def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The raw NCCL time of each collective point (harness/backends/nccl_floor.py)."""
-        from harness.backends.nccl_floor import measure
-
         return measure(self.fw, points)
 
     def free_memory(self) -> None:

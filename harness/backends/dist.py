@@ -9,11 +9,16 @@ store for the NCCL id on CUPYX_DISTRIBUTED_PORT (default MASTER_PORT + 2). Nothi
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from harness.backends.base import Backend, Unavailable
 from harness.backends import nccl
+from harness.backends.xla import use_cublas_gemms
 
 NO_NCCL_HERE = "NCCL needs a CUDA GPU per rank"
 
@@ -79,8 +84,6 @@ def _join_torch(b: Backend, env: RankEnv) -> str:
 
 
 def _join_jax(b: Backend, env: RankEnv) -> str:
-    from harness.backends.xla import use_cublas_gemms
-
     use_cublas_gemms()  # before jax starts a backend
     import jax
 
@@ -121,7 +124,6 @@ def agree_stop(fw: str, backend: Backend, stop: str | None) -> str | None:
         dist.broadcast(t, 0)
         return STOPS[int(t.item())]
     if fw == "jax":
-        import numpy as np
         from jax.experimental import multihost_utils
 
         return STOPS[int(multihost_utils.broadcast_one_to_all(np.int32(code)))]
@@ -135,8 +137,6 @@ def agree_stop(fw: str, backend: Backend, stop: str | None) -> str | None:
 
 
 def _has_cuda() -> bool:
-    import shutil
-    import subprocess
 
     if not shutil.which("nvidia-smi"):
         return False

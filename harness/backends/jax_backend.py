@@ -17,6 +17,7 @@ import numpy as np
 from harness.backends import digest
 from harness.backends.base import Backend, SyncCount, TimelineRecorder, Unavailable, memory_fraction, warm
 from harness.backends.xla import use_cublas_gemms
+from harness.backends import nvtx
 
 
 class JaxBackend(Backend):
@@ -85,8 +86,6 @@ class JaxBackend(Backend):
         self.on_gpu = bool(gpus)
         self._nvtx = None
         if self.on_gpu:
-            from harness.backends import nvtx
-
             self._nvtx, where = nvtx.load()
             self.nvtx_how = (f"libnvToolsExt ({where}) beside jax.profiler.TraceAnnotation" if self._nvtx is not None
                              else f"none: {where}; jax.profiler.TraceAnnotation only (seen by jax.profiler, not nsys)")

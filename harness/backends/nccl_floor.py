@@ -20,6 +20,7 @@ import numpy as np
 
 from harness.backends.base import wall
 from harness.backends.nccl import cupy_comm
+from scenarios.collectives import NCCL_NO_IN_PLACE, calls, count, floor_key, in_place
 
 REPS = 5
 SEND_RECV_SINCE = 2700  # NCCL_VERSION_CODE of 2.7.0: ncclSend / ncclRecv
@@ -47,8 +48,6 @@ def measure(cp: Any, points: list[dict[str, Any]], comm: Any = None, nccl: Any =
             reps: int = REPS, clock: Callable[[], float] = wall) -> dict[str, dict[str, Any]]:
     """{"ceilings": {floor_key: seconds per call, "nccl_ranks": N}, "not_measured": {label: why}}. comm:
     the rank's cupyx NCCLBackend by default, or a raw NcclCommunicator (a one-rank one in the GPU test)."""
-    from scenarios.collectives import NCCL_NO_IN_PLACE, calls, count, floor_key, in_place
-
     if nccl is None:
         from cupy.cuda import nccl
     comm = cupy_comm() if comm is None else comm

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings
 
 from scenarios.spec import Arrays, Distribution, Params, Scenario
 
@@ -170,7 +171,7 @@ def compare_distribution(key: str, got: Any, want: np.ndarray, dist: Distributio
     See scenarios.spec.Distribution: Welch's t (means), Brown-Forsythe (spreads) and two-sample
     Kolmogorov-Smirnov (laws), each at alpha/3, on at most dist.sample strided elements of each.
     """
-    from scipy import stats
+    from scipy import stats  # heavy (~0.3 s): only a distribution check needs it
 
     g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape:
@@ -278,8 +279,6 @@ def hypothesis_settings(max_examples: int, shrink: bool = True) -> Any:
     another and of the machine's disk), no deadline (the first call compiles), the blob printed.
     shrink=False reports the first failing example as drawn: where every example starts fresh
     processes, each step of shrinking would start them again (minutes, for a simpler example)."""
-    from hypothesis import HealthCheck, Phase, settings
-
     phases = tuple(Phase) if shrink else (Phase.explicit, Phase.reuse, Phase.generate)
     return settings(max_examples=max_examples, deadline=None, database=None, print_blob=True,
                     suppress_health_check=list(HealthCheck), phases=phases)
@@ -287,8 +286,6 @@ def hypothesis_settings(max_examples: int, shrink: bool = True) -> Any:
 
 def register_profiles() -> None:
     """For pytest: quick (CPU CI: few examples) and thorough (the GPU: more examples)."""
-    from hypothesis import HealthCheck, settings
-
     common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.data_too_large])
     settings.register_profile("quick", max_examples=6, **common)
@@ -317,8 +314,6 @@ def run_equivalence(
 ) -> EquivalenceResult:
     """Draw params with hypothesis; for each, run every framework's checked variants (``execute``
     returns {variant: outputs}) and compare with the reference and pairwise."""
-    from hypothesis import given
-    from hypothesis import seed as hyp_seed
 
     if not frameworks:
         return EquivalenceResult("skipped", 0, [], "no framework available")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import numpy as np
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -32,12 +33,7 @@ def host_env() -> dict[str, Any]:
         "transparent_hugepages": thp_mode(),
         "numpy": np.__version__,
     }
-    try:
-        import hypothesis
-
-        env["hypothesis"] = hypothesis.__version__
-    except ImportError:  # pragma: no cover - a dependency
-        pass
+    env["hypothesis"] = hypothesis.__version__
     env |= gpu_query()
     env["code"] = code_version()
     return env

@@ -138,7 +138,7 @@ def chrome_trace(scenario: str, panels: list[tuple[str, dict[str, Any]]]) -> dic
 def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path | io.BytesIO) -> None:
     """A panel per framework x variant, a lane per stream, one shared time axis (ms); its labels drawn as
     written (no mathtext: a '$' in an op's name is a dollar sign)."""
-    import matplotlib
+    import matplotlib  # heavy (~0.5 s): only a run with timelines draws them
 
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
         _render_png(scenario, panels, path)

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.measure.noise import loglog_fit
+
 HOST_FLOOR = 0.10  # below this the two hosts count as one (the default regress threshold)
 
 
@@ -269,9 +271,8 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
     # the change between them (a few % of jitter fits a slope near 0): then the row follows the host
     if (df >= SENSITIVITY_MIN_DF and within > math.log1p(SENSITIVITY_MIN_SPREAD)
             and within >= abs(math.log(hc / hb)) - 1e-9):
-        from scipy import stats
+        from scipy import stats  # heavy (~0.3 s): only the host-speed fit needs it
 
-        from harness.measure.noise import loglog_fit
 
         slope, se, _, _ = loglog_fit([g for g in (base_procs, cand_procs) if len(g) >= 2])
         hi = slope + float(stats.t.ppf(0.975, df)) * se

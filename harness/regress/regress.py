@@ -60,6 +60,7 @@ import numpy as np
 
 from harness.measure.noise import ratio_interval, row_median, split
 from harness.results.model import counts_of
+from scenarios import get as get_scenario
 from harness.regress.env import (ELASTICITY_MAX, RegressError, HostSpeed, _environments, describe_host_during,
                                   host_bound, host_effect, host_procs, host_speed, stand_in, two_speeds)
 
@@ -182,9 +183,7 @@ def _params(scn: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
 
 def _rtol(scenario: str, params: dict[str, Any]) -> float | None:
     try:
-        from scenarios import get
-
-        return get(scenario).tolerance.for_dtype(str(params.get("dtype", "float32")))[0]
+        return get_scenario(scenario).tolerance.for_dtype(str(params.get("dtype", "float32")))[0]
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -479,7 +478,7 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
         if n < 2:
             return ratio, 0.0, math.inf, 1.0
         sd = float(np.std(x, ddof=1))
-    from scipy import stats
+    from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
 
     if sd <= EQUAL_RATIOS:
         return ratio, 0.0, math.inf, (1.0 if abs(np.mean(x)) <= EQUAL_RATIOS else min(1.0, 2.0 ** (1 - n)))
@@ -498,7 +497,7 @@ def detectable(base: list[float], cand: list[float], threshold: float, alpha: fl
     n = min(len(base), len(cand))
     if n < 2 or not 0 < alpha < 1:
         return math.inf
-    from scipy import stats
+    from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
 
     with np.errstate(divide="ignore", invalid="ignore"):  # a median of 0 or inf: caught as not finite below
         x = np.log(np.asarray(cand[:n], dtype=np.float64) / np.asarray(base[:n], dtype=np.float64))

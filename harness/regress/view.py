@@ -5,8 +5,13 @@ import math
 import signal
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
 from harness.regress.regress import Regress
 from harness.regress.env import describe
+from harness.regress.env import fw_version
+from harness.report.report import fmt_s
 
 
 def _n(k: int, word: str) -> str:
@@ -22,10 +27,7 @@ def _pct(r: float) -> str:
 
 
 def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: Any, show_all: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
 
-    from harness.report.report import fmt_s
 
     console.print(f"[bold]regress[/bold]  baseline  {res.baseline}  ({describe(base)})", highlight=False)
     console.print(f"         candidate {res.candidate}  ({describe(cand)})", highlight=False)
@@ -145,7 +147,6 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
         f"{100 * res.level:.4g}% intervals ({100 * plan.confidence:g}% split over the looks) · "
         "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order")
-    from harness.regress.env import fw_version
 
     fws = [(d["environment"].get("frameworks") or {}) for d in res.docs]
     for fw in sorted(set(fws[0]) & set(fws[1])):

@@ -59,7 +59,7 @@ def _iqr(stats: dict[str, Any]) -> list[list[float]]:
 
 
 def _style(ax: Any, lo: float, hi: float) -> None:
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator  # heavy: drawn charts only (charts.chart_png)
 
     ax.set_yscale("log")
     ax.set_ylim(lo, hi)
@@ -73,7 +73,7 @@ def _style(ax: Any, lo: float, hi: float) -> None:
 
 
 def _legend(scn: dict[str, Any], fws: list[str], host_line: str) -> list[Any]:
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # heavy: drawn charts only
     from matplotlib.patches import Patch
 
     ran = {r["framework"] for r in scn["rows"] if timed(r)}
@@ -177,7 +177,7 @@ def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
     """Variants x frameworks: bars (one point) or one panel per variant over a sweep's points; None
     where nothing was timed. Variants without a timed row take no panel. Every label is plain text: a
     file's `$...$` is not matplotlib's mathtext (a label a file chose crashed the report)."""
-    import matplotlib
+    import matplotlib  # heavy (~0.5 s): only a report draws charts
 
     with matplotlib.rc_context(PLAIN_TEXT):
         return _chart_png(scn, fws)

@@ -25,6 +25,7 @@ from harness.results.files import read_regular, write_files
 from harness.report.labels import NAMES, kernel_of, kernel_said
 from harness.results.results import MAX_BYTES, ResultError, load
 from scenarios.spec import human_bytes
+from scenarios import OPT_IN, all_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PORTING = Path("docs/porting.md")
@@ -338,8 +339,6 @@ def _traps(root: Path, s: Any) -> list[str]:
 def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     """Part 7: per scenario that measures a default (its spec's agree_by), the setting that makes the three
     agree and what the newest GPU result measured (its claims' verdicts and numbers)."""
-    from scenarios import all_scenarios
-
     out = []
     for s in (s for s in all_scenarios() if s.agree_by):
         out.append(f"### [{s.title}](#{s.name})\n\n"
@@ -358,8 +357,6 @@ def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]
 
 
 def porting_guide(root: Path = ROOT) -> str:
-    from scenarios import all_scenarios
-
     results, committed = gpu_results(root, [s.name for s in all_scenarios()])
     source = {s.name: measured_by(results, s.name) for s in all_scenarios()}
     used = [(p, d) for p, d in results if any(m is not None and m[0] == p for m in source.values())]
@@ -416,8 +413,6 @@ def porting_guide(root: Path = ROOT) -> str:
 def scenario_index() -> str:
     """docs/scenarios.md: every scenario in the order of every report, with its variants and its section of the
     porting guide, and the scenarios a default run leaves out."""
-    from scenarios import OPT_IN, all_scenarios
-
     lines = ["| # | scenario | concept | variants (baseline first) | porting guide |", "|---|---|---|---|---|"]
     for n, s in enumerate(all_scenarios(), 1):
         vs = ", ".join(f"`{v.name}`" + (" (hazard)" if v.hazard else "") for v in s.variants)

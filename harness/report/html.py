@@ -14,7 +14,9 @@ it lies: it is not copied under a second name.
 """
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,8 @@ from harness.report.report import (HIGH_SPREAD, find_row, fmt_num, fmt_pct, fmt_
 from harness.report.charts import chart_png, ordered_sweep, point_label, variants_of
 from harness.report.measuring import blocks as measuring_blocks
 from harness.report.render import Block, code, machine_line, render_html, render_md, text, text_of
+from harness.results.files import read_regular
+from harness.results.results import ResultError, load
 
 VERDICT_MARK = {"confirmed": "✓", "refuted": "✗", "inconclusive": "?"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -226,8 +230,6 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
     tl = scn.get("timelines")
     if not isinstance(tl, dict) or not tl.get("png"):
         return None, ""
-    from harness.results.files import read_regular
-    from harness.results.results import ResultError
 
     path = result_dir / str(tl["png"])  # the schema allows no '..' and no absolute path in it
     if not path.exists() and not path.is_symlink():
@@ -247,8 +249,6 @@ def _timeline(scn: dict[str, Any], result_dir: Path) -> tuple[bytes | None, str]
 def _profiles(scn: dict[str, Any], result_dir: Path, out: Path | None) -> list[Block]:
     """Links to each row's trace of its profiled repeat (compare --profile), relative to the report. A
     file is linked only where it is a regular file inside the result's folder; it is never opened."""
-    import os
-    import stat
 
     items = []
     for r in scn["rows"]:
@@ -375,8 +375,6 @@ def build(doc: dict[str, Any], result_path: Path, out: Path | None = None) -> di
 def make_report(result: str | Path, out: str | Path | None = None, doc: dict[str, Any] | None = None) -> Path:
     """Render the report of a result file (loaded and validated, unless `compare` hands over the document
     it just wrote) and write it; ResultError / OutputError (one line) on bad input, before any write."""
-    from harness.results.results import load
-
     path = Path(result)
     doc = load(path) if doc is None else doc
     dest = Path(out) if out is not None else default_out(path)

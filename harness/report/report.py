@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.markup import escape
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from harness.backends import FRAMEWORKS
 from harness.report.labels import kernel_of, pct_of_floor
+from harness.report.measuring import host_speed_line, phase_line
 
 HIGH_SPREAD = 0.10  # IQR / median above this: the numbers are noisy
 MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -104,8 +108,6 @@ def frameworks_of(doc: dict[str, Any]) -> list[str]:
 
 def make_console(stderr: bool = False) -> Any:
     """A terminal keeps its width; a log file gets wide tables instead of rich's 80 columns."""
-    from rich.console import Console
-
     c = Console(stderr=stderr)
     return c if c.is_terminal else Console(stderr=stderr, width=160)
 
@@ -178,8 +180,6 @@ def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool, scale: float = 
 
 def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]:
     """A rich Table for one scenario and the lines to print under it (legend, footnotes)."""
-    from rich import box
-    from rich.table import Table
 
     points = points_of(scn)
     notes = _Notes()
@@ -259,7 +259,6 @@ def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
                           f"{escape(c['evidence'])}", highlight=False)
     for nr in doc.get("not_run", []):
         console.print(f"\n[yellow]not run[/yellow] {nr['scenario']}: {escape(nr['why'])}", highlight=False)
-    from harness.report.measuring import host_speed_line, phase_line
 
     for line in (phase_line(doc), host_speed_line(doc)):
         if line is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gzip
 import json
 import math
 import os
@@ -23,6 +24,7 @@ import numpy as np
 
 from harness.results import files
 from harness.results.model import Result, counts_of
+from harness.results.schema_check import Checker, SchemaError
 
 SCHEMA = "triptych.result/2"
 # Older versions `read` upgrades: /1 is /2's document under the old name (harness/results/schema/result-1.schema.json)
@@ -197,7 +199,6 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool 
             return write_atomic(doc, rescue, name), why
         except OSError as e:
             tried.append(f"{rescue}: {e.strerror or e}")
-    import gzip
 
     packed = gzip.compress(json.dumps(_jsonable(doc), separators=(",", ":"), allow_nan=False).encode(), mtime=0)
     for place in (Path(folder), *files.rescue_folders()):
@@ -329,8 +330,6 @@ def validate(doc: Any, where: str = "result") -> None:
     check with or without jsonschema installed), then what a schema cannot say: a row's point within
     the scenario's points, one row per framework x variant x point, samples that agree with their
     counts. ResultError with one line naming the field."""
-    from harness.results.schema_check import Checker, SchemaError
-
     doc = upgrade(doc)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__

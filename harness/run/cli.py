@@ -14,6 +14,7 @@ import sys
 
 from harness.results.files import NowhereToWrite
 from harness.run.parser import UsageError, build_parser, gpu_present
+from harness.run import stops
 
 __all__ = ["main", "UsageError", "gpu_present"]
 
@@ -23,8 +24,6 @@ COMMANDS = {"list": "cmd_list", "compare": "cmd_compare", "report": "cmd_report"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.run import stops
-
     argv = list(sys.argv[1:] if argv is None else argv)
     # the stop signals, from parsing to the last line printed (harness/run/stops.py): a second signal while
     # the first one's line is printed is recorded, not raised

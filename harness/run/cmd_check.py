@@ -15,14 +15,19 @@ import os
 from typing import Any
 
 from harness.run.parser import UsageError, default
+from harness import backends
+from harness.check.equivalence import EquivalenceFailure, check_example
+from harness.check.param_bounds import refuse
+from harness.results.results import MAX_DIGITS
+from harness.workers.execute import load_impl, run_variants, skip_reason
+from harness.workers.ranks import RankGroup, WORLD_SIZE_ENV, default_world_size
+from harness.workers.worker import WorkerError, WorkerLost
+from scenarios import get
 
 MAX_WORLD_SIZE = 1024  # as compare's --world-size
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.check.equivalence import EquivalenceFailure, check_example
-    from harness.check.param_bounds import refuse
-    from scenarios import get
 
     scn = get(a.scenario)
     params = parse_params(a.params)
@@ -70,8 +75,6 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 def parse_params(text: str) -> dict[str, Any]:
     """--params as a JSON object; integers bounded in digits as in a result file (a 5,000-digit int
     would otherwise stop int() itself with a traceback), NaN/Infinity kept as strings (refused later)."""
-    from harness.results.results import MAX_DIGITS
-
     def bounded_int(t: str) -> int:
         if len(t.lstrip("-")) > MAX_DIGITS:
             raise UsageError(f"--params: an integer of {len(t.lstrip('-'))} digits (at most {MAX_DIGITS})")
@@ -91,8 +94,6 @@ def parse_params(text: str) -> dict[str, Any]:
 def with_world_size(params: dict[str, Any]) -> dict[str, Any]:
     """A rank scenario's params with their world size (the run's default where they name none), which
     the scenario's params then admit: $TRIPTYCH_WORLD_SIZE, read by scenarios/_ranks.py and the ranks."""
-    from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
-
     ws = params.get("world_size")
     if ws is None:
         ws = default_world_size()
@@ -104,8 +105,6 @@ def with_world_size(params: dict[str, Any]) -> dict[str, Any]:
 
 def _here(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[dict[str, Any] | str, str | None]:
     """({variant: outputs}, None) in this process; (_, why) when nothing of fw can run here."""
-    from harness import backends
-    from harness.workers.execute import load_impl, run_variants, skip_reason
 
     b = backends.get(fw)
     ok, why = b.available()
@@ -123,8 +122,6 @@ def _on_ranks(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[d
     """As _here, on a group of params["world_size"] rank processes (started, used once, closed); the
     outputs gathered along a first axis (rank), as the compare run's equivalence phase gets them.
     A group that raised or was lost: its one-line message in place of the outputs."""
-    from harness.workers.ranks import RankGroup
-
     g = RankGroup(fw, params["world_size"])
     try:
         return _ask_group(g, scn, fw, params)
@@ -136,8 +133,6 @@ def _on_ranks(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[d
 
 
 def _ask_group(g: Any, scn: Any, fw: str, params: dict[str, Any]) -> tuple[dict[str, Any] | str, str | None]:
-    from harness.workers.worker import WorkerError, WorkerLost
-
     n, timeout = params["world_size"], default("timeout_s")
     try:
         info = g.request("hello", timeout=timeout)

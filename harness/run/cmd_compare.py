@@ -20,6 +20,19 @@ from typing import Any, Sequence
 
 from harness.run.parser import UsageError, gpu_present
 from harness.run.options import EXAMPLES
+from harness.measure import machine
+from harness.measure.profiling import plan_profiles, write_profiles
+from harness.measure.timeline import plan_timelines, write_timelines
+from harness.report.html import make_report
+from harness.report.report import Problem, make_console, render_terminal, summary_status
+from harness.results.files import OutputError, check_writable
+from harness.results.results import as_written, checkpoint_name, claim_name, refused, release_folder, write_checkpoint, write_or_rescue
+from harness.run import stops
+from harness.run.progress import make_ui
+from harness.run.runner import CompareOptions, Run, run_compare
+from harness.run.stops import Stopped
+from harness.workers import faults
+from scenarios import default_run
 
 
 def start_checks(out: Path, fraction: float | None, frameworks: list[str], processes: int,
@@ -28,10 +41,6 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
     """What every run checks before any work: memory caps that fit (Run.check_memory_fits: together, and
     each above what the run's largest point at `size` holds), planted faults, a writable --out.
     scenarios: those selected (None: any may run); rank groups are counted only where one needs them."""
-    from harness.workers import faults
-    from harness.results.files import OutputError, check_writable
-    from harness.measure import machine
-    from harness.run.runner import Run
 
     Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, machine.gpu_memory_bytes,
                           world_size, label, processes_option)
@@ -43,9 +52,7 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.run.runner import CompareOptions, Run
 
-    from scenarios import default_run
 
     if a.no_equivalence and a.no_timing:
         raise UsageError("--no-equivalence and --no-timing together leave nothing to do")
@@ -83,22 +90,11 @@ def measure_and_write(opts: Any, out: Path, quiet: bool, report: bool = True,
     A stop at any moment after measuring began ends in a written result (harness/run/stops.py): signals
     that arrive while the run shuts down and its result is written wait until it is on disk. notice:
     said once on stderr before the run starts (what a CPU run can tell)."""
-    from harness.run import stops
-
     with stops.handling():
         return _measure_and_write(opts, out, quiet, report, notice)
 
 
 def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: str) -> tuple[int, Path | None]:
-    from harness.run import stops
-    from harness.measure.profiling import plan_profiles, write_profiles
-    from harness.run.progress import make_ui
-    from harness.report.report import Problem, make_console, render_terminal, summary_status
-    from harness.results.results import (checkpoint_name, claim_name, refused, release_folder, write_checkpoint,
-                                         write_or_rescue)
-    from harness.run.runner import run_compare
-    from harness.run.stops import Stopped
-    from harness.measure.timeline import plan_timelines
 
     if notice:  # after the imports: an interpreter without the dependencies gets its one line alone
         print(notice, file=sys.stderr, flush=True)
@@ -181,16 +177,12 @@ def verdict_line(doc: dict[str, Any], ok: bool, problems: list[Any]) -> str:
 
 
 def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems: list[Any], report: bool) -> None:
-    from harness.report.report import Problem
-    from harness.measure.timeline import write_timelines
 
     if drawn:
         written = write_timelines(doc, path.parent, stem)
         print(f"timelines: {path.parent / stem}/ ({len(written) // 2} of {len(drawn)} scenarios, PNG + Chrome trace)",
               flush=True)
     if report:
-        from harness.report.html import make_report
-        from harness.results.results import as_written
 
         try:
             print(f"report: {make_report(path, doc=as_written(doc))}", flush=True)

@@ -5,11 +5,10 @@ import argparse
 import sys
 
 from harness.run.parser import UsageError
+from harness.report.docs import DocsError, generate, stale, write
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.report.docs import DocsError, generate, stale, write
-
     try:
         files = generate()
     except DocsError as e:

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
 from harness.report.labels import gpu_label, scenario_needs
+from scenarios import CPU_RUN, OPT_IN, all_scenarios
 
 
 def _runs(name: str) -> str:
     """When a compare without --scenarios runs it."""
-    from scenarios import CPU_RUN, OPT_IN
-
     if name in OPT_IN:
         return "only when named (--scenarios): minutes on a GPU, see compare --help"
     return "by default" if name in CPU_RUN else "by default on a GPU; on a CPU when named"
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
-    from scenarios import all_scenarios
 
     console = Console()
     if not console.is_terminal:  # a pipe or a file: one line per variant, no 170-column table

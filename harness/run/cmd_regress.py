@@ -5,6 +5,9 @@ both sides timed in one run, process pair by process pair (harness/run/interleav
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import random
 import signal
 import sys
 import time
@@ -13,6 +16,21 @@ from typing import Any
 from harness.backends import FRAMEWORKS
 from harness.run.parser import (DEFAULT_OUT, INTERLEAVED, MAX_EXAMPLES, MAX_PROCESSES, UsageError, bounded_int,
                                 memory_fraction, default, gpu_present)
+from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV
+from harness.measure import machine
+from harness.regress.regress import RegressError, regress
+from harness.regress.view import render, render_paired
+from harness.report.report import make_console
+from harness.results.results import ResultError, claim_name, load, refused, release_folder, write_or_rescue
+from harness.run import stops
+from harness.run.cmd_compare import start_checks
+from harness.run.interleave import ADDED, Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
+from harness.run.progress import make_ui
+from harness.run.runner import CompareOptions, Run, run_compare
+from harness.run.stops import Stopped
+from harness.workers import faults
+from harness.workers.ranks import FAULT_RANK_ENV
+from scenarios import DEFAULT_RUN, ORDER, get
 
 
 class CandidateStopped(Exception):
@@ -24,8 +42,6 @@ class CandidateStopped(Exception):
 
 
 def _load(path: Any, option: str) -> dict[str, Any]:
-    from harness.results.results import ResultError, load
-
     try:
         return load(path)
     except ResultError as e:
@@ -38,8 +54,6 @@ def _given(a: argparse.Namespace, options: Any) -> list[str]:
 
 
 def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
-    from scenarios import ORDER, get
-
     for name in a.scenarios or []:
         if name not in base["scenarios"]:
             raise UsageError(f"scenario {name!r} is not in the baseline (it has: {', '.join(base['scenarios'])})")
@@ -58,9 +72,6 @@ def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.regress.regress import RegressError, regress
-    from harness.regress.view import render
-    from harness.report.report import make_console
 
     sides = [o for o in ("baseline_tree", "baseline_python", "candidate_tree", "candidate_python",
                          "baseline_env", "candidate_env") if getattr(a, o)]
@@ -101,12 +112,6 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 
 def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], str]:
     """Time the baseline's scenarios and frameworks at its size and seed, now; write the result."""
-    from harness.run import stops
-    from harness.run.cmd_compare import start_checks
-    from harness.run.progress import make_ui
-    from harness.results.results import claim_name, release_folder, write_or_rescue
-    from harness.run.runner import CompareOptions, run_compare
-    from scenarios import ORDER
 
     scenarios = [s for s in base["scenarios"] if s in ORDER and (a.scenarios is None or s in a.scenarios)]
     frameworks = [f for f in FRAMEWORKS if f in base["environment"].get("frameworks", {})
@@ -162,8 +167,6 @@ def _fraction_for_the_largest_point(fraction: float, pools: int, scenarios: list
     """The interleaved run's default cap, raised to what its largest point holds a process (with a margin of
     a hundredth of the GPU for a call's temporaries) where its pools still fit in 90% of the GPU; as it was
     otherwise (the start checks then say what would hold the point). On a GPU only."""
-    from harness.measure import machine
-    from harness.run.runner import Run
 
     total = machine.gpu_memory_bytes()
     need = Run.largest_need(scenarios, size, frameworks, world_size) if total else None
@@ -192,55 +195,13 @@ def _env(items: list[str], option: str) -> dict[str, str]:
 
 def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> int:
     """Baseline and candidate in one run (harness/run/interleave.py); exit 1 on a slower different row."""
-    import contextlib
-    import os
-    import random
-
-    from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV
-    from harness.run.cmd_compare import start_checks
-    from harness.run.interleave import (ADDED, Plan, Schedule, Side, SideError, check_python, run as run_interleaved,
-                                        tree)
-    from harness.regress.view import render_paired
-    from harness.results.results import claim_name, refused, release_folder, write_or_rescue
-    from harness.workers import faults
-    from harness.workers.ranks import FAULT_RANK_ENV
-    from scenarios import DEFAULT_RUN, get
-
-    if a.baseline is not None or a.candidate is not None:
-        raise UsageError(f"{', '.join(given)} run both sides now: drop --baseline/--candidate (result files)")
-    if not (a.baseline_tree or a.baseline_python):
-        raise UsageError("an interleaved run needs --baseline-tree or --baseline-python (the candidate defaults to "
-                         "this checkout and this interpreter)")
-    files_only = [o for o, v in (("--variants", a.variants), ("--allow-version-change", a.allow_version_change),
-                                 ("--all", a.all), ("--isolation", a.isolation)) if v]
-    if files_only:
-        raise UsageError(f"{', '.join(files_only)} apply to result files, not to an interleaved run: drop them")
-    for key, value in INTERLEAVED.items():  # the interleaved run's defaults (the parser leaves them None)
-        if getattr(a, key) is None:
-            setattr(a, key, value)
-    if a.max_pairs < a.pairs:
-        raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
-    # both sides inherit this process's environment: a fault planted there would be planted on both alike
-    # and cancel out of every pair, so that a run meant to show it reads "no change"
-    for key in (faults.ENV, FAULT_RANK_ENV):
-        if key in os.environ:
-            raise UsageError(f"${key} is set here and would reach both sides alike: unset it and pass it with "
-                             f"--candidate-env (or --baseline-env)")
+    _interleaved_options(a, given)
     scenarios = a.scenarios or list(DEFAULT_RUN)
     frameworks = a.frameworks or list(FRAMEWORKS)
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
     seed = a.seed if a.seed is not None else random.randrange(2**32)
     out = a.out if a.out is not None else DEFAULT_OUT
-    ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
-    # the pairs of a stage live side by side (ADDED at most: harness/run/interleave.py), each side a worker
-    # and, where a scenario has ranks, a rank group: 70% of the GPU for their pools leaves room for the contexts
-    pools = 2 * min(a.pairs, ADDED) * (2 if ranks else 1)
-    fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION, int(70 / pools) / 100)
-    if a.gpu_memory_fraction is None:
-        fraction = _fraction_for_the_largest_point(fraction, pools, scenarios, size, frameworks, a.world_size)
-    start_checks(out, fraction, frameworks, 1, scenarios, size, a.world_size, processes_option=False,
-                 label="" if a.gpu_memory_fraction else f"the default cap, {fraction:g} of the GPU for each of "
-                                                        f"{pools} processes side by side,")
+    fraction = _interleaved_cap(a, scenarios, size, frameworks, out)
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
     for option, env in zip(("--baseline-env", "--candidate-env"), envs):
         if faults.ENV in env:
@@ -248,49 +209,10 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 faults.parse(env[faults.ENV])
             except ValueError as e:
                 raise UsageError(f"{option} {e}") from None
-    old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
-    os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
-    from harness.run import stops
-    from harness.run.stops import Stopped
-
+    plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock)
     with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
-        try:
-            with contextlib.ExitStack() as stack:
-                sides = []
-                for j, name in enumerate(("baseline", "candidate")):
-                    where, label = stack.enter_context(tree(getattr(a, f"{name}_tree")))
-                    py = getattr(a, f"{name}_python")
-                    python = check_python(py) if py else sys.executable
-                    sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
-                t_start = time.perf_counter()  # each line says when: where a run's time goes, as compare's do
-
-                def log(text: str) -> None:
-                    if not a.quiet:
-                        print(f"  [{time.perf_counter() - t_start:6.1f}s] {text}", file=sys.stderr, flush=True)
-
-                schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
-                plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr,
-                            a.clock)
-                res = run_interleaved(schedule, plan)  # returns with stops deferred where one ended the timing
-                stops.defer()  # timed: a signal from here on waits until both sides' files are written
-        except SideError as e:
-            raise UsageError(str(e)) from None
-        finally:
-            if old_fraction is None:
-                os.environ.pop(MEMORY_FRACTION_ENV, None)
-            else:
-                os.environ[MEMORY_FRACTION_ENV] = old_fraction
-        paths, invalid = [], []
-        for side, doc in zip(sides, res.docs):
-            doc["command"] = ["python -m harness", *argv]
-            name = claim_name(out, doc)
-            path, rescued = write_or_rescue(doc, out, name, claimed=True)
-            release_folder(out, name)
-            paths.append(path)
-            print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
-            if why := refused(doc):  # the readers' own check: a file that report and regress refuse fails the run
-                invalid.append(f"harness: error: {path} does not pass its own schema, so report and regress "
-                               f"refuse it: {why}")
+        res, sides = _run_sides(a, envs, frameworks, fraction, plan)
+        paths, invalid = _write_sides(res, sides, argv, out)
         late = stops.resume()  # a signal that came while the files were written, after the timing was done
         code = 0
         try:
@@ -312,3 +234,95 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
         for line in invalid:
             print(line, file=sys.stderr, flush=True)
         return max(code, 1) if invalid else code
+
+
+def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
+    """Refuse what an interleaved run cannot take, in one line (UsageError), and fill in its defaults."""
+    if a.baseline is not None or a.candidate is not None:
+        raise UsageError(f"{', '.join(given)} run both sides now: drop --baseline/--candidate (result files)")
+    if not (a.baseline_tree or a.baseline_python):
+        raise UsageError("an interleaved run needs --baseline-tree or --baseline-python (the candidate defaults to "
+                         "this checkout and this interpreter)")
+    files_only = [o for o, v in (("--variants", a.variants), ("--allow-version-change", a.allow_version_change),
+                                 ("--all", a.all), ("--isolation", a.isolation)) if v]
+    if files_only:
+        raise UsageError(f"{', '.join(files_only)} apply to result files, not to an interleaved run: drop them")
+    for key, value in INTERLEAVED.items():  # the interleaved run's defaults (the parser leaves them None)
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    if a.max_pairs < a.pairs:
+        raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
+    # both sides inherit this process's environment: a fault planted there would be planted on both alike
+    # and cancel out of every pair, so that a run meant to show it reads "no change"
+    for key in (faults.ENV, FAULT_RANK_ENV):
+        if key in os.environ:
+            raise UsageError(f"${key} is set here and would reach both sides alike: unset it and pass it with "
+                             f"--candidate-env (or --baseline-env)")
+
+
+def _interleaved_cap(a: argparse.Namespace, scenarios: list[str], size: str, frameworks: list[str],
+                     out: Any) -> float:
+    """Each process's share of the GPU's memory, checked against the run's largest point before anything
+    starts. The pairs of a stage live side by side (ADDED at most: harness/run/interleave.py), each side a
+    worker and, where a scenario has ranks, a rank group: 70% of the GPU for their pools leaves room for the
+    contexts."""
+    ranks = any(getattr(get(s), "ranks", False) for s in scenarios)
+    pools = 2 * min(a.pairs, ADDED) * (2 if ranks else 1)
+    fraction = a.gpu_memory_fraction or min(DEFAULT_MEMORY_FRACTION, int(70 / pools) / 100)
+    if a.gpu_memory_fraction is None:
+        fraction = _fraction_for_the_largest_point(fraction, pools, scenarios, size, frameworks, a.world_size)
+    start_checks(out, fraction, frameworks, 1, scenarios, size, a.world_size, processes_option=False,
+                 label="" if a.gpu_memory_fraction else f"the default cap, {fraction:g} of the GPU for each of "
+                                                        f"{pools} processes side by side,")
+    return fraction
+
+
+def _run_sides(a: argparse.Namespace, envs: list[dict[str, str]], frameworks: list[str], fraction: float,
+               plan: Plan) -> tuple[Any, list[Side]]:
+    """(the interleaved run's outcome, its two sides): each side's tree checked out (a temporary worktree for
+    a git ref) and its interpreter checked, every process capped at `fraction`. Returns with stops deferred:
+    a signal from here on waits until both sides' files are written."""
+    old_fraction = os.environ.get(MEMORY_FRACTION_ENV)
+    os.environ[MEMORY_FRACTION_ENV] = repr(fraction)  # every side's processes inherit it
+    try:
+        with contextlib.ExitStack() as stack:
+            sides = []
+            for j, name in enumerate(("baseline", "candidate")):
+                where, label = stack.enter_context(tree(getattr(a, f"{name}_tree")))
+                py = getattr(a, f"{name}_python")
+                python = check_python(py) if py else sys.executable
+                sides.append(Side(name, where, python, envs[j], label + (f" · {py}" if py else "")))
+            t_start = time.perf_counter()  # each line says when: where a run's time goes, as compare's do
+
+            def log(text: str) -> None:
+                if not a.quiet:
+                    print(f"  [{time.perf_counter() - t_start:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+            schedule = Schedule(sides, frameworks, a.timeout or default("timeout_s"), a.world_size, log=log)
+            res = run_interleaved(schedule, plan)  # returns with stops deferred where one ended the timing
+            stops.defer()  # timed: a signal from here on waits until both sides' files are written
+            return res, sides
+    except SideError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if old_fraction is None:
+            os.environ.pop(MEMORY_FRACTION_ENV, None)
+        else:
+            os.environ[MEMORY_FRACTION_ENV] = old_fraction
+
+
+def _write_sides(res: Any, sides: list[Side], argv: list[str], out: Any) -> tuple[list[Any], list[str]]:
+    """(each side's result path, the lines of those its readers would refuse): both files written, each in
+    the folder it claimed (or rescued), and checked as report and regress check them."""
+    paths, invalid = [], []
+    for side, doc in zip(sides, res.docs):
+        doc["command"] = ["python -m harness", *argv]
+        name = claim_name(out, doc)
+        path, rescued = write_or_rescue(doc, out, name, claimed=True)
+        release_folder(out, name)
+        paths.append(path)
+        print(f"{side.name}: {path}" + (f" ({rescued})" if rescued else ""), file=sys.stderr, flush=True)
+        if why := refused(doc):  # the readers' own check: a file that report and regress refuse fails the run
+            invalid.append(f"harness: error: {path} does not pass its own schema, so report and regress "
+                           f"refuse it: {why}")
+    return paths, invalid

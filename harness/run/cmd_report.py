@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 
 from harness.run.parser import UsageError
+from harness.report.html import make_report
+from harness.results.files import OutputError
+from harness.results.results import ResultError
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.results.files import OutputError
-    from harness.report.html import make_report
-    from harness.results.results import ResultError
 
     try:
         page = make_report(a.result, a.out)

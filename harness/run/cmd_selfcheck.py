@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 
 from harness.run.parser import UsageError
+from harness.results.files import OutputError, check_writable
+from harness.run.selfcheck import run_selfcheck
 
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
-    from harness.results.files import OutputError, check_writable
-    from harness.run.selfcheck import run_selfcheck
 
     if a.out is not None:
         try:

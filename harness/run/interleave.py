@@ -24,6 +24,7 @@ pairs at a time, so that a budget too small for all of them leaves the later pai
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import os
 import secrets
@@ -46,6 +47,14 @@ from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
 from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
+from harness.measure.timing import preset
+from harness.regress.regress import FAILED, Paired, _clock, judge_pairs
+from harness.run import stops
+from harness.run.runner import CompareOptions, document
+from harness.run.stops import Stopped
+from harness.workers.cpus import not_placed
+from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
+from scenarios import get as get_scenario
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PARENT_ENV, KEY_ENV = "TRIPTYCH_SIDE_PARENT", "TRIPTYCH_SIDE_KEY"
@@ -338,8 +347,6 @@ class Schedule:
         one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
         the same rows. Once stop() says so, no further point starts (a started one runs through all its
         pairs, so that its rows stay paired); the points left are returned."""
-        from harness.regress.regress import FAILED
-
         left: list[tuple[str, int]] = []
         for scn in scenarios:
             idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
@@ -497,140 +504,184 @@ def run(schedule: Schedule, plan: Plan) -> Outcome:
     (Ctrl-C, SIGTERM) once the workers are up ends the timing, and the outcome holds what was timed, with
     stops deferred (harness/run/stops.py), so that the caller writes both sides' files before honouring it."""
     with side_caches(schedule.sides):
-        return _run(schedule, plan)
+        return InterleavedRun(schedule, plan).outcome()
 
 
-def _run(schedule: Schedule, plan: Plan) -> Outcome:
-    from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
-    from harness.regress.regress import judge_pairs
-    from harness.run import stops
-    from harness.run.stops import Stopped
-    from harness.measure.timing import preset
-    from scenarios import get as get_scenario
+class InterleavedRun:
+    """One interleaved regress, as harness/run/runner.py's Run is one compare: it owns the run's state (the
+    answers of every process, what the budget or a stop left untimed, why the timing stopped) through its
+    phases: the first pairs over every point, what they did not reach, the rows judged and pairs added while
+    some are unknown, and the two sides' documents."""
 
-    t0 = schedule.now()
-    started = _now()
+    def __init__(self, schedule: Schedule, plan: Plan) -> None:
+        self.schedule, self.plan = schedule, plan
+        self.t0, self.started = schedule.now(), _now()
+        self.budget = "" if plan.budget_s is None else f"the time budget of {plan.budget_s:g} s was spent"
+        if schedule.world_size is None:
+            schedule.world_size = default_world_size()
+        os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
+        self.scns = [get_scenario(s) for s in plan.scenarios]
+        # the seed is the requests' own (harness/workers/protocol.py)
+        self.points = {s.name: s.points(plan.size, schedule.world_size) for s in self.scns}
+        self.cfg = plan.cfg or preset(plan.size)
+        self.answers: Answers = {}
+        self.machine: list[dict[str, Any]] = [{}, {}]
+        self.short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
+        self.left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
+        self.stopped_by: str | None = None  # the signal that stopped the timing
+        self.env: dict[str, dict[str, Any]] | None = None
+        self.running: list[str] = []
+        self.subsets = False
+        self.not_timed: dict[tuple[str, int, str], str] = {}
+        self.not_run: list[dict[str, str]] = []
+        self.left_out: set[str] = set()
+        # every look at the rows may call one different: the false-discovery rate is split over the looks the
+        # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control; and so may
+        # each look call one same, after which it gets no more pairs: its interval's level is split too
+        self.fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
+        self.level = 1 - (1 - plan.confidence) / looks(plan.pairs, plan.max_pairs)
 
-    def spent() -> bool:
-        return plan.budget_s is not None and schedule.now() - t0 >= plan.budget_s
+    def spent(self) -> bool:
+        return self.plan.budget_s is not None and self.schedule.now() - self.t0 >= self.plan.budget_s
 
-    budget = "" if plan.budget_s is None else f"the time budget of {plan.budget_s:g} s was spent"
-    if schedule.world_size is None:
-        schedule.world_size = default_world_size()
-    os.environ[WORLD_SIZE_ENV] = str(schedule.world_size)  # the rank scenarios' points draw it
-    scns = [get_scenario(s) for s in plan.scenarios]
-    points = {s.name: s.points(plan.size, schedule.world_size) for s in scns}  # the seed is the requests' own (harness/workers/protocol.py)
-    cfg = plan.cfg or preset(plan.size)
-    answers: Answers = {}
-    # ADDED pairs at a time over every point, each stage in workers of its own: a budget that cannot afford
-    # every first pair leaves the later ones short, not points untimed, and no more than ADDED pairs' processes
-    # (and pools) are alive at once (cmd_regress sizes their memory cap so)
-    stages = [list(range(plan.pairs))[i:i + ADDED] for i in range(0, plan.pairs, ADDED)]
-    schedule.log(f"starting the workers of {len(stages[0])} pairs")
-    schedule.groups_down = {}  # this run's: a schedule may run again
-    machine: list[dict[str, Any]] = [{}, {}]
-    short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
-    left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
-    stopped_by: str | None = None  # the signal that stopped the timing
-    pairs: list[Pair] = []
-    env: dict[str, dict[str, Any]] | None = None
-    running: list[str] = []
-    subsets = False
-    try:
-        pairs, env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
-        running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
-        # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
-        subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in running)
-        left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, running, cfg, answers,
-                                    plan.seed, stop=spent)
-        for ks in stages[1:]:
-            if left or short:
+    def outcome(self) -> Outcome:
+        self._first_pairs()
+        why_cut = self._untimed()
+        rows, nc, stopped = self._judged(why_cut)
+        if self.stopped_by is not None:  # in the first pairs or in added ones
+            _drop_half_pairs(self.answers)
+        return self._outcome(rows, nc, stopped)
+
+    def _first_pairs(self) -> None:
+        """plan.pairs pairs over every point, ADDED pairs at a time, each stage in workers of its own: a budget
+        that cannot afford every first pair leaves the later ones short, not points untimed, and no more than
+        ADDED pairs' processes (and pools) are alive at once (cmd_regress sizes their memory cap so)."""
+        schedule, plan, scns, points = self.schedule, self.plan, self.scns, self.points
+        stages = [list(range(plan.pairs))[i:i + ADDED] for i in range(0, plan.pairs, ADDED)]
+        schedule.log(f"starting the workers of {len(stages[0])} pairs")
+        schedule.groups_down = {}  # this run's: a schedule may run again
+        pairs: list[Pair] = []
+        try:
+            pairs, self.env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
+            env = self.env
+            self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
+            # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
+            self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
+            self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
+                                             self.answers, plan.seed, stop=self.spent)
+            for ks in stages[1:]:
+                if self.left or self.short:
+                    break
+                schedule.close(pairs)
+                pairs = []
+                if self.spent():  # no stage starts that could time nothing: every point keeps the pairs it has
+                    self.short = [(s.name, i) for s in scns for i in range(len(points[s.name]))]
+                    break
+                named = _named(ks)
+                schedule.log(f"{named} over every point: starting their workers")
+                pairs, env_k = schedule.start_pairs(ks, self.running, self.running)
+                fws_k = [fw for fw in self.running if all(env_k[s.name][fw]["available"] for s in schedule.sides)]
+                for fw in sorted(set(self.running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
+                    schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
+                self.short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, self.cfg,
+                                                  self.answers, plan.seed, stop=self.spent)
+        except (KeyboardInterrupt, Stopped) as e:
+            if self.env is None:  # stopped while the first workers started: nothing was timed, nothing is written
+                raise
+            self.stopped_by = stops.name_of(e)
+        finally:
+            stops.defer()  # from here a signal waits at the next safe point: what was timed is judged and kept first
+            schedule.log("closing the workers")
+            schedule.close(pairs, 1.0 if self.stopped_by else 10.0)  # a stopped run's busy worker is not waited for
+
+    def _untimed(self) -> str:
+        """What the first pairs did not time, by point and framework (not_timed), and which scenarios that
+        leaves incomplete (not_run) or out (left_out), as compare lists what its budget did not reach; returns
+        why they were cut."""
+        scns, points, answers, running = self.scns, self.points, self.answers, self.running
+        why_cut = self.budget if self.stopped_by is None else f"stopped ({self.stopped_by})"
+        reached: set[tuple[str, int]] = set()
+        if self.stopped_by is not None:  # the points no process reached, on either side
+            reached = {(name, i) for (name, i, _), per_side in answers.items() if any(per_side)}
+            self.left = [(s.name, i) for s in scns for i in range(len(points[s.name])) if (s.name, i) not in reached]
+        # by framework: one that did not start on a side was never to be timed, and keeps its own reason
+        self.not_timed = {(name, i, fw): f"not timed: {why_cut} before this point" for name, i in self.left
+                          for fw in running}
+        for name, i in sorted(reached):  # at a point the stop reached: a framework it cut, or the side it did not reach
+            for fw in running:
+                per_side = answers.get((name, i, fw), [[], []])
+                if not all(per_side):
+                    where = (f"on the {self.schedule.sides[per_side.index([])].name} side" if any(per_side)
+                             else "here")
+                    self.not_timed[(name, i, fw)] = f"not timed {where}: stopped ({self.stopped_by}) during this point"
+        for scn in scns:
+            n = len(points[scn.name])
+            never = {i for name, i in self.left if name == scn.name}
+            cut = len(never | {i for name, i, _ in self.not_timed if name == scn.name})
+            if len(never) == n:
+                self.left_out.add(scn.name)
+            if cut:
+                self.not_run.append({"scenario": scn.name, "why": (
+                    f"{why_cut} before it started" if len(never) == n else
+                    f"{why_cut} before {cut} of its {n} points were timed (their rows are skipped)"
+                    if self.stopped_by is None else
+                    f"{why_cut}: {cut} of its {n} points not timed in full (rows not timed say why)")})
+        return why_cut
+
+    def _judged(self, why_cut: str) -> tuple[list[Any], list[tuple[str, str]], str]:
+        """(the rows judged, the rows not comparable, why pairs stopped): after the first pairs, and again after
+        each ADDED pairs that unknown rows get, until none is unknown, --max-pairs, the budget or a stop."""
+        plan = self.plan
+        rows, nc = _rows(self.answers, self.scns, self.points, plan.clock)
+        judge_pairs(rows, plan.threshold, self.level, self.fdr)
+        k, stopped = plan.pairs, (f"{why_cut}; {len(self.left)} point(s) not timed" if self.left else
+                                  f"{self.budget}; {len(self.short)} point(s) with fewer than {plan.pairs} pairs"
+                                  if self.short else why_cut if self.stopped_by else "")
+        while not self.left and not self.short and self.stopped_by is None:
+            # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed,
+            # and where both sides' workers can be asked for some variants, neither are its decided rows
+            open_rows: dict[tuple[str, int, str], tuple[str, ...]] = {}
+            for r in rows:
+                if r.verdict == "unknown" and r.decidable:
+                    key = (r.scenario, r.point, r.framework)
+                    open_rows[key] = open_rows.get(key, ()) + (r.variant,)
+            if not open_rows:
                 break
-            schedule.close(pairs)
-            pairs = []
-            if spent():  # no stage starts that could time nothing: every point keeps the pairs it has
-                short = [(s.name, i) for s in scns for i in range(len(points[s.name]))]
+            if k >= plan.max_pairs:
+                stopped = f"--max-pairs {plan.max_pairs} reached"
                 break
-            named = f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(k + 1) for k in ks[::len(ks) - 1 or 1])}"
-            schedule.log(f"{named} over every point: starting their workers")
-            pairs, env_k = schedule.start_pairs(ks, running, running)
-            fws_k = [fw for fw in running if all(env_k[s.name][fw]["available"] for s in schedule.sides)]
-            for fw in sorted(set(running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
-                schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
-            short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, cfg, answers,
-                                         plan.seed, stop=spent)
-    except (KeyboardInterrupt, Stopped) as e:
-        if env is None:  # stopped while the first workers started: nothing was timed, nothing is written
-            raise
-        stopped_by = stops.name_of(e)
-    finally:
-        stops.defer()  # from here a signal waits at the next safe point: what was timed is judged and kept first
-        schedule.log("closing the workers")
-        schedule.close(pairs, 1.0 if stopped_by else 10.0)  # a stopped run's busy worker is not waited for
-    why_cut = budget if stopped_by is None else f"stopped ({stopped_by})"
-    reached: set[tuple[str, int]] = set()
-    if stopped_by is not None:  # the points no process reached, on either side
-        reached = {(name, i) for (name, i, _), per_side in answers.items() if any(per_side)}
-        left = [(s.name, i) for s in scns for i in range(len(points[s.name])) if (s.name, i) not in reached]
-    # by framework: one that did not start on a side was never to be timed, and keeps its own reason
-    not_timed = {(name, i, fw): f"not timed: {why_cut} before this point" for name, i in left for fw in running}
-    for name, i in sorted(reached):  # at a point the stop reached: a framework it cut, or the side it did not reach
-        for fw in running:
-            per_side = answers.get((name, i, fw), [[], []])
-            if not all(per_side):
-                where = f"on the {schedule.sides[per_side.index([])].name} side" if any(per_side) else "here"
-                not_timed[(name, i, fw)] = f"not timed {where}: stopped ({stopped_by}) during this point"
-    not_run, left_out = [], set()  # as compare lists what its budget did not reach: the files are incomplete
-    for scn in scns:
-        n = len(points[scn.name])
-        never = {i for name, i in left if name == scn.name}
-        cut = len(never | {i for name, i, _ in not_timed if name == scn.name})
-        if len(never) == n:
-            left_out.add(scn.name)
-        if cut:
-            not_run.append({"scenario": scn.name, "why": f"{why_cut} before it started" if len(never) == n else
-                            f"{why_cut} before {cut} of its {n} points were timed (their rows are skipped)"
-                            if stopped_by is None else
-                            f"{why_cut}: {cut} of its {n} points not timed in full (rows not timed say why)"})
-    # every look at the rows may call one different: the false-discovery rate is split over the looks the
-    # run may take (Bonferroni), so that adding pairs while a row is unknown keeps the control
-    fdr = plan.fdr / looks(plan.pairs, plan.max_pairs)
-    # and so may each look call one same, after which it gets no more pairs: its interval's level is split too
-    level = 1 - (1 - plan.confidence) / looks(plan.pairs, plan.max_pairs)
-    rows, nc = _rows(answers, scns, points, plan.clock)
-    judge_pairs(rows, plan.threshold, level, fdr)
-    k, stopped = plan.pairs, (f"{why_cut}; {len(left)} point(s) not timed" if left else
-                              f"{budget}; {len(short)} point(s) with fewer than {plan.pairs} pairs" if short else
-                              why_cut if stopped_by else "")
-    while not left and not short and stopped_by is None:
-        # a point's frameworks with an unknown row: a framework whose rows there are decided is not re-timed,
-        # and where both sides' workers can be asked for some variants, neither are its decided rows
-        open_rows: dict[tuple[str, int, str], tuple[str, ...]] = {}
-        for r in rows:
-            if r.verdict == "unknown" and r.decidable:
-                key = (r.scenario, r.point, r.framework)
-                open_rows[key] = open_rows.get(key, ()) + (r.variant,)
+            if self.spent():
+                stopped = self.budget
+                break
+            ks = list(range(k, min(k + ADDED, plan.max_pairs)))
+            why, before_any = self._add_pairs(ks, open_rows)
+            if why is not None:
+                stopped = why
+                if before_any:  # a signal while the rows were judged: they stand as judged
+                    break
+            k += len(ks)
+            rows, nc = _rows(self.answers, self.scns, self.points, plan.clock)
+            judge_pairs(rows, plan.threshold, self.level, self.fdr)
+        return rows, nc, stopped
+
+    def _add_pairs(self, ks: list[int], open_rows: dict[tuple[str, int, str], tuple[str, ...]]
+                   ) -> tuple[str | None, bool]:
+        """Pairs ks over the points with unknown rows (open_rows: the rows by scenario, point and framework).
+        (None, False); or, where a signal stopped the run, ("stopped (SIG...)", whether it came before any of
+        these pairs started)."""
+        schedule, scns, points = self.schedule, self.scns, self.points
         open_points: dict[tuple[str, int], set[str]] = {}
         for s, i, fw in open_rows:
             open_points.setdefault((s, i), set()).add(fw)
-        if not open_points:
-            break
-        if k >= plan.max_pairs:
-            stopped = f"--max-pairs {plan.max_pairs} reached"
-            break
-        if spent():
-            stopped = budget
-            break
-        ks = list(range(k, min(k + ADDED, plan.max_pairs)))
-        named = f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(x + 1) for x in ks[::len(ks) - 1 or 1])}"
+        named = _named(ks)
         ranked_scns = {s.name for s in scns if getattr(s, "ranks", False)}
-        plain, ranked = needed(open_points, ranked_scns, running)
+        plain, ranked = needed(open_points, ranked_scns, self.running)
         more: list[Pair] = []
         try:  # from resume() on a signal raises: every statement after it is inside, so that it stops, not loses, the run
             late = stops.resume()  # a signal while the rows were judged stops the run here, before more pairs
             if late is not None:
-                stopped_by, stopped = late, f"stopped ({late})"
-                break
+                self.stopped_by = late
+                return f"stopped ({late})", True
             schedule.log(f"{named}: {len(open_points)} point(s) with unknown rows "
                          f"({sum(map(len, open_points.values()))} request(s) a process, "
                          f"{sum(map(len, open_rows.values()))} row(s))")
@@ -641,40 +692,48 @@ def _run(schedule: Schedule, plan: Plan) -> Outcome:
             schedule.time_points(more, scns, points,
                                  lambda s, i: {fw for fw in open_points.get((s, i), set())
                                                if s in ranked_scns or fw not in down},
-                                 [fw for fw in running if fw in plain or fw in ranked], cfg, answers, plan.seed,
-                                 stop=spent, subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if subsets else ())
+                                 [fw for fw in self.running if fw in plain or fw in ranked], self.cfg, self.answers,
+                                 self.plan.seed, stop=self.spent,
+                                 subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if self.subsets else ())
         except (KeyboardInterrupt, Stopped) as e:
-            stopped_by = stops.name_of(e)
-            stopped = f"stopped ({stopped_by})"
+            self.stopped_by = stops.name_of(e)
+            return f"stopped ({self.stopped_by})", False
         finally:
             stops.defer()
-            schedule.close(more, 1.0 if stopped_by else 10.0)
-        k += len(ks)
-        rows, nc = _rows(answers, scns, points, plan.clock)
-        judge_pairs(rows, plan.threshold, level, fdr)
-    if stopped_by is not None:  # in the first pairs or in added ones
-        _drop_half_pairs(answers)
-    base, cand = schedule.sides
-    lost_groups = []
-    for (name, fw), why in schedule.groups_down.items():  # a framework whose rank groups never timed this scenario
-        if any(any(per_side) for (n, _, f), per_side in answers.items() if (n, f) == (name, fw)):
-            continue  # timed in other pairs: its rows keep those (the log said where a group did not start)
-        where = "either side" if len(why) == 2 else f"the {next(iter(why))} side"
-        for i in range(len(points[name])):
-            not_timed.setdefault((name, i, fw), f"not timed: its rank group did not start on {where}: "
-                                                f"{next(iter(why.values()))}")
-        if base.name not in why:
-            lost_groups.append((fw, f"its {name} rank group: {why[cand.name]}"))
-    docs = [_document(side, [s for s in scns if s.name not in left_out], points, answers, env[side.name], machine[j],
-                      plan, started, j, not_timed, not_run) for j, side in enumerate(schedule.sides)]
-    nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
-          for s in schedule.sides if not env[s.name][fw]["available"]] + nc
-    nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)
-           for (name, i, fw), why in not_timed.items()]
-    lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
-            if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
-    return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - t0, stopped, lost,
-                   len(left), len(short), stopped_by, level)
+            schedule.close(more, 1.0 if self.stopped_by else 10.0)
+        return None, False
+
+    def _outcome(self, rows: list[Any], nc: list[tuple[str, str]], stopped: str) -> Outcome:
+        """The two sides' documents and the judged rows, with what did not start or was not timed said."""
+        schedule, points, env = self.schedule, self.points, self.env
+        assert env is not None
+        base, cand = schedule.sides
+        lost_groups = []
+        for (name, fw), why in schedule.groups_down.items():  # a framework whose rank groups never timed this scenario
+            if any(any(per_side) for (n, _, f), per_side in self.answers.items() if (n, f) == (name, fw)):
+                continue  # timed in other pairs: its rows keep those (the log said where a group did not start)
+            where = "either side" if len(why) == 2 else f"the {next(iter(why))} side"
+            for i in range(len(points[name])):
+                self.not_timed.setdefault((name, i, fw), f"not timed: its rank group did not start on {where}: "
+                                                         f"{next(iter(why.values()))}")
+            if base.name not in why:
+                lost_groups.append((fw, f"its {name} rank group: {why[cand.name]}"))
+        docs = [_document(side, [s for s in self.scns if s.name not in self.left_out], points, self.answers,
+                          env[side.name], self.machine[j], self.plan, self.started, j, self.not_timed, self.not_run)
+                for j, side in enumerate(schedule.sides)]
+        nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
+              for s in schedule.sides if not env[s.name][fw]["available"]] + nc
+        nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)
+               for (name, i, fw), why in self.not_timed.items()]
+        lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
+                if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
+        return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - self.t0, stopped,
+                       lost, len(self.left), len(self.short), self.stopped_by, self.level)
+
+
+def _named(ks: list[int]) -> str:
+    """ "pair 5" or "pairs 5-6" for the 0-based pair numbers ks."""
+    return f"pair{'s' if len(ks) > 1 else ''} {'-'.join(str(k + 1) for k in ks[::len(ks) - 1 or 1])}"
 
 
 def _drop_half_pairs(answers: Answers) -> None:
@@ -689,14 +748,10 @@ def _drop_half_pairs(answers: Answers) -> None:
 
 
 def _now() -> Any:
-    import datetime as dt
-
     return dt.datetime.now(dt.timezone.utc)
 
 
 def _process_medians(row: dict[str, Any], clock: str) -> list[float] | None:
-    from harness.regress.regress import _clock
-
     st, parts = _clock(row, clock)
     if st is None or parts is None:
         return None
@@ -706,8 +761,6 @@ def _process_medians(row: dict[str, Any], clock: str) -> list[float] | None:
 def _rows(answers: Answers, scns: list[Any], points: dict[str, list[dict[str, Any]]], clock: str
           ) -> tuple[list[Any], list[tuple[str, str]]]:
     """The paired rows (harness/regress/regress.py Paired) from every side's answers; what cannot pair."""
-    from harness.regress.regress import FAILED, Paired
-
     rows: list[Any] = []
     nc: list[tuple[str, str]] = []
     for scn in scns:
@@ -764,8 +817,6 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
     """The side's processes as a result document (harness/run/runner.py's shape, without equivalence);
     a (scenario, point, framework) in not_timed has its rows skipped with its reason; not_run (scenarios
     the budget cut, with why) makes the document incomplete."""
-    from harness.run.runner import CompareOptions, document
-    from harness.workers.cpus import not_placed
 
     out: dict[str, Any] = {}
     fws = list(fw_env)

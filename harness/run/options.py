@@ -2,8 +2,12 @@
 GPU-memory cap's default, which depends on the frameworks and --processes, is runner.Run's."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from harness.measure.timing import preset
+from harness.workers.cpus import parse
 
 TIMEOUT_S = 900.0  # per framework per request (one scenario's equivalence, one point's timing)
 # Starting a framework (its import, picking the device) gets at least this long, however short the
@@ -57,13 +61,9 @@ class CompareOptions:
         if self.processes < 1:
             raise ValueError(f"processes must be at least 1, not {self.processes}")
         if isinstance(self.cpus, str):
-            from harness.workers.cpus import parse
-
             self.cpus = parse(self.cpus)  # CpuSpecError (a ValueError) for a spec that names no usable CPU
         if self.profile:  # the timing config travels to every worker and rank: the flag goes with it
-            import dataclasses
 
-            from harness.measure.timing import preset
 
             self.timing_config = dataclasses.replace(self.timing_config or preset(self.size), profile=True)
 

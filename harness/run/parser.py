@@ -13,6 +13,10 @@ from typing import Any, NoReturn, Sequence
 
 from harness.backends import FRAMEWORKS, backend_class, in_prose
 from harness.run.options import EXAMPLES
+from harness.regress.regress import CLOCKS
+from harness.run.options import CompareOptions
+from harness.workers.cpus import CpuSpecError, parse
+from scenarios import CPU_RUN, OPT_IN, ORDER
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = ROOT / "runs"  # ignored by git; results/ holds runs committed on purpose (--out results)
@@ -25,8 +29,6 @@ INTERLEAVED = {"size": "auto", "seed": None, "pairs": 4, "max_pairs": 12, "budge
 
 def default(name: str) -> Any:
     """A run setting's default, from CompareOptions: the one place it is written."""
-    from harness.run.options import CompareOptions
-
     return next(f.default for f in dataclasses.fields(CompareOptions) if f.name == name)
 
 
@@ -40,8 +42,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cpus(text: str) -> str | list[int]:
-    from harness.workers.cpus import CpuSpecError, parse
-
     try:
         return parse(text)
     except CpuSpecError as e:
@@ -160,8 +160,6 @@ def gpu_present() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from scenarios import ORDER
-
     p = _Parser(prog="python -m harness", description=f"triptych: the host/device paradigm in {in_prose()}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
@@ -205,8 +203,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
-    from scenarios import CPU_RUN, OPT_IN
-
     c = sub.add_parser("compare", help="equivalence, then timing, of scenarios x frameworks x variants")
     c.add_argument("--scenarios", type=_csv(order, "scenario"), default=None,
                    help="comma-separated scenarios to run (default on a GPU: all in registry order but "
@@ -255,8 +251,6 @@ def _add_compare_parser(sub: Any, order: Sequence[str]) -> None:
 
 
 def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
-    from harness.regress.regress import CLOCKS
-
     r = sub.add_parser("regress", help="baseline vs candidate: timing changes with intervals, numerical changes")
     r.add_argument("--baseline", type=_path("--baseline"), default=None,
                    help="a result file (or --baseline-tree / --baseline-python: an interleaved run of both sides)")

@@ -5,6 +5,9 @@ import sys
 import time
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 
 class LineUI:
     """Plain lines on stderr: readable in a log file that a progress bar would garble."""
@@ -38,8 +41,6 @@ class LineUI:
 
 class RichUI:
     def __init__(self, console: Any) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=True)
@@ -73,7 +74,6 @@ class QuietUI(LineUI):
 def make_ui(quiet: bool = False) -> Any:
     if quiet:
         return QuietUI()
-    from rich.console import Console
 
     console = Console(stderr=True)
     return RichUI(console) if console.is_terminal else LineUI()

@@ -18,6 +18,7 @@ import datetime as _dt
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from harness.measure import calibrate
@@ -39,6 +40,8 @@ from harness.measure.timing import preset
 from harness.workers.worker import WorkerError, WorkerLost, make_worker
 from scenarios import get as get_scenario
 from scenarios.spec import Scenario
+from harness.workers.ranks import default_world_size
+from scenarios import ORDER
 
 __all__ = ["CompareOptions", "UI", "Stopped", "Run", "run_compare", "document"]
 
@@ -156,8 +159,6 @@ class Run:
         """(bytes, scenario, point label, framework) of the selected point and framework whose process holds
         the most (Scenario.device_bytes) at world_size (None: the run's default, the number of GPUs), or None
         where no selected scenario says."""
-        from harness.workers.ranks import default_world_size
-        from scenarios import ORDER
 
         best = None
         for name in scenarios if scenarios is not None else ORDER:
@@ -305,8 +306,6 @@ class Run:
         if opts.isolation != "process":
             infos = [hello(w) for _, w in workers]
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
             ex = ThreadPoolExecutor(len(workers))
             try:
                 infos = list(ex.map(lambda fw_w: hello(fw_w[1]), workers))

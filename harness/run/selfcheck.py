@@ -30,13 +30,18 @@ processes and 3-8% with the added ones, where the processes spread by 3-4% (simu
 """
 from __future__ import annotations
 
+import datetime as dt
 import math
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from rich.table import Table
 
 from harness.workers import worker as W
+from harness.measure.machine import host_env
+from harness.report.report import fmt_s, make_console
+from harness.results.results import write_atomic
 
 AGREE = 0.03  # the systematic difference tolerated between the two clocks
 MAX_HALF = 0.05  # the widest interval (relative half-width) that can still pass
@@ -48,7 +53,7 @@ SUMMED = ("harness_s", "harness_events_s", "trace_s", "tool_s", "tool_back_to_ba
 
 def agreement(ratios: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
     """The verdict on per-process ratios harness / tool (the module's docstring): geometric mean, t interval."""
-    from scipy.stats import t as student_t
+    from scipy.stats import t as student_t  # heavy (~0.3 s): only selfcheck's verdict needs it
 
     logs = np.log(np.asarray(ratios, dtype=np.float64))
     n = logs.size
@@ -123,11 +128,7 @@ def _too_noisy(rows: list[dict[str, Any]]) -> bool:
 
 def run_selfcheck(frameworks: list[str], out: Path | None, processes: int = PROCESSES,
                   max_processes: int = MAX_PROCESSES) -> int:
-    from rich.table import Table
 
-    from harness.report.report import make_console
-    from harness.measure.machine import host_env
-    from harness.results.results import write_atomic
 
     console = make_console()
     table = Table(title=f"selfcheck: harness device-done median vs the framework's own tool, {processes} processes "
@@ -161,8 +162,6 @@ def run_selfcheck(frameworks: list[str], out: Path | None, processes: int = PROC
         ok &= _add_rows(fw_rows, table, rows)
     console.print(table)
     if out is not None:
-        import datetime as dt
-
         doc = {"schema": "triptych.selfcheck/2", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "size": "selfcheck", "agree_within": AGREE, "max_half_width": MAX_HALF, "confidence": CONFIDENCE,
                "processes": processes, "max_processes": max_processes, "rows": rows, "per_process": raw,
@@ -176,8 +175,6 @@ def run_selfcheck(frameworks: list[str], out: Path | None, processes: int = PROC
 
 def _add_rows(result: list[dict[str, Any]], table: Any, rows: list[dict[str, Any]]) -> bool:
     """One table row per kernel; False where a GPU kernel's two clocks do not agree."""
-    from harness.report.report import fmt_s
-
     colour = {"agree": "green", "disagree": "red", "too noisy": "red", "too few processes": "red"}
     ok = True
     for r in result:

@@ -17,6 +17,7 @@ kills the process with another status than the documented one.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -126,8 +127,6 @@ def process_wide() -> None:
     """For the command's whole process (harness/__main__.py, first thing): a stop signal outside any
     handling() block ends it at once (_at_once), and the last exit handler ignores every stop signal.
     Registered before any framework is imported, so that its exit handler runs after theirs (LIFO)."""
-    import atexit
-
     for s in SIGNALS:
         signal.signal(s, _at_once)
     atexit.register(_ignore_from_now)

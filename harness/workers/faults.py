@@ -44,6 +44,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from harness.backends import FRAMEWORKS, backend_class
+from harness import backends
+from harness.workers import execute
+from scenarios import ORDER, get
 
 ENV = "TRIPTYCH_FAULT"
 KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>", "wrong")
@@ -78,8 +81,6 @@ class Fault:
 
 def parse(text: str) -> list[Fault]:
     """Faults from the variable's text; ValueError (one line) on a malformed entry."""
-    from harness.backends import FRAMEWORKS
-    from scenarios import ORDER
 
     faults = []
     for item in filter(None, (t.strip() for t in text.split(","))):
@@ -109,7 +110,6 @@ def _check_variant(item: str, kind: str, scenario: str, variant: str, parts: int
     if not 0 < pct <= 1000 or parts != 4 or scenario == "*":
         shape = "wrong" if kind == "wrong" else "slow<percent>"
         raise ValueError(f"{ENV}: {item!r} is not <scenario>:<framework>:{shape}:<variant>")
-    from scenarios import get
 
     try:
         get(scenario).variant(variant)
@@ -168,8 +168,6 @@ def _trigger(mine: list[Fault], op: str, framework: str, scenario: str | None) -
         if f.kind == "raise":
             raise InjectedFault(f"planted by {ENV}: {scenario}/{framework}/{op} raises")
         if f.kind == "oom":
-            from harness import backends
-
             _leak(backends.get(framework).load())
         if f.kind == "hang":
             threading.Event().wait()  # forever: only the parent's timeout ends it
@@ -239,10 +237,8 @@ def _slowed(mine: list[Fault], framework: str, scenario: str | None) -> Iterator
     if not slow:
         yield
         return
-    from harness import backends
-    from harness.workers.execute import load_impl
 
-    b, impl, plant = backends.get(framework).load(), load_impl(str(scenario), framework), _Slowdown()
+    b, impl, plant = backends.get(framework).load(), execute.load_impl(str(scenario), framework), _Slowdown()
     own = {name: fn for name, fn in vars(impl).items() if name.startswith("run_") and callable(fn)}
     for name, fn in own.items():
         setattr(impl, name, plant.call(fn, slow.get(name[4:])))

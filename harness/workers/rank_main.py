@@ -26,6 +26,7 @@ from harness.backends.dist import RankEnv, agree_stop, join, leave
 from harness.check.equivalence import compare_outputs
 from harness.workers.execute import run_variants
 from harness.workers.protocol import Progress, Request
+from scenarios import get as get_scenario
 
 PARENT_ENV, KEY_ENV = "TRIPTYCH_RANKS_PARENT", "TRIPTYCH_RANKS_KEY"
 
@@ -81,8 +82,6 @@ def serve(fw: str, env: RankEnv) -> None:
 
 def standalone(fw: str, env: RankEnv, scenarios: list[str], size: str) -> int:
     """Under a launcher: check this rank's share of every checked variant at the preset's points."""
-    from scenarios import get as get_scenario
-
     info = _hello(fw, env)
     if not info["available"]:
         print(f"rank {env.rank}/{env.world_size} {fw}: skipped — {info['why']}", flush=True)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from multiprocessing.connection import Listener, wait
 from typing import Any, NamedTuple
@@ -38,6 +39,7 @@ from harness.workers.rank_main import KEY_ENV, PARENT_ENV
 from harness.measure.timing import Stats
 from harness.results.model import CLOCKS
 from harness.workers.worker import Handle
+from scenarios import get as get_scenario
 
 FAULT_RANK_ENV = "TRIPTYCH_FAULT_RANK"
 WORLD_SIZE_ENV = "TRIPTYCH_WORLD_SIZE"  # read by scenarios/_ranks.py
@@ -194,7 +196,6 @@ class RankGroup(Handle):
         if req.op == "equiv":
             outs = self._ask(req, timeout)
             return {v: {k: np.stack([o[v][k] for o in outs]) for k in outs[0][v]} for v in outs[0]}
-        from scenarios import get as get_scenario
 
         rank_time = get_scenario(str(req.scenario)).rank_time
         answers = self._ask(req, timeout)
@@ -339,8 +340,6 @@ class Groups:
         if not getattr(scn, "ranks", False):
             return Workers(processes, available, fw_env)
         if not self.groups:
-            from concurrent.futures import ThreadPoolExecutor
-
             self.groups = [{fw: self.make_group(fw, i) for fw in self.frameworks} for i in range(len(processes))]
             every = [g for proc in self.groups for g in proc.values()]
             with ThreadPoolExecutor(len(every)) as pool:

@@ -17,6 +17,7 @@ import multiprocessing.util  # registers multiprocessing's exit handler before _
 import signal
 import weakref
 from abc import ABC, abstractmethod
+from multiprocessing import resource_tracker
 from typing import Any
 
 from harness.workers import protocol
@@ -99,8 +100,6 @@ class ProcessWorker(Handle):
         self._stopped = False  # stop(): no process starts any more (a thread may be about to start one)
 
     def _start(self) -> None:
-        from multiprocessing import resource_tracker
-
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
