@@ -28,7 +28,7 @@ from typing import Any, Iterator
 from harness.backends import FRAMEWORKS
 from harness.report.render import Block, render_md
 from harness.report.report import fmt_s
-from harness.results.model import CLOCKS, Json, Result, Row, ScenarioResult, Timing
+from harness.results.model import CLOCKS, Json, Result, Row, ScenarioResult, Stats, Timing
 
 UNIT = "s"
 VERDICTS = ("confirmed", "refuted", "inconclusive")  # the claims' verdicts, in the summary's order
@@ -68,17 +68,17 @@ def clocks_of(result: Result) -> list[str]:
     return [c for c in CLOCKS if c in read]
 
 
-def _stats(timing: Timing | None, clock: str) -> Json | None:
-    """The clock's statistics (median, q1, q3, n, ...: a plain mapping in the model) where it was read."""
-    s = getattr(timing, clock, None) if timing is not None else None
-    return s if isinstance(s, dict) and isinstance(s.get("median"), (int, float)) else None
+def _stats(timing: Timing | None, clock: str) -> Stats | None:
+    """The clock's statistics where it was read."""
+    s = timing.clock(clock) if timing is not None else None
+    return s if s is not None and isinstance(s.median, (int, float)) else None
 
 
 def _point(scn: ScenarioResult, row: Row) -> tuple[int, str, Json]:
     """The row's point: its index, its label and the parameters that identify it."""
     i = row.point or 0
     params = dict((scn.points or [])[i]) if i < len(scn.points or []) else {}
-    label = row.label if row.label is not None else str(params.get("label", ""))
+    label = row.label if row.label is not None else str(params.get("label", ""))  # params: data, by name
     return i, label, {k: v for k, v in params.items() if k not in ("label", "seed")}
 
 
@@ -88,8 +88,8 @@ def _clock_line(base: Line, row: Row, clock: str) -> Line:
     if s is None:
         why = row.reason if not row.timed else (row.timing.kernel_why if clock == "kernel" else None)
         return replace(base, clock=clock, reason=why or ("" if not row.timed else f"no {clock} clock in this row"))
-    return replace(base, clock=clock, median=s["median"], q1=s.get("q1"), q3=s.get("q3"), unit=UNIT,
-                   processes=len(row.timing.processes or ()) or 1, samples=s.get("n"))
+    return replace(base, clock=clock, median=s.median, q1=s.q1, q3=s.q3, unit=UNIT,
+                   processes=len(row.timing.processes or ()) or 1, samples=s.n)
 
 
 def csv_lines(result: Result) -> Iterator[Line]:
@@ -135,27 +135,27 @@ def md_text(text: Any, limit: int = MAX_TEXT) -> str:
 def environment_line(result: Result) -> str:
     """GPU, driver, each framework's version (or that it was not available), size and seed."""
     env = result.environment
-    host = env.host or {}
+    driver = (env.host or {}).get("driver")  # the host's facts: data, by name
     parts = [f"GPU {md_text(env.gpu)}" if env.gpu else "no GPU (CPU only)"]
-    if host.get("driver"):
-        parts.append(f"driver {md_text(host['driver'])}")
+    if driver:
+        parts.append(f"driver {md_text(driver)}")
     for fw, info in (env.frameworks or {}).items():
-        version = (info.get("env") or {}).get("version") if info.get("available") else None
+        version = (info.env or {}).get("version") if info.available else None  # the backend's own facts
         parts.append(f"{md_text(fw)} {md_text(version)}" if version else f"{md_text(fw)} not available")
     parts.append(f"size {md_text(result.size)}, seed {md_text(result.seed)}")
     return " · ".join(parts)
 
 
 def _equivalence(scn: ScenarioResult) -> str:
-    eq = scn.equivalence or {}
-    if not eq.get("status"):
+    eq = scn.equivalence
+    if eq is None or not eq.status:
         return "equivalence: not run"
-    message = eq.get("message") if eq.get("status") != "passed" else ""
-    return f"equivalence: **{md_text(eq['status'])}**" + (f" ({md_text(message)})" if message else "")
+    message = eq.message if eq.status != "passed" else ""
+    return f"equivalence: **{md_text(eq.status)}**" + (f" ({md_text(message)})" if message else "")
 
 
 def _claims(scn: ScenarioResult) -> str:
-    counts = Counter(str(c.get("verdict")) for c in scn.claims or [])
+    counts = Counter(str(c.verdict) for c in scn.claims or [])
     order = [v for v in VERDICTS if v in counts] + sorted(set(counts) - set(VERDICTS))
     return "claims: " + (", ".join(f"{counts[v]} {md_text(v)}" for v in order) or "none")
 
@@ -166,7 +166,7 @@ def _cell(row: Row | None) -> str:
     done, kernel = _stats(row.timing, "device_done"), _stats(row.timing, "kernel")
     if not row.timed or done is None:
         return md_text(row.status)
-    text = fmt_s(done["median"]) + (f" (kernel {fmt_s(kernel['median'])})" if kernel else "")
+    text = fmt_s(done.median) + (f" (kernel {fmt_s(kernel.median)})" if kernel else "")
     return text + (f", **{md_text(row.status)}**" if row.status != "ok" else "")
 
 
@@ -202,7 +202,7 @@ def to_markdown(result: Result, name: str) -> str:
                            ("p", f"Medians of device-done per call, the kernel clock's in parentheses where the row "
                                  f"read it; {run}.")]
     if result.not_run:
-        blocks.append(("ul", [f"not run: {md_text(n.get('scenario'))} ({md_text(n.get('why'))})"
+        blocks.append(("ul", [f"not run: {md_text(n.get('scenario'))} ({md_text(n.get('why'))})"  # not_run: Json
                               for n in result.not_run]))
     for scn_name, scn in result.scenarios.items():
         blocks += scenario_blocks(scn_name, scn)

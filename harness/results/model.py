@@ -1,13 +1,15 @@
-"""The result document as typed records: a Result, its Environment, each ScenarioResult, a Row, its
-Check and Timing, and the Timing's list of Process entries (harness/results/schema/result.schema.json).
+"""The result document as typed records: a Result, its Environment and each framework's FrameworkEnv, each
+ScenarioResult with its VariantInfo, Equivalence, ClaimResult, CrossCheck and Phase records, a Row, its
+Check and Timing, the Timing's Stats per clock and its list of Process entries
+(harness/results/schema/result.schema.json).
 
 Each record reads and writes itself (from_dict / to_dict) and keeps what it does not model: a key it
 has no field for stays in `extra`, and a record read from a file writes its keys back in the order it
 read them, with the nulls it had, so that to_dict(from_dict(d)) == d for every result ever written
 (tests/test_model.py checks every committed one). Why: one definition of what a result holds, which the
 worker builds, the runner merges and the loader reads, instead of string keys spelled in each of them.
-Statistics (median, quartiles), samples, metrics and the environment's per-framework facts stay plain
-mappings: their keys are data (clock names, metric names), not fields.
+Samples, metrics, a point's params, a claim's numbers and a backend's own facts stay plain mappings: their
+keys are data (clock names, metric names, parameter names), not fields.
 
 Writing a record a run built: a field that is None is left out, except a field without a default
 (such as the seed or the GPU, written as null) and a field `_WITH` ties to another (a row's host_syncs
@@ -106,6 +108,39 @@ def _keys() -> Any:
 
 
 @dataclass(eq=False, kw_only=True)
+class Stats(_Record):
+    """One clock's figures over a row's repeats (harness/measure/timing.py Stats.to_dict): the median (of the
+    processes' medians, once merged), the pooled repeats' quartiles, mean, extremes and count."""
+
+    median: float
+    q1: float | None = None
+    q3: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int | None = None
+    iqr: float | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+    @property
+    def spread(self) -> float:
+        """The IQR over the median; 0 where there is nothing to compare."""
+        return (self.iqr or 0.0) / self.median if self.median else 0.0
+
+
+@dataclass(eq=False, kw_only=True)
+class Sensitivity(_Record):
+    """How a row's process medians moved with the host's speed (harness/measure/noise.py host_sensitivity)."""
+
+    slope: float | None
+    r: float | None
+    n: int
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
 class Process(_Record):
     """One worker process's (or rank group's) share of a row's repeats, in the order of the samples."""
 
@@ -152,12 +187,12 @@ class Timing(_Record):
     (processes.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
 
     first_call_s: float | None = None
-    host_return: Json  # Stats.to_dict: median, q1, q3, mean, min, max, n, iqr
-    device_done: Json
-    device_events: Json | None  # null where the framework has no device events (CPU)
+    host_return: Stats
+    device_done: Stats
+    device_events: Stats | None  # null where the framework has no device events (CPU)
     # the kernel clock (harness/measure/kernel_clock.py): how long a call occupies the device, where there is a
     # device; kernel_source says how it was read, kernel_why why a GPU row has none
-    kernel: Json | None = None
+    kernel: Stats | None = None
     kernel_source: str | None = None
     kernel_why: str | None = None
     metrics: Json  # medians of what the impl emitted, and the output metrics
@@ -180,14 +215,22 @@ class Timing(_Record):
     host_loop_at: float | None = None
     served_s: float | None = None
     request_s: float | None = None
-    host_sensitivity: Json | None = None  # harness/measure/noise.py: slope, r, n
+    host_sensitivity: Sensitivity | None = None
     rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
-    slowest_rank: Json | None = None
+    slowest_rank: dict[str, Stats] | None = None
     slowest_rank_samples: dict[str, list[float]] | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
-    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"processes": ("list", Process)}
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
+        "processes": ("list", Process), "host_return": ("one", Stats), "device_done": ("one", Stats),
+        "device_events": ("one", Stats), "kernel": ("one", Stats), "slowest_rank": ("map", Stats),
+        "host_sensitivity": ("one", Sensitivity)}
+
+    def clock(self, name: str) -> Stats | None:
+        """The Stats of one clock by its name (harness/results/model.py CLOCKS), or None."""
+        got = getattr(self, name) if name in CLOCKS else None
+        return got if isinstance(got, Stats) else Stats.from_dict(got) if isinstance(got, dict) else None
 
 
 @dataclass(eq=False, kw_only=True)
@@ -240,26 +283,119 @@ class Row(_Record):
 
 
 @dataclass(eq=False, kw_only=True)
+class VariantInfo(_Record):
+    """A variant as the run recorded it (scenarios/spec.py Variant): gpu_only is True, False, or the
+    frameworks where it needs a GPU."""
+
+    name: str
+    doc: str | None = None
+    hazard: bool | None = None
+    gpu_only: Any = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class Equivalence(_Record):
+    """The hypothesis check of a scenario (harness/check/equivalence.py EquivalenceResult)."""
+
+    status: str
+    examples: int | None = None
+    frameworks: list[str] | None = None
+    message: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class ClaimResult(_Record):
+    """One claim's verdict for one framework at one point (harness/check/judging.py)."""
+
+    claim: str
+    text: str | None = None
+    framework: str
+    verdict: str  # confirmed | refuted | inconclusive
+    evidence: str | None = None
+    numbers: Json | None = None  # the figures the verdict rests on, by name
+    holds_in: float | None = None  # the share of the noise's resamples in which the verdict held
+    not_decidable: str | None = None  # "cpu": a claim about a GPU's machinery on a CPU
+    point: int | None = None
+    label: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class CrossCheck(_Record):
+    """The frameworks' baseline outputs compared with each other where no reference was affordable."""
+
+    frameworks: list[str] | None = None
+    status: str
+    elements: int | None = None
+    problems: list[str] | None = None
+    point: int | None = None
+    label: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class Phase(_Record):
+    """Where a timing phase's wall time went (harness/workers/processes.py phase): its timed seconds and
+    share, and the parts of the rest."""
+
+    wall_s: float | None = None
+    timed_s: float | None = None
+    share: float | None = None
+    rows_s: float | None = None
+    requests_s: float | None = None
+    served_s: float | None = None
+    warm_s: float | None = None
+    before_s: float | None = None
+    check_s: float | None = None
+    agree_s: float | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
 class ScenarioResult(_Record):
     """One scenario of a run: what it is, its equivalence verdict, its points, rows, claims, cross-checks."""
 
     title: str | None = None
     concept: str | None = None
     metrics_doc: dict[str, str] | None = None
-    variants: list[Json] | None = None
-    equivalence: Json | None = None
+    variants: list[VariantInfo] | None = None
+    equivalence: Equivalence | None = None
     points: list[Json] | None = None  # each point's params, the run's seed among them
     floor_why: str | None = None
-    claims: list[Json] | None = None
-    cross_framework: list[Json] | None = None
+    claims: list[ClaimResult] | None = None
+    cross_framework: list[CrossCheck] | None = None
     timelines: Json | None = None
-    timing_phase: Json | None = None
+    timing_phase: Phase | None = None
     rows: list[Row]
     wall_s: float | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
-    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"rows": ("list", Row)}
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
+        "rows": ("list", Row), "variants": ("list", VariantInfo), "equivalence": ("one", Equivalence),
+        "claims": ("list", ClaimResult), "cross_framework": ("list", CrossCheck), "timing_phase": ("one", Phase)}
+
+
+@dataclass(eq=False, kw_only=True)
+class FrameworkEnv(_Record):
+    """A framework as its workers' hello said it (harness/workers/handlers.py hello): available or why not;
+    env holds the backend's own facts (version, device, ...), whose keys are the backend's."""
+
+    available: bool
+    why: str | None = None
+    env: Json | None = None
+    on_gpu: bool | None = None
+    pid: int | None = None
+    subsets: bool | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -272,12 +408,14 @@ class Environment(_Record):
 
     gpu: str | None
     host: Json
-    frameworks: dict[str, Json]
+    frameworks: dict[str, FrameworkEnv]
     machine: Json
     gpu_memory_fraction: Any = None  # a fraction, or why none is in effect
     cpus: Json | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"frameworks": ("map", FrameworkEnv)}
 
 
 @dataclass(eq=False, kw_only=True)
@@ -296,14 +434,16 @@ class Result(_Record):
     scenarios: dict[str, ScenarioResult]
     complete: bool | None = None
     not_run: list[Json] | None = None  # scenarios asked for but not run, with why
-    timing_phase: Json | None = None
+    timing_phase: Phase | None = None
     host_speed: list[Json] | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"environment": ("one", Environment),
-                                                       "scenarios": ("map", ScenarioResult)}
+                                                       "scenarios": ("map", ScenarioResult),
+                                                       "timing_phase": ("one", Phase)}
 
 
-for _cls in (Process, Timing, Check, Row, ScenarioResult, Environment, Result):
+for _cls in (Stats, Sensitivity, Process, Timing, Check, Row, VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase,
+             ScenarioResult, FrameworkEnv, Environment, Result):
     _cls._layout()

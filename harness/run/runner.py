@@ -483,4 +483,4 @@ def add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], 
     floor = scn.floor(params, machine, row.variant)
     if floor:
         row.floor_s = floor
-        row.pct_of_floor = 100.0 * floor / row.timing.device_done["median"]  # type: ignore[union-attr]
+        row.pct_of_floor = 100.0 * floor / row.timing.clock("device_done").median  # type: ignore[union-attr]
