@@ -11,6 +11,7 @@ import random
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from harness.backends import FRAMEWORKS
@@ -24,7 +25,7 @@ from harness.report.report import make_console
 from harness.results.results import ResultError, claim_name, load, refused, release_folder, write_or_rescue
 from harness.run import stops
 from harness.run.cmd_compare import start_checks
-from harness.run.interleave import ADDED, Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
+from harness.run.interleave import ADDED, ROOT, Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
 from harness.run.progress import make_ui
 from harness.run.runner import CompareOptions, Run, run_compare
 from harness.run.stops import Stopped
@@ -209,7 +210,9 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 faults.parse(env[faults.ENV])
             except ValueError as e:
                 raise UsageError(f"{option} {e}") from None
-    plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock)
+    history = tuple(dict.fromkeys(Path(f).resolve() for f in (out, ROOT / "runs", ROOT / "results")))
+    plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock,
+                history=history)
     with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
         res, sides = _run_sides(a, envs, frameworks, fraction, plan)
         paths, invalid = _write_sides(res, sides, argv, out)

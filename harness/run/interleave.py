@@ -48,6 +48,7 @@ from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
 from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
+from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, _clock, judge_pairs
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
@@ -497,6 +498,7 @@ class Plan:
     fdr: float = 0.05
     clock: str = "device_done"
     cfg: Any = None  # a harness.measure.timing.TimingConfig; None: the size preset's
+    history: tuple[Path, ...] = ()  # folders holding earlier results, for the forecast (harness/regress/forecast.py)
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
@@ -562,9 +564,11 @@ class InterleavedRun:
         schedule.groups_down = {}  # this run's: a schedule may run again
         pairs: list[Pair] = []
         try:
+            t_start = schedule.now()
             pairs, self.env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
             env = self.env
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
+            self._forecast(schedule.now() - t_start)
             # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
@@ -593,6 +597,25 @@ class InterleavedRun:
             stops.defer()  # from here a signal waits at the next safe point: what was timed is judged and kept first
             schedule.log("closing the workers")
             schedule.close(pairs, 1.0 if self.stopped_by else 10.0)  # a stopped run's busy worker is not waited for
+
+    def _forecast(self, start_s: float) -> None:
+        """Before the first point is timed: what the budget buys, from the newest earlier result of these
+        scenarios on this GPU (harness/regress/forecast.py), or that there is none to go by."""
+        plan, env = self.plan, self.env or {}
+        gpu = next((e["env"].get("gpu") for side in env.values() for e in side.values()  # hello: the backend's facts
+                    if e.get("available") and (e.get("env") or {}).get("gpu")), None)
+        found = forecast.earlier(plan.history, plan.scenarios, self.running, plan.size, gpu)
+        if found is None:
+            self.schedule.log(f"forecast: no earlier {plan.size} result of these scenarios on this "
+                              f"{'GPU' if gpu else 'machine'} (two processes a row or more) to go by")
+            return
+        try:
+            f = forecast.forecast(found, plan.scenarios, self.running, plan, start_s, ADDED, self.fdr)
+        except ValueError as e:
+            self.schedule.log(f"forecast: {found[0].name}: {e}")
+            return
+        for line in forecast.render(f):
+            self.schedule.log(line)
 
     def _untimed(self) -> str:
         """What the first pairs did not time, by point and framework (not_timed), and which scenarios that

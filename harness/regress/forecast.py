@@ -1,0 +1,163 @@
+"""What an interleaved regress's budget can buy, said before its pairs start: how many pairs, and the
+smallest change those pairs can call different.
+
+The figures come from the newest earlier compare result of the same scenarios, size and GPU (in the run's
+output folder, runs/ or results/): its timing phase per scenario gives what one process of a side costs,
+and each row's spread between its processes' medians gives the spread of a pair's log ratio (two
+independent processes: sqrt(2) times it). The pairs are then tested as judge_pairs tests them: a two-sided
+paired t test at the false-discovery rate split over the run's looks and its rows (a lone change under
+Benjamini-Hochberg), never below the effect floor (regress.detectable's rule, here on a spread measured
+before the run). Why: a user with ten minutes should learn before spending them whether they can find a
+15% change, and choose fewer scenarios or a longer budget if not (asv and Pinpoint leave that to trial).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from harness.results.files import read_regular
+from harness.results.model import Result, Row
+from harness.results.results import MAX_BYTES, ResultError, read, result_name
+
+NEWEST = 12  # candidate files parsed at most: each is a whole JSON parse (seconds for a big one)
+_NAME = re.compile(r"^\d{8}T\d{6}Z_(?P<gpu>[a-z0-9-]+)_(?P<size>[a-z]+)(-\d+)?\.json$")
+
+
+@dataclass
+class Forecast:
+    """A forecast for one interleaved run (render: its lines)."""
+
+    source: str  # the earlier result it rests on
+    pair_s: float  # one pair over every point, both sides' processes
+    start_s: float  # starting a stage's workers (ADDED pairs at a time), measured in this run
+    pairs: int  # pairs the budget buys, at most max_pairs (every row unknown: each pair times every point)
+    budget_s: float | None
+    rows: int  # rows of the earlier result with a spread between processes
+    could: int  # of those, rows whose threshold change pairs would call different at `pairs`
+    median_change: float  # the change the median row could call different at `pairs` (inf: none)
+    threshold: float
+
+
+def slug(gpu: str | None) -> str:
+    """A GPU's name as result file names spell it (cpu without a GPU)."""
+    return result_name({"environment": {"gpu": gpu}, "created": "2000-01-01T00:00:00+00:00", "size": "x"}).split("_")[1]
+
+
+def earlier(folders: Iterable[Path], scenarios: list[str], frameworks: list[str], size: str,
+            gpu: str | None) -> tuple[Path, Result] | None:
+    """The newest compare result in folders of this GPU and size with timed rows of every scenario for every
+    framework, each row in two processes or more; None where there is none. Only the NEWEST newest files
+    of the GPU and size (by name) are parsed."""
+    want = slug(gpu)
+    named = [p for f in folders if f.is_dir() for p in f.iterdir()
+             if (m := _NAME.match(p.name)) and m["gpu"] == want and m["size"] == size]
+    for path in sorted(named, key=lambda p: p.name, reverse=True)[:NEWEST]:
+        try:
+            doc = json.loads(read_regular(path, MAX_BYTES))
+            if not _holds(doc, scenarios, frameworks):  # a quick look before the typed read validates it whole
+                continue
+            return path, read(path)
+        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError, ResultError):
+            continue
+    return None
+
+
+def _holds(doc: Any, scenarios: list[str], frameworks: list[str]) -> bool:
+    """Whether a parsed result has, for every scenario, a row of each framework timed in 2+ processes."""
+    for name in scenarios:
+        rows = ((doc.get("scenarios") or {}).get(name) or {}).get("rows") or []  # the raw JSON: validated after
+        timed = {r.get("framework") for r in rows
+                 if len(((r.get("timing") or {}).get("processes")) or []) >= 2}  # the raw JSON: validated after
+        if not set(frameworks) <= timed:
+            return False
+    return True
+
+
+def process_medians(row: Row, clock: str) -> list[float]:
+    """A row's per-process medians on a clock (each process's repeats, in order)."""
+    t = row.timing
+    if t is None or not t.processes:
+        return []
+    if clock == "device_done":
+        return [p.median for p in t.processes if p.median is not None]
+    samples = t.samples.get(clock) or []  # samples: keys are clock names (data)
+    counts = [p.kernel_n if clock == "kernel" and p.kernel_n is not None else p.n for p in t.processes]
+    if sum(counts) != len(samples):
+        return []
+    edges = np.cumsum([0, *counts])
+    return [float(np.median(samples[a:b])) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def spreads(doc: Result, scenarios: list[str], frameworks: list[str], clock: str) -> list[float]:
+    """Each timed row's spread between processes: the standard deviation of its log process medians."""
+    out = []
+    for name in scenarios:
+        for row in doc.scenarios[name].rows:
+            meds = process_medians(row, clock) if row.timed and row.framework in frameworks else []
+            if len(meds) >= 2 and min(meds) > 0:
+                out.append(float(np.std(np.log(meds), ddof=1)))
+    return out
+
+
+def side_process_s(doc: Result, scenarios: list[str]) -> float:
+    """One process of one side over every point: each scenario's timing phase over its processes."""
+    total = 0.0
+    for name in scenarios:
+        scn = doc.scenarios[name]
+        procs = max((len(r.timing.processes or []) for r in scn.rows if r.timed), default=0)  # type: ignore[union-attr]
+        if scn.timing_phase is None or not scn.timing_phase.wall_s or procs < 1:
+            raise ValueError(f"{name} has no timing phase to go by")
+        total += scn.timing_phase.wall_s / procs
+    return total
+
+
+def change_at(spread: float, pairs: int, alpha: float, threshold: float) -> float:
+    """The smallest change a paired t test at level alpha calls different after `pairs` pairs, each pair's
+    log ratio spread sqrt(2) times the processes' spread; at least the threshold; inf below two pairs."""
+    if pairs < 2 or not 0 < alpha < 1 or not math.isfinite(spread):
+        return math.inf
+    from scipy import stats  # heavy (~0.3 s): only the forecast needs it here
+
+    need = float(stats.t.ppf(1 - alpha / 2, pairs - 1)) * math.sqrt(2) * spread / math.sqrt(pairs)
+    log = max(math.log1p(threshold), need)
+    return math.expm1(log) if log < 700 else math.inf
+
+
+def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[str], plan: Any, start_s: float,
+             added: int, fdr: float) -> Forecast:
+    """The forecast from an earlier result (earlier()) for plan (interleave.Plan: pairs, max_pairs, budget_s,
+    threshold, clock), a stage's measured start and ADDED pairs a stage; fdr already split over the looks."""
+    path, doc = found
+    pair_s = 2 * side_process_s(doc, scenarios)
+    per_pair = pair_s + start_s / added
+    if plan.budget_s is None:
+        pairs = plan.max_pairs
+    else:
+        pairs = max(0, min(plan.max_pairs, int(plan.budget_s // per_pair)))
+    sp = spreads(doc, scenarios, frameworks, plan.clock)
+    alpha = fdr / max(len(sp), 1)
+    changes = [change_at(s, pairs, alpha, plan.threshold) for s in sp]
+    could = sum(c <= plan.threshold * (1 + 1e-9) for c in changes)
+    median = float(np.median(changes)) if changes else math.inf
+    return Forecast(str(path), pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold)
+
+
+def render(f: Forecast) -> list[str]:
+    """The forecast as the run's log lines."""
+    buys = (f"the budget of {f.budget_s:g} s buys about {f.pairs} pair(s)" if f.budget_s is not None
+            else f"{f.pairs} pairs (--max-pairs) take about {f.pairs * (f.pair_s + f.start_s / 2) / 60:.0f} min")
+    change = "no change" if not math.isfinite(f.median_change) else f"a change of {100 * f.median_change:.0f}%"
+    lines = [f"forecast from {Path(f.source).name}: a pair takes about {f.pair_s:.0f} s and a stage's start "
+             f"{f.start_s:.0f} s, so {buys}",
+             f"forecast: at {f.pairs} pairs a {100 * f.threshold:g}% change could be called different in {f.could} of "
+             f"{f.rows} rows; the median row could call {change} different (each row's spread between processes "
+             "there, had it been the only change)"]
+    if f.could < f.rows / 2:
+        lines.append("forecast: fewer scenarios (--scenarios) or a longer budget (--budget) buy more pairs a row")
+    return lines

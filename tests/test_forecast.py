@@ -1,0 +1,118 @@
+"""The interleaved regress's forecast (harness/regress/forecast.py): before the pairs start, what the budget buys
+and what change those pairs can find, from the newest earlier result of the same scenarios on the same GPU."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness.regress import forecast
+from harness.regress.regress import detectable
+from harness.run import interleave
+from harness.run.interleave import Plan, Schedule
+from tests.synthetic import doc, row, samples, write
+from tests.test_interleaved_regress import FakeWorker, Host, _sides
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _result(gpu: str | None, size: str, processes: int = 4, wall: float = 20.0, spread: float = 0.01,
+            created: str = "2026-12-01T00:00:00+00:00") -> dict:
+    """A compare result of sync_points (every variant of torch and jax), each row in `processes` processes
+    whose medians differ by `spread` on the log scale, its timing phase `wall` seconds."""
+    from scenarios import get
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for fw in ("torch", "jax"):
+        for v in get("sync_points").variants:
+            times = [x * math.exp(rng.normal(0, spread)) for _ in range(processes)
+                     for x in samples(1e-3, 0.001, 10, seed=int(rng.integers(1 << 30)))]
+            rows.append(row(fw, v.name, times, scenario="sync_points", processes=processes))
+    d = doc(rows, gpu=gpu, size=size, created=created)
+    d["scenarios"]["sync_points"]["timing_phase"] = {"wall_s": wall, "timed_s": wall / 2, "share": 0.5}
+    return d
+
+
+def test_the_newest_result_of_this_gpu_and_size_with_every_row_in_two_processes_is_the_one(tmp_path):
+    write(_result(H100, "full"), tmp_path / "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json")
+    write(_result("NVIDIA H200", "full"), tmp_path / "20261203T000000Z_nvidia-h200_full.json")  # another GPU
+    write(_result(H100, "smoke"), tmp_path / "20261203T000000Z_nvidia-h100-80gb-hbm3_smoke.json")  # another size
+    write(_result(H100, "full", processes=1), tmp_path / "20261202T000000Z_nvidia-h100-80gb-hbm3_full.json")
+    (tmp_path / "20261204T000000Z_nvidia-h100-80gb-hbm3_full.json").write_text("{not json")  # damaged: passed over
+    found = forecast.earlier([tmp_path, tmp_path / "absent"], ["sync_points"], ["torch", "jax"], "full", H100)
+    assert found is not None and found[0].name == "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json"
+    assert forecast.earlier([tmp_path], ["sync_points"], ["torch", "cupy"], "full", H100) is None  # no cupy rows
+    assert forecast.earlier([tmp_path], ["launch_overhead"], ["torch"], "full", H100) is None
+    assert forecast.slug(H100) == "nvidia-h100-80gb-hbm3" and forecast.slug(None) == "cpu"
+
+
+def test_the_budget_buys_whole_pairs_of_both_sides_processes_and_a_share_of_each_stages_start(tmp_path):
+    path = write(_result(H100, "full", processes=4, wall=40.0), tmp_path / "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json")
+    found = forecast.earlier([tmp_path], ["sync_points"], ["torch", "jax"], "full", H100)
+    plan = SimpleNamespace(max_pairs=12, budget_s=600.0, threshold=0.10, clock="device_done")
+    f = forecast.forecast(found, ["sync_points"], ["torch", "jax"], plan, start_s=10.0, added=2, fdr=0.01)
+    assert f.pair_s == pytest.approx(2 * 40.0 / 4)  # a process of each side: the phase over its 4 processes
+    assert f.pairs == 12  # 600 s // 25 s a pair is 24: capped by max_pairs
+    f = forecast.forecast(found, ["sync_points"], ["torch", "jax"], SimpleNamespace(**{**vars(plan), "budget_s": 100.0}),
+                          start_s=10.0, added=2, fdr=0.01)
+    assert f.pairs == 4  # 100 s // 25 s
+    assert f.rows == len(found[1].scenarios["sync_points"].rows) and str(path) == f.source
+    lines = forecast.render(f)
+    assert "buys about 4 pair(s)" in lines[0] and lines[0].startswith("forecast from 20261201T000000Z")
+
+
+def test_the_forecast_change_is_the_one_judge_pairs_would_find_at_that_spread():
+    """change_at(process spread s, n pairs) is regress.detectable on n pairs whose log ratios spread sqrt(2) s:
+    the forecast and the run's own power line use one rule."""
+    rng = np.random.default_rng(3)
+    for n, s in ((4, 0.02), (8, 0.05), (12, 0.01)):
+        x = rng.normal(0, 1, n)
+        x = (x - x.mean()) / x.std(ddof=1) * math.sqrt(2) * s  # log ratios of exactly that spread
+        assert forecast.change_at(s, n, 1e-3, 0.10) == pytest.approx(detectable([1.0] * n, np.exp(x).tolist(), 0.10, 1e-3))
+    assert forecast.change_at(0.05, 1, 1e-3, 0.10) == math.inf
+    assert forecast.change_at(0.0, 6, 1e-3, 0.10) == pytest.approx(0.10)  # never below the effect floor
+    got = [forecast.change_at(0.05, n, 1e-4, 0.10) for n in range(2, 16)]
+    assert all(a >= b for a, b in zip(got, got[1:])) and got[0] > got[-1]  # more pairs, a smaller change
+
+
+def test_wider_spreads_between_processes_make_fewer_rows_able_to_find_the_threshold(tmp_path):
+    found = {}
+    for spread in (0.005, 0.2):
+        folder = tmp_path / str(spread)
+        write(_result(H100, "full", spread=spread), folder / "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json")
+        found[spread] = forecast.earlier([folder], ["sync_points"], ["torch", "jax"], "full", H100)
+    plan = SimpleNamespace(max_pairs=8, budget_s=None, threshold=0.10, clock="device_done")
+    tight, wide = (forecast.forecast(found[s], ["sync_points"], ["torch", "jax"], plan, 5.0, 2, 0.01) for s in (0.005, 0.2))
+    assert tight.pairs == wide.pairs == 8 and tight.could == tight.rows and wide.could == 0
+    assert wide.median_change > 0.10 and tight.median_change == pytest.approx(0.10)
+    assert any("fewer scenarios" in line for line in forecast.render(wide))
+    assert not any("fewer scenarios" in line for line in forecast.render(tight))
+
+
+def _logged_run(history: tuple[Path, ...]) -> list[str]:
+    host, said = Host(1.0), []
+
+    class Logged(FakeWorker):
+        def request(self, op, *args, **kw):
+            if op == "time":
+                said.append("<timed>")
+            return super().request(op, *args, **kw)
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Logged(fw, s, host),
+                     log=said.append)
+    interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2, budget_s=300.0, history=history))
+    return said
+
+
+def test_the_run_says_its_forecast_before_the_first_point_is_timed(tmp_path):
+    write(_result(None, "smoke", wall=2.0), tmp_path / "20261201T000000Z_cpu_smoke.json")
+    said = _logged_run((tmp_path,))
+    first = next(i for i, t in enumerate(said) if t.startswith("forecast from 20261201T000000Z_cpu_smoke.json"))
+    assert first < said.index("<timed>")
+    assert any(t.startswith("forecast: at ") and "pairs a 10% change could be called different in" in t for t in said)
+    said = _logged_run((tmp_path / "absent",))
+    assert any(t.startswith("forecast: no earlier smoke result of these scenarios on this machine") for t in said)
