@@ -1281,3 +1281,30 @@ def test_a_row_without_a_p_value_does_not_poison_the_others():
 
     q = bh_adjust([0.001, float("nan"), 0.002])
     assert q[1] == 1.0 and q[0] <= 0.003 and q[2] <= 0.003, q
+
+
+def test_a_run_judged_on_another_clock_asks_for_no_traced_kernel_clock_where_both_sides_can_leave_it_out():
+    """The traced kernel clock cost 7-10 s a JAX point of an H100 regress (results/journal.md, 2026-12-06
+    evening), none of it read where the run judges device_done: it is left out where every worker's hello
+    says it can be, and kept for --clock kernel and for a side whose workers predate the option."""
+    seen: list[bool] = []
+
+    def run(clock: str, optional: bool) -> list[bool]:
+        seen.clear()
+        host = Host(1.0)
+
+        class Asked(FakeWorker):
+            def request(self, op, *args, **kw):
+                out = super().request(op, *args, **kw)
+                if op == "hello" and optional:
+                    out["kernel_optional"] = True
+                if op == "time":
+                    seen.append(args[2].kernel_clock)
+                return out
+
+        sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Asked(fw, s, host))
+        interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2, clock=clock))
+        return list(seen)
+
+    assert run("device_done", True) and not any(run("device_done", True))
+    assert all(run("kernel", True)) and all(run("device_done", False))

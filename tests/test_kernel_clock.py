@@ -226,3 +226,34 @@ def test_a_clock_of_zeros_pools_to_a_null_noise_that_the_schema_takes():
     row = synthetic.row("jax", "async")
     row["timing"] = pooled.to_dict()
     validate(synthetic.doc([row]))
+
+
+def test_a_run_that_reads_no_kernel_clock_traces_nothing_and_says_why():
+    """An interleaved regress judged on device_done asks for no traced clock (TimingConfig.kernel_clock): its
+    profiler sessions cost seconds a JAX point (results/journal.md). The config travels to older trees' workers
+    as before where it is the default."""
+    from dataclasses import replace
+
+    from harness.measure.timing import preset
+    from harness.workers import handlers
+    from harness.workers.protocol import Request
+    from scenarios import get
+
+    traced = []
+
+    class Counting(_TracedBackend):
+        def kernel_trace(self, *a, **kw):
+            traced.append(1)
+            return super().kernel_trace(*a, **kw)
+
+    scn = get("async_dispatch")
+    for reads in (True, False):
+        row = _timed_row()
+        handlers._kernel_clocks(scn, Counting(), _Impl, {}, {}, [row], replace(preset("full"), kernel_clock=reads),
+                                lambda t: None)
+        assert (row.timing.kernel is not None) == reads and len(traced) == (1 if reads else 1)
+        assert reads or row.timing.kernel_why == "not read: this run judges another clock"
+    wire = Request.make("time", "jax", "async_dispatch", {}, preset("full")).to_dict()
+    assert "kernel_clock" not in wire["timing"]  # the default: what an older tree's TimingConfig reads
+    off = Request.make("time", "jax", "async_dispatch", {}, replace(preset("full"), kernel_clock=False)).to_dict()
+    assert Request.from_dict(off).timing.kernel_clock is False

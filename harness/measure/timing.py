@@ -93,6 +93,10 @@ class TimingConfig:
     # (harness/workers/processes.py plan: Kalibera and Jones' repeats where the variance is); a variant
     # not named keeps max_repeats.
     plan: tuple[tuple[str, int], ...] = ()
+    # The traced kernel clock of a framework without CUDA events (JAX; harness/measure/kernel_clock.py), after
+    # the timed repeats. False: a run that judges another clock (an interleaved regress on device_done) reads
+    # none, since its profiler sessions cost seconds a point (results/journal.md, 2026-12-06 evening).
+    kernel_clock: bool = True
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0

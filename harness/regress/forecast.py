@@ -42,6 +42,7 @@ class Forecast:
     could: int  # of those, rows whose threshold change pairs would call different at `pairs`
     median_change: float  # the change the median row could call different at `pairs` (inf: none)
     threshold: float
+    upper: bool = False  # the pair's price an upper bound: the earlier run traced a kernel clock this one does not
 
 
 def slug(gpu: str | None) -> str:
@@ -130,9 +131,11 @@ def change_at(spread: float, pairs: int, alpha: float, threshold: float) -> floa
 
 
 def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[str], plan: Any, start_s: float,
-             added: int, fdr: float) -> Forecast:
+             added: int, fdr: float, traced: bool = True) -> Forecast:
     """The forecast from an earlier result (earlier()) for plan (interleave.Plan: pairs, max_pairs, budget_s,
-    threshold, clock), a stage's measured start and ADDED pairs a stage; fdr already split over the looks."""
+    threshold, clock), a stage's measured start and ADDED pairs a stage; fdr already split over the looks.
+    traced: whether this run reads the traced kernel clock, as the earlier compare did; where it does not, the
+    earlier run's price of a pair is an upper bound (Forecast.upper)."""
     path, doc = found
     pair_s = 2 * side_process_s(doc, scenarios)
     per_pair = pair_s + start_s / added
@@ -145,7 +148,8 @@ def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[
     changes = [change_at(s, pairs, alpha, plan.threshold) for s in sp]
     could = sum(c <= plan.threshold * (1 + 1e-9) for c in changes)
     median = float(np.median(changes)) if changes else math.inf
-    return Forecast(str(path), pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold)
+    return Forecast(str(path), pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold,
+                    upper=not traced)
 
 
 def render(f: Forecast) -> list[str]:
@@ -153,8 +157,10 @@ def render(f: Forecast) -> list[str]:
     buys = (f"the budget of {f.budget_s:g} s buys about {f.pairs} pair(s)" if f.budget_s is not None
             else f"{f.pairs} pairs (--max-pairs) take about {f.pairs * (f.pair_s + f.start_s / 2) / 60:.0f} min")
     change = "no change" if not math.isfinite(f.median_change) else f"a change of {100 * f.median_change:.0f}%"
-    lines = [f"forecast from {Path(f.source).name}: a pair takes about {f.pair_s:.0f} s and a stage's start "
-             f"{f.start_s:.0f} s, so {buys}",
+    about = "at most" if f.upper else "about"
+    lines = [f"forecast from {Path(f.source).name}: a pair takes {about} {f.pair_s:.0f} s and a stage's start "
+             f"{f.start_s:.0f} s, so {buys}" + (" or more (it traced a kernel clock that this run does not read)"
+                                                if f.upper else ""),
              f"forecast: at {f.pairs} pairs a {100 * f.threshold:g}% change could be called different in {f.could} of "
              f"{f.rows} rows; the median row could call {change} different (each row's spread between processes "
              "there, had it been the only change)"]

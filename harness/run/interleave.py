@@ -568,9 +568,13 @@ class InterleavedRun:
             pairs, self.env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
             env = self.env
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
-            self._forecast(schedule.now() - t_start)
             # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
+            # judged on another clock: no traced kernel clock, where both sides' workers can leave it out
+            if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
+                                              for s in schedule.sides for fw in self.running):
+                self.cfg = replace(self.cfg, kernel_clock=False)
+            self._forecast(schedule.now() - t_start)
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
                                              self.answers, plan.seed, stop=self.spent)
             for ks in stages[1:]:
@@ -610,7 +614,8 @@ class InterleavedRun:
                               f"{'GPU' if gpu else 'machine'} (two processes a row or more) to go by")
             return
         try:
-            f = forecast.forecast(found, plan.scenarios, self.running, plan, start_s, ADDED, self.fdr)
+            f = forecast.forecast(found, plan.scenarios, self.running, plan, start_s, ADDED, self.fdr,
+                                  traced=getattr(self.cfg, "kernel_clock", True))
         except ValueError as e:
             self.schedule.log(f"forecast: {found[0].name}: {e}")
             return

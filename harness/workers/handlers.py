@@ -35,9 +35,10 @@ SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the refer
 def hello(fw: str) -> dict[str, Any]:
     b = backends.get(fw)
     ok, why = b.available()
-    # subsets: a time request may name the variants to time (protocol.Request.variants)
+    # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
+    # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
-            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True}
+            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
@@ -101,9 +102,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
         timed.setup_s = setup_s
         rows.append(timed)
     if b.on_gpu and not b.has_events:  # after every timed run, so that no profiler meets a timed call
-        for row in rows:
-            if row.timed:
-                _kernel_clock(scn, scn.variant(row.variant), b, impl, inputs, params, row, progress)
+        _kernel_clocks(scn, b, impl, inputs, params, rows, cfg, progress)
     if scn.timeline and first:  # after every timed run, so that no trace (or profiler) disturbs a timing
         for row in rows:
             if row.timed:
@@ -123,6 +122,17 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
         if row.timing is not None:
             row.timing.served_s = served
     return {"rows": [row.to_dict() for row in rows], "sample": sample}
+
+
+def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Params, rows: list[Row], cfg: TimingConfig,
+                   progress: Progress) -> None:
+    """The timed rows' traced kernel clocks (a GPU framework without events), or why none where the run reads
+    none (cfg.kernel_clock False: an interleaved regress judged on another clock)."""
+    for row in rows:
+        if row.timed and cfg.kernel_clock:
+            _kernel_clock(scn, scn.variant(row.variant), b, impl, inputs, params, row, progress)
+        elif row.timed and row.timing is not None:
+            row.timing.kernel_why = "not read: this run judges another clock"
 
 
 def _kernel_clock(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params, row: Row,

@@ -98,6 +98,8 @@ class Request:
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["timing"] = None if self.timing is None else asdict(self.timing)
+        if self.timing is not None and self.timing.kernel_clock:  # the default: the wire an older tree's worker reads
+            del d["timing"]["kernel_clock"]
         d["points"] = list(self.points)
         if not self.variants:  # every variant: the wire an older tree's worker reads
             del d["variants"]
