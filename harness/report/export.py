@@ -202,8 +202,7 @@ def to_markdown(result: Result, name: str) -> str:
                            ("p", f"Medians of device-done per call, the kernel clock's in parentheses where the row "
                                  f"read it; {run}.")]
     if result.not_run:
-        blocks.append(("ul", [f"not run: {md_text(n.get('scenario'))} ({md_text(n.get('why'))})"  # not_run: Json
-                              for n in result.not_run]))
+        blocks.append(("ul", [f"not run: {md_text(n.scenario)} ({md_text(n.why)})" for n in result.not_run]))
     for scn_name, scn in result.scenarios.items():
         blocks += scenario_blocks(scn_name, scn)
     return render_md(blocks)
