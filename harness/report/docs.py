@@ -215,7 +215,7 @@ def _measured(root: Path, scn: ScenarioResult, rel: str, talking: frozenset[str]
     out = [f"**Measured** ([{Path(rel).name}](../{rel}){link}"
            + (f"; the sweep's largest point, {points[-1].get('label') or len(points) - 1}" if len(points) > 1 else "")
            + "): [how to read a cell](#clocks)."]
-    header = ["variant"] + [NAMES.get(f, f) for f in fws]
+    header = ["variant"] + [NAMES.get(f, f) for f in fws]  # headers (a list), not a key
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     notes: list[str] = []
     for i in shown:

@@ -184,7 +184,7 @@ def _table(scn: ScenarioResult) -> Block:
         for v in variants:
             cells = [_cell(at.get((p, v, fw))) for fw in fws]
             rows.append(([md_text(name)] if sweep else []) + [md_text(v), *cells])
-    return ("table", (["point"] if sweep else []) + ["variant", *map(md_text, fws)], rows)
+    return ("table", (["point"] if sweep else []) + ["variant", *map(md_text, fws)], rows)  # headers, not keys
 
 
 def scenario_blocks(name: str, scn: ScenarioResult) -> list[Block]:

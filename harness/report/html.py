@@ -24,7 +24,7 @@ from harness.backends import in_prose
 from harness.results.files import check_writable, own_folder, write_files
 from harness.report.labels import gpu_label, kernel_of, kernel_said, pct_of_floor
 from harness.report.report import (HIGH_SPREAD, as_result, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of,
-                                   summary_status, timed)
+                                   summary_status)
 from harness.report.charts import chart_png, ordered_sweep, point_label, variants_of
 from harness.report.measuring import blocks as measuring_blocks
 from harness.report.render import Block, code, machine_line, render_html, render_md, text, text_of
@@ -61,7 +61,7 @@ def _or(x: Any, default: Any) -> Any:
 def _environment_blocks(result: Result, result_name: str) -> list[Block]:
     env = result.environment
     host = env.host or {}  # the host's facts: keys are the facts' names (data)
-    driver = f", driver {text(host['driver'])}" if host.get("driver") else ""
+    driver = f", driver {text(host['driver'])}" if host.get("driver") else ""  # host: data
     items = [f"GPU: **{text(env.gpu or 'none (CPU only)')}**{driver}",
              f"host: {text(host.get('platform', '—'))}, {text(host.get('cpus', '—'))} CPUs, python "
              f"{text(host.get('python', '—'))}, numpy {text(host.get('numpy', '—'))}, hypothesis "
@@ -79,6 +79,7 @@ def _environment_blocks(result: Result, result_name: str) -> list[Block]:
         e = info.env or {}  # the backend's own facts: keys are the backend's (data)
         extra = "; ".join(text(f"{k} {_flat(v)}") for k, v in e.items()
                           if k not in ("version", "device", "float32_matmul"))
+        # e: the backend's facts (data)
         rows.append([f"**{text(fw)}**", text(e.get("version", "—")),
                      ("yes", "ok") if info.available else ("no", "bad"),
                      text(e.get("device") or _or(info.why, "")), text(e.get("float32_matmul", "—")), extra or "—"])
@@ -123,7 +124,7 @@ def _summary_blocks(result: Result) -> list[Block]:
 
 def _timing_table(scn: ScenarioResult, fws: list[str]) -> Block:
     points = points_of(scn)
-    headers = (["point"] if len(points) > 1 else []) + [
+    headers = (["point"] if len(points) > 1 else []) + [  # the table's headers (a list), not keys
         "variant", "framework", "status", "device-done median [q1–q3]", "spread", "host-return",
         "host-return / device-done",
         "kernel", "% of floor", "host syncs", "first call", "checked", "metrics"]
@@ -214,7 +215,7 @@ def _claims_table(scn: ScenarioResult, fws: list[str]) -> Block | None:
             row.append((f"**{VERDICT_MARK.get(c.verdict, '')} {text(c.verdict)}** — {text(c.evidence)}"
                         + (f" ({numbers})" if numbers else ""), cls))
         rows.append(row)
-    return ("table", ["claim"] + in_use, rows)
+    return ("table", ["claim"] + in_use, rows)  # headers (a list), not a key
 
 
 def _checks_blocks(scn: ScenarioResult) -> list[Block]:
@@ -387,6 +388,7 @@ def _scenario_blocks(n: int, name: str, scn: ScenarioResult, result: Result, gpu
     points = scn.points or []  # each point's params: keys are parameter names (data)
     if points:
         keys = list(dict.fromkeys(k for p in points for k in p if k != "label"))  # in order, from every point
+        # headers (a list), not a key
         blocks.append(("table", (["point"] if len(points) > 1 else []) + [text(k) for k in keys],
                        [([text(point_label(scn, i))] if len(points) > 1 else [])
                         + [text(p.get(k, "")) for k in keys] for i, p in enumerate(points)]))
