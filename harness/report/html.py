@@ -23,8 +23,8 @@ from typing import Any
 from harness.backends import in_prose
 from harness.results.files import check_writable, own_folder, write_files
 from harness.report.labels import gpu_label, kernel_of, kernel_said, pct_of_floor
-from harness.report.report import (HIGH_SPREAD, as_result, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, points_of,
-                                   summary_status)
+from harness.report.report import (HIGH_SPREAD, as_result, find_row, fmt_num, fmt_pct, fmt_s, frameworks_of, or_else,
+                                   points_of, summary_status)
 from harness.report.charts import chart_png, ordered_sweep, point_label, variants_of
 from harness.report.measuring import blocks as measuring_blocks
 from harness.report.render import Block, code, machine_line, render_html, render_md, text, text_of
@@ -53,11 +53,6 @@ def fmt_value(key: str, v: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- content
 
-def _or(x: Any, default: Any) -> Any:
-    """x, or default where the file has none."""
-    return default if x is None else x
-
-
 def _environment_blocks(result: Result, result_name: str) -> list[Block]:
     env = result.environment
     host = env.host or {}  # the host's facts: keys are the facts' names (data)
@@ -66,10 +61,10 @@ def _environment_blocks(result: Result, result_name: str) -> list[Block]:
              f"host: {text(host.get('platform', '—'))}, {text(host.get('cpus', '—'))} CPUs, python "
              f"{text(host.get('python', '—'))}, numpy {text(host.get('numpy', '—'))}, hypothesis "
              f"{text(host.get('hypothesis', '—'))}",
-             f"size {code(result.size)}, seed {_or(result.seed, '—')}, "
-             f"{_or(result.examples, '—')} equivalence examples per scenario, "
-             f"isolation {code(_or(result.isolation, '—'))}",
-             f"run {text(result.created)} → {text(_or(result.finished, '—'))}; result file {code(result_name)}; "
+             f"size {code(result.size)}, seed {or_else(result.seed, '—')}, "
+             f"{or_else(result.examples, '—')} equivalence examples per scenario, "
+             f"isolation {code(or_else(result.isolation, '—'))}",
+             f"run {text(result.created)} → {text(or_else(result.finished, '—'))}; result file {code(result_name)}; "
              f"triptych code {code(host['code']) if host.get('code') else 'unknown (no .git where it ran)'}"]
     if result.command:
         items.append("command: " + code(" ".join(map(str, result.command))))
@@ -82,7 +77,7 @@ def _environment_blocks(result: Result, result_name: str) -> list[Block]:
         # e: the backend's facts (data)
         rows.append([f"**{text(fw)}**", text(e.get("version", "—")),
                      ("yes", "ok") if info.available else ("no", "bad"),
-                     text(e.get("device") or _or(info.why, "")), text(e.get("float32_matmul", "—")), extra or "—"])
+                     text(e.get("device") or or_else(info.why, "")), text(e.get("float32_matmul", "—")), extra or "—"])
     return [("h", 2, "Environment", "environment"), ("ul", items),
             ("table", ["framework", "version", "available", "device / why", "float32 matmul", "more"], rows)]
 
@@ -102,8 +97,8 @@ def _summary_blocks(result: Result) -> list[Block]:
         status = scn.equivalence.status if scn.equivalence is not None else None
         counts = {k: sum(c.verdict == k for c in scn.claims or []) for k in VERDICT_MARK}
         problems = [r for r in scn.rows if r.status in ("wrong", "error", "timeout", "crashed", "oom")]
-        rows.append([f"[{text(name)}](#{name})", text(_or(scn.title, "")),
-                     (text(_or(status, "not run")), {"passed": "ok", "failed": "bad"}.get(status, "")),
+        rows.append([f"[{text(name)}](#{name})", text(or_else(scn.title, "")),
+                     (text(or_else(status, "not run")), {"passed": "ok", "failed": "bad"}.get(status, "")),
                      (f"{counts['confirmed']} ✓ · {counts['refuted']} ✗ · {counts['inconclusive']} ?", ""),
                      (f"{len(problems)} rows" if problems else "—", "bad" if problems else "")])
     for nr in result.not_run or []:
@@ -138,7 +133,7 @@ def _timing_table(scn: ScenarioResult, fws: list[str]) -> Block:
                 lead = ([text(point_label(scn, i))] if len(points) > 1 else []) + [
                     code(v.name) + (" (hazard)" if v.hazard else ""), text(fw)]
                 if not r.timed:  # one cell across the rest of the row
-                    rows.append(lead + [(text(f"{r.status}: {_or(r.reason, '')}"),
+                    rows.append(lead + [(text(f"{r.status}: {or_else(r.reason, '')}"),
                                          "muted" if r.status == "skipped" else "bad", len(headers) - len(lead))])
                     continue
                 rows.append(lead + _timed_cells(r, v))
@@ -152,11 +147,11 @@ def _timed_cells(r: Row, v: VariantInfo) -> list[Any]:
     sp = dd.spread
     chk = r.check
     if v.hazard:
-        checked = (f"wrong {_or(chk and chk.wrong, 0)}/{_or(chk and chk.checked, 0)} runs", "hazard")
+        checked = (f"wrong {or_else(chk and chk.wrong, 0)}/{or_else(chk and chk.checked, 0)} runs", "hazard")
     elif r.status == "wrong":
-        checked = (f"WRONG: {text(_or(chk and chk.worst, ''))}", "bad")
+        checked = (f"WRONG: {text(or_else(chk and chk.worst, ''))}", "bad")
     else:
-        checked = text(f"{_or(chk.checked, 0)} runs vs {_or(chk.against, '—')}") if chk else "—"
+        checked = text(f"{or_else(chk.checked, 0)} runs vs {or_else(chk.against, '—')}") if chk else "—"
     # metrics: keys are metric names (data)
     metrics = "; ".join(text(f"{k} {fmt_num(val)}") for k, val in sorted((t.metrics or {}).items()))
     return [
@@ -223,19 +218,19 @@ def _checks_blocks(scn: ScenarioResult) -> list[Block]:
     eq = scn.equivalence
     if eq:
         items.append(f"equivalence under hypothesis: **{text(eq.status)}** ({eq.examples} examples; "
-                     f"{text(', '.join(_or(eq.frameworks, [])) or 'no framework')})"
+                     f"{text(', '.join(or_else(eq.frameworks, [])) or 'no framework')})"
                      + (f": {text(eq.message)}" if eq.status == "failed" and eq.message else ""))
     for xc in scn.cross_framework or []:
         at = f" at {text(xc.label)}" if xc.label else ""
         items.append(f"full-size outputs across frameworks{at}: **{text(xc.status)}** "
                      f"({text(', '.join(xc.frameworks))}; {xc.elements} sampled elements)"
-                     + "".join(f"; {text(p)}" for p in _or(xc.problems, [])))
+                     + "".join(f"; {text(p)}" for p in or_else(xc.problems, [])))
     hazards = [r for r in scn.rows if r.hazard and r.timed]
     for r in hazards:
         chk = r.check
         at = f" at {text(r.label)}" if r.label else ""
-        items.append(f"hazard {code(r.variant)} in {text(r.framework)}{at}: wrong in {_or(chk and chk.wrong, 0)} of "
-                     f"{_or(chk and chk.checked, 0)} timed runs"
+        items.append(f"hazard {code(r.variant)} in {text(r.framework)}{at}: wrong in {or_else(chk and chk.wrong, 0)} of "
+                     f"{or_else(chk and chk.checked, 0)} timed runs"
                      + (f" (first: {text(chk.worst)})" if chk and chk.worst else ""))
     return [("h", 3, "Checks", None), ("ul", items)] if items else []
 
@@ -378,10 +373,10 @@ def build(doc: Result | Json, result_path: Path, out: Path | None = None) -> dic
 
 def _scenario_blocks(n: int, name: str, scn: ScenarioResult, result: Result, gpu: str, versions: str) -> list[Block]:
     """A scenario's heading, concept, where it was measured, its variants and its points."""
-    blocks: list[Block] = [("h", 2, f"{n}. {text(name)} — {text(_or(scn.title, ''))}", name),
-                           ("quote", text(_or(scn.concept, ""))),
+    blocks: list[Block] = [("h", 2, f"{n}. {text(name)} — {text(or_else(scn.title, ''))}", name),
+                           ("quote", text(or_else(scn.concept, ""))),
                            ("p", f"Measured on {gpu} with {versions or 'no framework'}; size {code(result.size)}, "
-                                 f"seed {_or(result.seed, '—')}.")]
+                                 f"seed {or_else(result.seed, '—')}.")]
     vitems = [code(v.name) + (" (hazard)" if v.hazard else "") + text(gpu_label(v))
               + (f" — {text(v.doc)}" if v.doc else "") for v in variants_of(scn)]
     blocks += [("p", "Variants, baseline first:"), ("ul", vitems)]

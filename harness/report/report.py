@@ -218,8 +218,8 @@ def scenario_table(scn: ScenarioResult, fws: list[str]) -> tuple[Any, list[str]]
     return table, [legend] + [f"{MARKS[i] if i < len(MARKS) else f'[{i + 1}]'} {t}" for i, t in enumerate(notes.items)]
 
 
-def _or(x: Any, default: Any) -> Any:
-    """x, or default where the file has none."""
+def or_else(x: Any, default: Any) -> Any:
+    """x, or default where the file has none (a field the model reads as None)."""
     return default if x is None else x
 
 
@@ -228,17 +228,17 @@ def render_terminal(doc: Result | Json, console: Any = None) -> None:
     result = as_result(doc)
     env = result.environment
     host = env.host or {}  # the host's facts: keys are the facts' names (data)
-    console.print(f"[bold]triptych[/bold] · {result.size} · seed {_or(result.seed, '—')} · "
+    console.print(f"[bold]triptych[/bold] · {result.size} · seed {or_else(result.seed, '—')} · "
                   f"{env.gpu or 'no GPU'} · driver {host.get('driver', '—')} · python {host.get('python')}")
     for fw, info in (env.frameworks or {}).items():
         version = (info.env or {}).get("version", "")  # the backend's own facts (data)
-        state = f"{version} · {info.why}" if info.available else f"skipped: {_or(info.why, '')}"
+        state = f"{version} · {info.why}" if info.available else f"skipped: {or_else(info.why, '')}"
         console.print(f"  {fw}: {state}", highlight=False)
     fws = frameworks_of(result)
     for name, scn in result.scenarios.items():
         console.print()
         took = f" [dim]({scn.wall_s:.1f} s)[/dim]" if isinstance(scn.wall_s, (int, float)) else ""
-        console.print(f"[bold]{name}[/bold] — {escape(_or(scn.title, ''))}" + ("" if scn.rows else " (not timed)")
+        console.print(f"[bold]{name}[/bold] — {escape(or_else(scn.title, ''))}" + ("" if scn.rows else " (not timed)")
                       + took)
         if scn.rows:
             table, notes = scenario_table(scn, fws)
@@ -297,8 +297,8 @@ class Problem:
 def problems_of(doc: Result | Json) -> list[Problem]:
     result = as_result(doc)
     fws = result.environment.frameworks or {}
-    out = [Problem("failed", f"{fw}: {info.status} at start-up ({_or(info.why, '')})") for fw, info in fws.items()
-           if not info.available and _or(info.status, "skipped") != "skipped"]
+    out = [Problem("failed", f"{fw}: {info.status} at start-up ({or_else(info.why, '')})") for fw, info in fws.items()
+           if not info.available and or_else(info.status, "skipped") != "skipped"]
     if not any(i.available for i in fws.values()):
         out.append(Problem("failed", "no framework started: nothing was measured"))
     for name, scn in result.scenarios.items():
@@ -310,11 +310,11 @@ def problems_of(doc: Result | Json) -> list[Problem]:
                 out.append(Problem("failed", f"{name}/{r.framework}/{r.variant}{at}: {r.status}"))
         for xc in scn.cross_framework or []:
             if xc.status == "disagree":
-                out.append(Problem("failed", f"{name}: frameworks disagree at full size {_or(xc.label, '')}".rstrip()))
+                out.append(Problem("failed", f"{name}: frameworks disagree at full size {or_else(xc.label, '')}".rstrip()))
         for c in scn.claims or []:
             if c.verdict == "refuted":
                 at = f" [{c.label}]" if c.label else ""
-                out.append(Problem("refuted", f"{name}/{c.framework}{at}: {c.claim or _or(c.text, '')}"))
+                out.append(Problem("refuted", f"{name}/{c.framework}{at}: {c.claim or or_else(c.text, '')}"))
     out += [Problem("incomplete", f"{nr.scenario}: not run ({nr.why})") for nr in result.not_run or []]
     return out
 
