@@ -13,7 +13,7 @@ import pytest
 from harness.report import html as report_html
 from harness.run import runner
 from harness.backends import nccl_floor
-from harness.results.model import Row
+from harness.results.model import Result, Row, ScenarioResult
 from harness.run.options import CompareOptions
 from harness.workers.ranks import RankGroup, Workers, merge_ceilings
 from harness.workers.worker import WorkerError
@@ -237,13 +237,13 @@ def test_without_cupy_ranks_the_floor_is_absent_with_its_reason_and_nothing_is_a
 def test_the_report_names_the_nccl_ceilings_and_the_missing_floors_reason():
     doc = fake_doc()
     doc["environment"]["machine"] |= {"nccl_all_reduce_4096B_1r_s": 1e-5, "nccl_ranks": 1.0}
-    text = str(report_html._environment_blocks(doc, "r.json"))
+    text = str(report_html._environment_blocks(Result.from_dict(doc), "r.json"))
     assert "raw NCCL at 1 rank(s): 1 collective × size points" in text
     doc["environment"]["machine"] = {"calibration": {}}
-    assert "machine ceilings: not measured" in str(report_html._environment_blocks(doc, "r.json"))
+    assert "machine ceilings: not measured" in str(report_html._environment_blocks(Result.from_dict(doc), "r.json"))
     name, scn = next(iter(doc["scenarios"].items()))
     scn["floor_why"] = "no raw floor: it is measured by the CuPy ranks (NCCL), unavailable here (no GPU)"
-    blocks = report_html._figures(name, scn, ["torch"], Path("/nonexistent/r.json"), None, {})
+    blocks = report_html._figures(name, ScenarioResult.from_dict(scn), ["torch"], Path("/nonexistent/r.json"), None, {})
     assert ("p", f"Floor: {scn['floor_why']}.") in blocks
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from harness.report import docs
 from scenarios import ORDER, all_scenarios
-from harness.results.results import load
+from harness.results.model import Result, ScenarioResult
+from harness.results.results import read
 from tests.report_fixture import write_fake_result
 from tests.test_cli import run
 
@@ -124,11 +125,11 @@ def test_the_guide_compares_no_rank_rows_and_decides_no_communication_claim_at_o
                   for c in ("bytes_model", "exact")]
         return {"variants": [{"name": "collective"}], "rows": [row("torch", 1e-5), row("jax", 1e-4)], "claims": claims}
 
-    one = "\n".join(docs._measured(ROOT, scn(1), "results/x.json", frozenset({"bytes_model"})))
+    one = "\n".join(docs._measured(ROOT, ScenarioResult.from_dict(scn(1)), "results/x.json", frozenset({"bytes_model"})))
     assert "as long as" not in one and "*Not measured: one GPU.*" in one.replace("**", "*")
     assert not re.search(r"\d\s*(ms|µs|s)\b", one) and "| `collective`" not in one  # no figure, no table
     assert "bytes_model text" not in one and "| exact text | ✔" in one  # a claim not about communication stands
-    two = "\n".join(docs._measured(ROOT, scn(2), "results/x.json", frozenset({"bytes_model"})))
+    two = "\n".join(docs._measured(ROOT, ScenarioResult.from_dict(scn(2)), "results/x.json", frozenset({"bytes_model"})))
     assert "JAX takes 10× as long as PyTorch" in two and "bytes_model text" in two
 
 
@@ -146,7 +147,7 @@ def test_a_sweep_shows_its_largest_point_and_its_claims_there():
     scn = {"variants": [{"name": "copy"}], "points": [{"label": "4 KiB"}, {"label": "64 MiB"}], "rows": rows,
            "claims": [claim("torch", "4 KiB", "refuted", 0.4), claim("torch", "64 MiB", "confirmed", 2.5),
                       claim("cupy", "4 KiB", "confirmed", 3.0), claim("cupy", "64 MiB", "inconclusive", 1.1)]}
-    text = "\n".join(docs._measured(ROOT, scn, "results/x.json"))
+    text = "\n".join(docs._measured(ROOT, ScenarioResult.from_dict(scn), "results/x.json"))
     assert "largest point, 64 MiB" in text and "| `copy` | 2.00 ms (1.00 ms)" in text and "10.0 µs" not in text
     assert "| it blocks | ✔ 2.50× | · |" in text and "0.400×" not in text
 
@@ -160,7 +161,7 @@ def test_defaults_that_differ_give_each_settings_and_what_the_gpu_measured(tmp_p
     doc = {"scenarios": {s.name: {"rows": [{}], "claims": [
         {"claim": "x", "framework": "jax", "verdict": "confirmed", "evidence": "median error 2.1e-4 vs 1.2e-7"},
         {"claim": "y", "framework": "torch", "verdict": "inconclusive", "evidence": "inside the noise"}]}}}
-    section = "\n".join(docs._defaults_that_differ(tmp_path, [(tmp_path / "results" / "r.json", doc)]))
+    section = "\n".join(docs._defaults_that_differ(tmp_path, [(tmp_path / "results" / "r.json", Result.from_dict(doc))]))
     for setting in s.agree_by.values():
         assert docs._cell(setting) in section
     assert f"Measured: 1 confirmed, 1 inconclusive ([its claims](#{s.name}))." in section
@@ -179,7 +180,7 @@ def test_only_the_results_that_measure_a_scenario_are_loaded_and_the_guide_is_th
     cpu["environment"]["gpu"] = None
     (root / "results" / "20991231T000000Z_cpu_full.json").write_text(json.dumps(cpu))
     loaded = []
-    monkeypatch.setattr(docs, "load", lambda p: loaded.append(p.name) or load(p))
+    monkeypatch.setattr(docs, "read", lambda p: loaded.append(p.name) or read(p))
     guide = docs.porting_guide(root)
     assert loaded == [newest.name]
     loaded.clear()

@@ -160,8 +160,9 @@ def test_a_hazard_row_gets_no_floor_and_no_view_shows_one_from_an_older_result()
         runner.add_floor(scn, {}, {"hbm_Bps": 1.0}, r)
     hazard, plain = (r.to_dict() for r in typed)
     assert "pct_of_floor" not in hazard and "floor_s" not in hazard and plain["pct_of_floor"] > 0
-    old = dict(hazard, pct_of_floor=406.0, floor_s=1e-3)  # as results written before say
-    assert pct_of_floor(old) is None and pct_of_floor(plain) == plain["pct_of_floor"]
+    old = Row.from_dict(dict(hazard, pct_of_floor=406.0, floor_s=1e-3))  # as results written before say
+    plain = Row.from_dict(plain)
+    assert pct_of_floor(old) is None and pct_of_floor(plain) == plain.pct_of_floor
     assert not [what for what, _ in _extra_rows([old], hazard=True) if what == "% of floor"]
     assert [vals for what, vals in _extra_rows([plain], hazard=False) if what == "% of floor"]
 

@@ -14,7 +14,7 @@ from harness.workers import processes
 from harness.measure.calibrate import host_series
 from harness.check import outputs
 from harness.check.outputs import same_bytes
-from harness.results.model import Timing
+from harness.results.model import Result, Timing
 from harness.measure.noise import host_sensitivity
 from harness.measure.timing import TimingConfig, measure
 from tests.test_timing import FakeAsyncBackend
@@ -290,8 +290,9 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     series = doc["host_speed"]
     assert len(series) >= 2 and all(t0 <= e["at"] <= t1 and e["loop_s"] > 0 for e in series)
     assert [e["at"] for e in series] == sorted(e["at"] for e in series)
-    assert phase_line(doc).startswith("timed share:") and host_speed_rows(doc)
-    (table,) = [b for b in blocks(doc) if b[0] == "table" and "timing phase" in b[1]]
+    result = Result.from_dict(as_written(doc))
+    assert phase_line(result).startswith("timed share:") and host_speed_rows(result)
+    (table,) = [b for b in blocks(result) if b[0] == "table" and "timing phase" in b[1]]
     assert table[1][5:10] == ["first + warm-up", "set-up between repeats", "checks", "rank agreement",
                               "rest of the rows"], table[1]
     for name, cells in zip(doc["scenarios"], table[2]):  # the parts and the rest add up to the rows' time
@@ -301,7 +302,7 @@ def test_a_compare_run_records_its_timed_share_and_its_host_over_time():
     older = {"scenarios": {n: s | {"timing_phase": {k: v for k, v in s["timing_phase"].items()
                                                     if k not in ("warm_s", "before_s", "check_s", "agree_s")}}
                                for n, s in doc["scenarios"].items()}, "timing_phase": run}
-    assert "checks" not in [b for b in blocks(older) if b[0] == "table"][0][1]  # a result from before: no split
+    assert "checks" not in [b for b in blocks(Result.from_dict(as_written(older))) if b[0] == "table"][0][1]  # from before
 
 
 @pytest.fixture(params=["host copy", "device digest"])

@@ -10,6 +10,7 @@ import pytest
 
 from harness import backends
 from harness.measure import timing
+from harness.results.model import Row
 from harness.workers import handlers
 from scenarios import get
 from scenarios import pinned_transfer as PT
@@ -112,9 +113,9 @@ def test_the_table_shows_gbps_from_link_bytes_and_device_done():
 
     row = synthetic_row("h2d_pinned_non_blocking", 0.005, ret=0.00002, link=256 << 20) | {"status": "ok", "hazard": False}
     row["timing"]["device_done"]["median"] = 0.005
-    assert ("GB/s", ["53.7"]) in _extra_rows([row], hazard=False)  # 268.4 MB in 5 ms
+    assert ("GB/s", ["53.7"]) in _extra_rows([Row.from_dict(row)], hazard=False)  # 268.4 MB in 5 ms
     row["timing"]["metrics"]["link_bytes"] = 0
-    assert all(name != "GB/s" for name, _ in _extra_rows([row], hazard=False))
+    assert all(name != "GB/s" for name, _ in _extra_rows([Row.from_dict(row)], hazard=False))
 
 
 # -- timed runs where the frameworks run here ------------------------------------------------------

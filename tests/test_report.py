@@ -18,7 +18,8 @@ import pytest
 
 from harness.report import html as report_html
 from harness.report.report import HIGH_SPREAD, render_terminal, scenario_table
-from harness.results.results import load
+from harness.results.model import Result, ScenarioResult
+from harness.results.results import load, read
 from tests.report_fixture import fake_doc, write_fake_result
 from tests.test_cli import run
 
@@ -68,7 +69,7 @@ def test_flag_follows_the_threshold(fake):
     from rich.console import Console
 
     console = Console(record=True, width=220, color_system=None)
-    table, _ = scenario_table(scn, ["torch", "cupy", "jax"])
+    table, _ = scenario_table(ScenarioResult.from_dict(scn), ["torch", "cupy", "jax"])
     console.print(table)
     assert "(!" not in console.export_text()
 
@@ -291,13 +292,13 @@ def _without_pictures(page: str) -> str:
 def test_committed_reports_equal_what_the_renderer_makes(result):
     """Re-rendering a committed result changes nothing a reader sees: report.md and the HTML text are
     equal, and the pictures are the same files (by name; their bytes depend on matplotlib's version).
-    When this fails, run `python -m harness report results/<file>.json` and commit the folder. `load` reads
+    When this fails, run `python -m harness report results/<file>.json` and commit the folder. `read` reads
     through the typed model (harness/results/model.py), so this is also the model's check on every committed file.
     A result committed without its report is said, not passed."""
     folder = report_html.default_out(result)
     if not (folder / "report.md").is_file():
         pytest.skip(f"{result.name} is committed without its report ({folder.name}/report.md)")
-    files = report_html.build(load(result), result, folder)
+    files = report_html.build(read(result), result, folder)
     assert files["report.md"].decode() == (folder / "report.md").read_text()
     assert _without_pictures(files["report.html"].decode()) == _without_pictures((folder / "report.html").read_text())
     drawn = {n for n in files if n.endswith(".png")}
@@ -316,7 +317,8 @@ def test_a_metric_is_described_by_its_own_result_not_by_todays_spec(tmp_path):
     rows = [ok_row("collectives", "torch", "out_of_place", 1e-4, 1e-5, metrics={"algbw_GBps": 2.0})]
     old = {"rows": rows, "variants": [{"name": "out_of_place"}]}
     new = dict(old, metrics_doc={"algbw_GBps": "bytes / time as this run measured it"})
-    text = lambda scn: repr(_figures("collectives", scn, ["torch"], tmp_path / "r.json", None, {}))  # noqa: E731
+    text = lambda scn: repr(_figures("collectives", ScenarioResult.from_dict(scn), ["torch"], tmp_path / "r.json",  # noqa: E731
+                                     None, {}))
     assert "as this run measured it" in text(new)
     assert "algbw_GBps`:" not in text(old)
 
@@ -326,5 +328,6 @@ def test_a_report_says_which_median_its_file_holds():
     older file, whose rows pooled the repeats, keeps the words it was drawn with."""
     from harness.report.html import _clocks_said
 
-    assert "The median of the worker processes' medians" in _clocks_said({"row_median": "processes"})
-    assert "Medians over the repeats" in _clocks_said({}) and "processes' medians" not in _clocks_said({})
+    new, old = Result.from_dict({"row_median": "processes"}), Result.from_dict({})
+    assert "The median of the worker processes' medians" in _clocks_said(new)
+    assert "Medians over the repeats" in _clocks_said(old) and "processes' medians" not in _clocks_said(old)

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.backends import FRAMEWORKS, backend_class
 from harness.report.report import find_row, points_of, timed
+from harness.results.model import Json, Row, ScenarioResult, Stats, VariantInfo
 
 COLOURS = {fw: backend_class(fw).colour for fw in FRAMEWORKS}  # each backend's colour, in every chart
 
@@ -24,29 +25,29 @@ def tick(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def ordered_sweep(points: list[dict[str, Any]]) -> bool:
+def ordered_sweep(points: list[Json]) -> bool:
     """True when the points differ only in numbers (sizes, counts): a line between them means something.
-    Points that differ in a kind (device_creation's normal and fill) are not on one axis."""
+    Points that differ in a kind (device_creation's normal and fill) are not on one axis. A point's params: data."""
     keys = {k for p in points for k in p if k not in ("label", "seed")}
     varying = [k for k in keys if len({repr(p.get(k)) for p in points}) > 1]
     return all(isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool)
                for k in varying for p in points)
 
 
-def variants_of(scn: dict[str, Any]) -> list[dict[str, Any]]:
+def variants_of(scn: ScenarioResult) -> list[VariantInfo]:
     """The scenario's variants in spec order, plus any that only appear in rows."""
-    vs = list(scn.get("variants") or [])
-    known = {v["name"] for v in vs}
-    for r in scn["rows"]:
-        if r["variant"] not in known:
-            known.add(r["variant"])
-            vs.append({"name": r["variant"], "doc": "", "hazard": bool(r.get("hazard")), "gpu_only": False})
+    vs = list(scn.variants or [])
+    known = {v.name for v in vs}
+    for r in scn.rows:
+        if r.variant not in known:
+            known.add(r.variant)
+            vs.append(VariantInfo(name=r.variant, doc="", hazard=bool(r.hazard), gpu_only=False))
     return vs
 
 
-def point_label(scn: dict[str, Any], i: int) -> str:
+def point_label(scn: ScenarioResult, i: int) -> str:
     points = points_of(scn)
-    return str(points[i].get("label") or f"point {i}") if i < len(points) else f"point {i}"
+    return str(points[i].get("label") or f"point {i}") if i < len(points) else f"point {i}"  # params: data
 
 
 def _wrap(name: str, width: int = 16) -> str:
@@ -54,8 +55,8 @@ def _wrap(name: str, width: int = 16) -> str:
     return textwrap.fill(name.replace("_", "_ "), width, break_long_words=False).replace("_ ", "_")
 
 
-def _iqr(stats: dict[str, Any]) -> list[list[float]]:
-    return [[max(stats["median"] - stats["q1"], 0.0)], [max(stats["q3"] - stats["median"], 0.0)]]
+def _iqr(stats: Stats) -> list[list[float]]:
+    return [[max(stats.median - stats.q1, 0.0)], [max(stats.q3 - stats.median, 0.0)]]
 
 
 def _style(ax: Any, lo: float, hi: float) -> None:
@@ -72,80 +73,80 @@ def _style(ax: Any, lo: float, hi: float) -> None:
         ax.spines[side].set_visible(False)
 
 
-def _legend(scn: dict[str, Any], fws: list[str], host_line: str) -> list[Any]:
+def _legend(scn: ScenarioResult, fws: list[str], host_line: str) -> list[Any]:
     from matplotlib.lines import Line2D  # heavy: drawn charts only
     from matplotlib.patches import Patch
 
-    ran = {r["framework"] for r in scn["rows"] if timed(r)}
+    ran = {r.framework for r in scn.rows if r.timed}
     out = [Patch(color=COLOURS.get(f, "grey"), label=f if f in ran else f"{f} (not timed)") for f in fws]
     out.append(Line2D([], [], marker="D", color="black", linestyle=host_line, markersize=4, markerfacecolor="white",
                       label="host-return (IQR)"))
-    if any(timed(r) and r.get("floor_s") for r in scn["rows"]):
+    if any(r.timed and r.floor_s for r in scn.rows):
         out.append(Line2D([], [], color="black", linestyle="--", linewidth=1, label="physical floor"))
     return out
 
 
-def _bar(ax: Any, x: float, width: float, r: dict[str, Any], colour: str, hazard: bool, lo: float) -> None:
-    dd, hr = r["timing"]["device_done"], r["timing"]["host_return"]
+def _bar(ax: Any, x: float, width: float, r: Row, colour: str, hazard: bool, lo: float) -> None:
+    dd, hr = r.timing.device_done, r.timing.host_return
     # From the axis' bottom: a log axis has no zero.
-    ax.bar(x, dd["median"] - lo, width * 0.92, bottom=lo, color=colour, alpha=0.85, hatch="//" if hazard else None,
+    ax.bar(x, dd.median - lo, width * 0.92, bottom=lo, color=colour, alpha=0.85, hatch="//" if hazard else None,
            edgecolor="white", linewidth=0)
-    ax.errorbar(x, dd["median"], yerr=_iqr(dd), fmt="none", ecolor="black", elinewidth=1, capsize=3)
-    ax.errorbar(x, hr["median"], yerr=_iqr(hr), fmt="D", color="black", markersize=4, markerfacecolor="white",
+    ax.errorbar(x, dd.median, yerr=_iqr(dd), fmt="none", ecolor="black", elinewidth=1, capsize=3)
+    ax.errorbar(x, hr.median, yerr=_iqr(hr), fmt="D", color="black", markersize=4, markerfacecolor="white",
                 elinewidth=0.8, capsize=2)
-    if r.get("floor_s"):
-        ax.hlines(r["floor_s"], x - width / 2, x + width / 2, colors="black", linestyles="--", linewidth=1)
+    if r.floor_s:
+        ax.hlines(r.floor_s, x - width / 2, x + width / 2, colors="black", linestyles="--", linewidth=1)
 
 
-def _bars(fig: Any, scn: dict[str, Any], fws: list[str], variants: list[dict[str, Any]], lo: float, hi: float) -> None:
+def _bars(fig: Any, scn: ScenarioResult, fws: list[str], variants: list[VariantInfo], lo: float, hi: float) -> None:
     ax = fig.add_subplot()
     _style(ax, lo, hi)
     width = 0.8 / max(1, len(fws))
     for i, v in enumerate(variants):
         for j, fw in enumerate(fws):
             x = i - 0.4 + width * (j + 0.5)
-            r = find_row(scn, fw, v["name"], 0)
+            r = find_row(scn, fw, v.name, 0)
             if timed(r):
-                _bar(ax, x, width, r, COLOURS.get(fw, "grey"), bool(v.get("hazard")), lo)
+                _bar(ax, x, width, r, COLOURS.get(fw, "grey"), bool(v.hazard), lo)
             elif r is not None:
-                ax.text(x, lo * 1.15, r["status"], rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
+                ax.text(x, lo * 1.15, r.status, rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
     ax.set_xticks(range(len(variants)))
-    ax.set_xticklabels([_wrap(v["name"]) + ("\n(hazard)" if v.get("hazard") else "") for v in variants], fontsize=8)
+    ax.set_xticklabels([_wrap(v.name) + ("\n(hazard)" if v.hazard else "") for v in variants], fontsize=8)
     ax.set_xlim(-0.6, len(variants) - 0.4)
     ax.set_ylabel("device-done (bars, IQR whiskers)", fontsize=8)
     fig.legend(handles=_legend(scn, fws, "none"), fontsize=7, loc="outside right upper", frameon=False)
 
 
-def _series(ax: Any, scn: dict[str, Any], fws: list[str], v: dict[str, Any], ordered: bool) -> dict[int, float]:
+def _series(ax: Any, scn: ScenarioResult, fws: list[str], v: VariantInfo, ordered: bool) -> dict[int, float]:
     """One framework's line (or dots) per framework in a sweep panel; returns the floors by point."""
     floors: dict[int, float] = {}
     for j, fw in enumerate(fws):
-        pts = [(i, r) for i in range(len(points_of(scn))) if timed(r := find_row(scn, fw, v["name"], i))]
+        pts = [(i, r) for i in range(len(points_of(scn))) if timed(r := find_row(scn, fw, v.name, i))]
         if not pts:
             continue
         xs = [i + (0.04 if ordered else 0.1) * (j - (len(fws) - 1) / 2) for i, _ in pts]  # dodged: ties stay visible
-        dd = [r["timing"]["device_done"] for _, r in pts]
-        hr = [r["timing"]["host_return"] for _, r in pts]
+        dd = [r.timing.device_done for _, r in pts]
+        hr = [r.timing.host_return for _, r in pts]
         c = COLOURS.get(fw, "grey")
         if ordered:  # a sweep over sizes: lines, the IQR as a band
-            ax.plot(xs, [s["median"] for s in dd], marker="o", markersize=4, color=c, linewidth=1.5)
-            ax.fill_between(xs, [s["q1"] for s in dd], [s["q3"] for s in dd], color=c, alpha=0.2, linewidth=0)
+            ax.plot(xs, [s.median for s in dd], marker="o", markersize=4, color=c, linewidth=1.5)
+            ax.fill_between(xs, [s.q1 for s in dd], [s.q3 for s in dd], color=c, alpha=0.2, linewidth=0)
         else:  # points of different kinds: nothing lies between them, so no line joins them
-            ax.errorbar(xs, [s["median"] for s in dd], yerr=[[_iqr(s)[0][0] for s in dd], [_iqr(s)[1][0] for s in dd]],
+            ax.errorbar(xs, [s.median for s in dd], yerr=[[_iqr(s)[0][0] for s in dd], [_iqr(s)[1][0] for s in dd]],
                         fmt="o", color=c, markersize=4, elinewidth=1, capsize=3)
-        ax.errorbar(xs, [s["median"] for s in hr], yerr=[[_iqr(h)[0][0] for h in hr], [_iqr(h)[1][0] for h in hr]],
+        ax.errorbar(xs, [s.median for s in hr], yerr=[[_iqr(h)[0][0] for h in hr], [_iqr(h)[1][0] for h in hr]],
                     fmt="D", color=c, markersize=3.5, markerfacecolor="white", linestyle=":" if ordered else "none",
                     linewidth=1)
-        floors.update({i: r["floor_s"] for i, r in pts if r.get("floor_s")})
+        floors.update({i: r.floor_s for i, r in pts if r.floor_s})
     return floors
 
 
-def _panel(ax: Any, scn: dict[str, Any], fws: list[str], v: dict[str, Any], ordered: bool, lo: float) -> None:
+def _panel(ax: Any, scn: ScenarioResult, fws: list[str], v: VariantInfo, ordered: bool, lo: float) -> None:
     points = points_of(scn)
-    ax.set_title(v["name"] + (" (hazard)" if v.get("hazard") else ""), fontsize=9)
+    ax.set_title(v.name + (" (hazard)" if v.hazard else ""), fontsize=9)
     floors = _series(ax, scn, fws, v, ordered)
     for i in range(len(points)):  # what did not run, said where it would be
-        missing = [f"{fw}: {r['status']}" for fw in fws if (r := find_row(scn, fw, v["name"], i)) and not timed(r)]
+        missing = [f"{fw}: {r.status}" for fw in fws if (r := find_row(scn, fw, v.name, i)) and not r.timed]
         if missing:
             ax.text(i, lo * 1.15, "\n".join(missing), ha="center", va="bottom", fontsize=6, color="grey")
     if floors and ordered:
@@ -157,7 +158,7 @@ def _panel(ax: Any, scn: dict[str, Any], fws: list[str], v: dict[str, Any], orde
                        rotation=30 if len(points) > 4 else 0)
 
 
-def _sweep(fig: Any, scn: dict[str, Any], fws: list[str], variants: list[dict[str, Any]], lo: float, hi: float) -> None:
+def _sweep(fig: Any, scn: ScenarioResult, fws: list[str], variants: list[VariantInfo], lo: float, hi: float) -> None:
     ncols = min(3, len(variants))
     nrows = -(-len(variants) // ncols)
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
@@ -173,7 +174,7 @@ def _sweep(fig: Any, scn: dict[str, Any], fws: list[str], variants: list[dict[st
                frameon=False)
 
 
-def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
+def chart_png(scn: ScenarioResult, fws: list[str]) -> bytes | None:
     """Variants x frameworks: bars (one point) or one panel per variant over a sweep's points; None
     where nothing was timed. Variants without a timed row take no panel. Every label is plain text: a
     file's `$...$` is not matplotlib's mathtext (a label a file chose crashed the report)."""
@@ -186,12 +187,12 @@ def chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
 PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}  # labels are data, drawn as written
 
 
-def _chart_png(scn: dict[str, Any], fws: list[str]) -> bytes | None:
+def _chart_png(scn: ScenarioResult, fws: list[str]) -> bytes | None:
     from matplotlib.figure import Figure
 
-    variants = [v for v in variants_of(scn) if any(timed(r) and r["variant"] == v["name"] for r in scn["rows"])]
-    times = [r["timing"][c][k] for r in scn["rows"] if timed(r) for c in ("device_done", "host_return")
-             for k in ("q1", "median", "q3")] + [r["floor_s"] for r in scn["rows"] if timed(r) and r.get("floor_s")]
+    variants = [v for v in variants_of(scn) if any(r.timed and r.variant == v.name for r in scn.rows)]
+    times = [x for r in scn.rows if r.timed for s in (r.timing.device_done, r.timing.host_return)
+             for x in (s.q1, s.median, s.q3)] + [r.floor_s for r in scn.rows if r.timed and r.floor_s]
     positive = [t for t in times if isinstance(t, (int, float)) and t > 0]
     if not variants or not positive:
         return None

@@ -23,7 +23,8 @@ from harness.backends import FRAMEWORKS, backend_class, in_prose
 from harness.report.report import fmt_s, points_of, sig, timed
 from harness.results.files import read_regular, write_files
 from harness.report.labels import NAMES, kernel_of, kernel_said
-from harness.results.results import MAX_BYTES, ResultError, load
+from harness.results.model import Json, Result, Row, ScenarioResult
+from harness.results.results import MAX_BYTES, ResultError, read
 from scenarios.spec import human_bytes
 from scenarios import OPT_IN, all_scenarios
 
@@ -114,13 +115,13 @@ def _holds(path: Path) -> tuple[bool, set[str]] | None:
     """Whether a result file ran on a GPU and which scenarios it has rows for, from its JSON alone; None when
     it cannot tell (not JSON, not shaped like a result), so that results.load names what is wrong."""
     try:
-        doc = json.loads(read_regular(path, MAX_BYTES))
-        return bool(doc["environment"].get("gpu")), {n for n, s in doc["scenarios"].items() if (s or {}).get("rows")}
+        doc = Result.from_dict(json.loads(read_regular(path, MAX_BYTES)))  # typed, not validated: a peek
+        return bool(doc.environment.gpu), {n for n, s in doc.scenarios.items() if getattr(s, "rows", None)}
     except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return None
 
 
-def gpu_results(root: Path, scenarios: list[str]) -> tuple[list[tuple[Path, dict[str, Any]]], int]:
+def gpu_results(root: Path, scenarios: list[str]) -> tuple[list[tuple[Path, Result]], int]:
     """The full-size GPU results committed in results/ that measure the given scenarios, newest first (file
     names start with their UTC time), and how many GPU results are committed in all.
     A time-limited GPU may split one `make compare` into several runs (`--budget`, then `--scenarios`), so
@@ -136,19 +137,19 @@ def gpu_results(root: Path, scenarios: list[str]) -> tuple[list[tuple[Path, dict
             committed += holds[0]
             continue
         try:
-            doc = load(path)
+            doc = read(path)
         except ResultError as e:
             raise DocsError(str(e)) from None
-        if doc["environment"].get("gpu"):
+        if doc.environment.gpu:
             committed += 1
             found.append((path, doc))
-            left -= {n for n, scn in doc["scenarios"].items() if scn.get("rows")}
+            left -= {n for n, scn in doc.scenarios.items() if scn.rows}
     return found, committed
 
 
-def measured_by(results: list[tuple[Path, dict[str, Any]]], scenario: str) -> tuple[Path, dict[str, Any]] | None:
-    """The newest GPU result with rows for this scenario."""
-    return next(((p, d) for p, d in results if (d["scenarios"].get(scenario) or {}).get("rows")), None)
+def measured_by(results: list[tuple[Path, Result]], scenario: str) -> tuple[Path, ScenarioResult] | None:
+    """The newest GPU result with rows for this scenario, and the scenario in it."""
+    return next(((p, scn) for p, d in results if (scn := d.scenarios.get(scenario)) is not None and scn.rows), None)
 
 
 def _cell(text: str) -> str:
@@ -179,13 +180,13 @@ def _defaults_table() -> str:
 
 # ---------------------------------------------------------------------------------------------- measured
 
-def _gaps(rows: dict[str, dict[str, Any]], fws: list[str], variant: str, label: str) -> list[str]:
+def _gaps(rows: dict[str, Row], fws: list[str], variant: str, label: str) -> list[str]:
     """Frameworks far behind the fastest at one variant: device-done, and host-return where the call is async."""
     out = []
     at = f"`{variant}`" + (f" ({label})" if label else "")
     ok = [fw for fw in fws if timed(rows.get(fw))]
-    done = {fw: rows[fw]["timing"]["device_done"]["median"] for fw in ok}
-    ret = {fw: rows[fw]["timing"]["host_return"]["median"] for fw in ok}
+    done = {fw: rows[fw].timing.device_done.median for fw in ok}
+    ret = {fw: rows[fw].timing.host_return.median for fw in ok}
     if len(done) > 1:
         best = min(done, key=done.get)
         out += [f"{NAMES.get(fw, fw)} takes {sig(d / done[best], 2)}× as long as {NAMES.get(best, best)} at {at}: "
@@ -199,11 +200,11 @@ def _gaps(rows: dict[str, dict[str, Any]], fws: list[str], variant: str, label: 
     return out
 
 
-def _measured(root: Path, scn: dict[str, Any], rel: str, talking: frozenset[str] = frozenset()) -> list[str]:
+def _measured(root: Path, scn: ScenarioResult, rel: str, talking: frozenset[str] = frozenset()) -> list[str]:
     """What the committed GPU result says about one scenario: a table of its figures, the gaps between the
     frameworks, the hazards that went wrong, and its claims as a table (claim x framework).
     ``talking``: the ids of its claims about communication, which a run of one rank cannot decide."""
-    fws = [f for f in FRAMEWORKS if any(r["framework"] == f for r in scn["rows"])]
+    fws = [f for f in FRAMEWORKS if any(r.framework == f for r in scn.rows)]
     points = points_of(scn)
     report = Path(rel).with_suffix("") / "report.md"
     link = f", [report](../{report.as_posix()})" if (root / report).exists() else ""
@@ -214,38 +215,38 @@ def _measured(root: Path, scn: dict[str, Any], rel: str, talking: frozenset[str]
     out = [f"**Measured** ([{Path(rel).name}](../{rel}){link}"
            + (f"; the sweep's largest point, {points[-1].get('label') or len(points) - 1}" if len(points) > 1 else "")
            + "): [how to read a cell](#clocks)."]
-    header = ["variant"] + [NAMES.get(f, f) for f in fws]
+    header = ["variant"] + [NAMES.get(f, f) for f in fws]  # headers (a list), not a key
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     notes: list[str] = []
     for i in shown:
-        label = str(points[i].get("label") or "")
-        for v in scn.get("variants", []):
-            rows = {r["framework"]: r for r in scn["rows"] if r["variant"] == v["name"] and r.get("point", 0) == i}
+        label = str(points[i].get("label") or "")  # a point's params: data, by name
+        for v in scn.variants or []:
+            rows = {r.framework: r for r in scn.rows if r.variant == v.name and (r.point or 0) == i}
             if not rows:
                 continue
             cells = []
             for fw in fws:
                 r = rows.get(fw)
                 if not timed(r):
-                    cells.append(f"{r['status']}" if r else "—")
+                    cells.append(f"{r.status}" if r else "—")
                     continue
-                t, kernel = r["timing"], kernel_of(r["timing"])
-                cells.append(f"{fmt_s(t['device_done']['median'])} ({fmt_s(t['host_return']['median'])})"
-                             + (f"<br>k {fmt_s(kernel['median'])}" if kernel else ""))
-                chk = r.get("check") or {}
-                if v.get("hazard") and chk.get("wrong"):
-                    notes.append(f"hazard `{v['name']}` went wrong in {chk['wrong']} of {chk.get('checked', 0)} "
+                t, kernel = r.timing, kernel_of(r.timing)
+                cells.append(f"{fmt_s(t.device_done.median)} ({fmt_s(t.host_return.median)})"
+                             + (f"<br>k {fmt_s(kernel.median)}" if kernel else ""))
+                chk = r.check
+                if v.hazard and chk is not None and chk.wrong:
+                    notes.append(f"hazard `{v.name}` went wrong in {chk.wrong} of {chk.checked or 0} "
                                  f"runs in {NAMES.get(fw, fw)}" + (f" at {label}" if label else ""))
-            lines.append("| " + " | ".join([f"`{v['name']}`" + (" *(hazard)*" if v.get("hazard") else "")
+            lines.append("| " + " | ".join([f"`{v.name}`" + (" *(hazard)*" if v.hazard else "")
                                             ] + cells) + " |")
-            if not v.get("hazard"):
-                notes += _gaps(rows, fws, v["name"], label)
+            if not v.hazard:
+                notes += _gaps(rows, fws, v.name, label)
     out.append("\n".join(lines))
     if notes:
         out.append("\n".join(f"- {_cell(n)}" for n in notes[:GAP_LINES])
                    + (f"\n- and {len(notes) - GAP_LINES} more gaps or wrong hazards: [the report]"
                       f"(../{report.as_posix()})" if len(notes) > GAP_LINES else ""))
-    last = str(points[shown[0]].get("label") or "")
+    last = str(points[shown[0]].get("label") or "")  # a point's params: data
     return out + _claims_table(scn, fws, frozenset(), last if len(points) > 1 else None)
 
 
@@ -256,7 +257,7 @@ ONE_GPU = ('<a id="one-gpu"></a>\n\n## What one GPU cannot show\n\nWhere a rank 
            "communication need two GPUs or more.")
 
 
-def _clocks(rows: list[dict[str, Any]]) -> str:
+def _clocks(rows: list[Row]) -> str:
     """How to read a measured cell, said once (harness/measure/kernel_clock.py, docs/measuring.md)."""
     return ('<a id="clocks"></a>\n\n## Reading the measured sections\n\n'
             "| in a cell | what it is |\n|---|---|\n"
@@ -275,19 +276,20 @@ def lesson(concept: str) -> str:
     return m.group(1) if m else concept.strip()
 
 
-def _one_rank(scn: dict[str, Any]) -> bool:
-    return {int(r["ranks"]) for r in scn["rows"] if "ranks" in r} == {1}
+def _one_rank(scn: ScenarioResult) -> bool:
+    return {int(r.ranks) for r in scn.rows if r.ranks is not None} == {1}
 
 
 VERDICT_MARK = {"confirmed": "✔", "refuted": "✘", "inconclusive": "·"}  # said once, under "Reading the measured sections"
 
 
-def _figure(numbers: dict[str, Any]) -> str:
+def _figure(numbers: Json) -> str:
     """A claim's figure in human units: its ratio where it has one, else its one time or size; "" for a figure
-    whose unit the guide cannot say (a count is in the report's evidence)."""
+    whose unit the guide cannot say (a count is in the report's evidence). numbers: keys are the figures' names
+    (data)."""
     if not isinstance(numbers, dict) or not numbers:
         return ""
-    if isinstance(numbers.get("ratio"), (int, float)):
+    if isinstance(numbers.get("ratio"), (int, float)):  # numbers: data, by name
         return f"{sig(numbers['ratio'], 3)}×"
     if len(numbers) == 1:
         (key, x), = numbers.items()
@@ -296,30 +298,28 @@ def _figure(numbers: dict[str, Any]) -> str:
     return ""
 
 
-def _claims_table(scn: dict[str, Any], fws: list[str], skip: frozenset[str], label: str | None = None) -> list[str]:
+def _claims_table(scn: ScenarioResult, fws: list[str], skip: frozenset[str], label: str | None = None) -> list[str]:
     """The scenario's claims as a table: a row per claim (and point of a sweep where they differ; only the point
     `label` where one is named), a column per framework, each cell its verdict and figure; claims in `skip`
     (about communication, at one rank) left out."""
-    claims = [c for c in scn.get("claims", []) if c["claim"] not in skip
-              and (label is None or (c.get("label") or "") == label)]
+    claims = [c for c in scn.claims or [] if c.claim not in skip and (label is None or (c.label or "") == label)]
     if not claims:
         return []
-    keys = list(dict.fromkeys((c["text"], c.get("label") or "") for c in claims))
+    keys = list(dict.fromkeys((c.text, c.label or "") for c in claims))
     # a sweep whose points all read alike is one row
     by_text: dict[str, list[str]] = {}
     for text, label in keys:
         by_text.setdefault(text, []).append(label)
     rows = []
     for text, labels in by_text.items():
-        verdicts = {lab: {c["framework"]: c for c in claims if c["text"] == text and (c.get("label") or "") == lab}
-                    for lab in labels}
-        same = len({tuple(sorted((f, c["verdict"]) for f, c in v.items())) for v in verdicts.values()}) == 1
+        verdicts = {lab: {c.framework: c for c in claims if c.text == text and (c.label or "") == lab} for lab in labels}
+        same = len({tuple(sorted((f, c.verdict) for f, c in v.items())) for v in verdicts.values()}) == 1
         for lab in (labels[:1] if same else labels):
             cells = []
             for fw in fws:
                 c = verdicts[lab].get(fw)
-                figure = _figure(c.get("numbers") or {}) if c is not None and c["verdict"] != "inconclusive" else ""
-                cells.append("—" if c is None else f"{VERDICT_MARK.get(c['verdict'], c['verdict'])} {figure}".strip())
+                figure = _figure(c.numbers or {}) if c is not None and c.verdict != "inconclusive" else ""
+                cells.append("—" if c is None else f"{VERDICT_MARK.get(c.verdict, c.verdict)} {figure}".strip())
             at = f" ({lab})" if lab and not same else (" (every point)" if len(labels) > 1 else "")
             rows.append(f"| {_cell(text)}{at} | " + " | ".join(cells) + " |")
     return ["| claim | " + " | ".join(NAMES.get(f, f) for f in fws) + " |\n|" + "---|" * (len(fws) + 1) + "\n"
@@ -336,7 +336,7 @@ def _traps(root: Path, s: Any) -> list[str]:
     return traps  # GPU-only variants and hazards are marked where they appear (the measured table, scenarios.md)
 
 
-def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def _defaults_that_differ(root: Path, results: list[tuple[Path, Result]]) -> list[str]:
     """Part 7: per scenario that measures a default (its spec's agree_by), the setting that makes the three
     agree and what the newest GPU result measured (its claims' verdicts and numbers)."""
     out = []
@@ -348,12 +348,21 @@ def _defaults_that_differ(root: Path, results: list[tuple[Path, dict[str, Any]]]
         if measured is None:
             out.append("Not yet measured on a GPU.")
             continue
-        claims = measured[1]["scenarios"][s.name].get("claims", [])
-        counts = {w: sum(c["verdict"] == w for c in claims) for w in ("confirmed", "refuted", "inconclusive")}
+        claims = measured[1].claims or []
+        counts = {w: sum(c.verdict == w for c in claims) for w in ("confirmed", "refuted", "inconclusive")}
         out.append(f"Measured: {', '.join(f'{n} {w}' for w, n in counts.items() if n)} "
                    f"([its claims](#{s.name})).")
     return ["The defaults below are measured as scenarios of their own (part 7): each framework runs with its "
             "real default, then with the setting that makes the three agree."] + out if out else []
+
+
+def _where(result: Result) -> str:
+    """The GPU, driver and framework versions a result was measured with."""
+    env = result.environment
+    # env, host: the backend's and the host's own facts (data)
+    versions = ", ".join(f"{NAMES.get(fw, fw)} {(i.env or {}).get('version', '?')}"
+                         for fw, i in (env.frameworks or {}).items() if i.available)
+    return f"{env.gpu}, driver {(env.host or {}).get('driver', '?')}; {versions}"
 
 
 def porting_guide(root: Path = ROOT) -> str:
@@ -378,17 +387,12 @@ def porting_guide(root: Path = ROOT) -> str:
         parts.append("No full-size GPU result is committed in `results/` yet: the measured sections appear once "
                      "one is (`make compare` on a GPU, then `make docs`).")
     for path, doc in used:
-        env = doc["environment"]
-        versions = ", ".join(f"{NAMES.get(fw, fw)} {i['env'].get('version', '?')}"
-                             for fw, i in env.get("frameworks", {}).items() if i.get("available"))
         which = [name for name, m in source.items() if m is not None and m[0] == path]
-        parts.append(f"Measured sections come from `{path.relative_to(root).as_posix()}` ({env['gpu']}, "
-                     f"driver {env.get('host', {}).get('driver', '?')}; {versions})"
+        parts.append(f"Measured sections come from `{path.relative_to(root).as_posix()}` ({_where(doc)})"
                      + (f": {', '.join(f'`{n}`' for n in which)}." if len(used) > 1 else "."))
     if used:
-        parts.append(_clocks([r for _, d in used for scn in d["scenarios"].values() for r in scn.get("rows", [])]))
-    if any(s.ranks and m is not None and _one_rank(m[1]["scenarios"][s.name]) for s in all_scenarios()
-           if (m := source[s.name]) is not None):
+        parts.append(_clocks([r for _, d in used for scn in d.scenarios.values() for r in scn.rows or []]))
+    if any(s.ranks and _one_rank(m[1]) for s in all_scenarios() if (m := source[s.name]) is not None):
         parts.append(ONE_GPU)
     for n, s in enumerate(all_scenarios(), 1):
         parts.append(f'<a id="{s.name}"></a>\n\n## {n}. {s.name} — {s.title}')
@@ -402,8 +406,8 @@ def porting_guide(root: Path = ROOT) -> str:
                      f"The whole story: [the spec](../scenarios/{s.name}.py).")
         measured = source[s.name]
         if measured is not None:
-            path, doc = measured
-            parts += _measured(root, doc["scenarios"][s.name], path.relative_to(root).as_posix(),
+            path, scn = measured
+            parts += _measured(root, scn, path.relative_to(root).as_posix(),
                                frozenset(c.id for c in s.claims if c.communicates))
         elif committed:
             parts.append("*Not in any committed GPU result.*")

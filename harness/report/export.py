@@ -184,7 +184,7 @@ def _table(scn: ScenarioResult) -> Block:
         for v in variants:
             cells = [_cell(at.get((p, v, fw))) for fw in fws]
             rows.append(([md_text(name)] if sweep else []) + [md_text(v), *cells])
-    return ("table", (["point"] if sweep else []) + ["variant", *map(md_text, fws)], rows)
+    return ("table", (["point"] if sweep else []) + ["variant", *map(md_text, fws)], rows)  # headers, not keys
 
 
 def scenario_blocks(name: str, scn: ScenarioResult) -> list[Block]:
@@ -202,8 +202,7 @@ def to_markdown(result: Result, name: str) -> str:
                            ("p", f"Medians of device-done per call, the kernel clock's in parentheses where the row "
                                  f"read it; {run}.")]
     if result.not_run:
-        blocks.append(("ul", [f"not run: {md_text(n.get('scenario'))} ({md_text(n.get('why'))})"  # not_run: Json
-                              for n in result.not_run]))
+        blocks.append(("ul", [f"not run: {md_text(n.scenario)} ({md_text(n.why)})" for n in result.not_run]))
     for scn_name, scn in result.scenarios.items():
         blocks += scenario_blocks(scn_name, scn)
     return render_md(blocks)

@@ -7,39 +7,42 @@ run. Rows' host_sensitivity (harness/measure/noise.py) says which rows moved wit
 """
 from __future__ import annotations
 
-from typing import Any
-
 from harness.report.render import Block
-from harness.results.model import ROW_PARTS
+from harness.results.model import ROW_PARTS, HostLoop, Phase, Result
 
 BINS = 10
 PART_NAMES = {"warm_s": "first + warm-up", "before_s": "set-up between repeats", "check_s": "checks",
               "agree_s": "rank agreement"}
 
 
-def phase_line(doc: dict[str, Any]) -> str | None:
+def _part(p: Phase, k: str) -> float | None:
+    """One of a phase's parts by its field's name (ROW_PARTS, rows_s, ...)."""
+    return getattr(p, k)
+
+
+def phase_line(doc: Result) -> str | None:
     """One sentence on the run's timed share, or None for a result without one (older, or not timed)."""
-    p = doc.get("timing_phase")
-    if not isinstance(p, dict) or not p.get("wall_s"):
+    p = doc.timing_phase
+    if not isinstance(p, Phase) or not p.wall_s:
         return None
-    parts = ", ".join(f"{what} {p[k]:.1f} s" for k, what in (("rows_s", "rows"), ("served_s", "worker requests"),
-                                                               ("requests_s", "round trips"))
-                      if isinstance(p.get(k), (int, float)))
-    return (f"timed share: {p['timed_s']:.1f} s inside timed repeats of the timing phase's {p['wall_s']:.1f} s "
-            f"({100 * p['timed_s'] / p['wall_s']:.0f}%)" + (f"; {parts}" if parts else ""))
+    parts = ", ".join(f"{what} {_part(p, k):.1f} s" for k, what in (("rows_s", "rows"), ("served_s", "worker requests"),
+                                                                      ("requests_s", "round trips"))
+                      if isinstance(_part(p, k), (int, float)))
+    return (f"timed share: {p.timed_s:.1f} s inside timed repeats of the timing phase's {p.wall_s:.1f} s "
+            f"({100 * p.timed_s / p.wall_s:.0f}%)" + (f"; {parts}" if parts else ""))
 
 
-def host_speed_rows(doc: dict[str, Any], bins: int = BINS) -> list[list[str]]:
+def host_speed_rows(doc: Result, bins: int = BINS) -> list[list[str]]:
     """The run's host loop in up to `bins` equal stretches of time: [from, to (s after the first
     measurement), median ms, min ms, max ms, measurements]."""
-    series = [e for e in doc.get("host_speed") or [] if isinstance(e, dict)]
+    series = [e for e in doc.host_speed or [] if isinstance(e, HostLoop)]
     if not series:
         return []
-    t0, t1 = series[0]["at"], series[-1]["at"]
+    t0, t1 = series[0].at, series[-1].at
     width = max((t1 - t0) / bins, 1e-9)
     groups: dict[int, list[float]] = {}
     for e in series:
-        groups.setdefault(min(int((e["at"] - t0) / width), bins - 1), []).append(e["loop_s"] * 1e3)
+        groups.setdefault(min(int((e.at - t0) / width), bins - 1), []).append(e.loop_s * 1e3)
     rows = []
     for i, ms in sorted(groups.items()):
         ms.sort()
@@ -48,14 +51,14 @@ def host_speed_rows(doc: dict[str, Any], bins: int = BINS) -> list[list[str]]:
     return rows
 
 
-def host_speed_line(doc: dict[str, Any]) -> str | None:
+def host_speed_line(doc: Result) -> str | None:
     rows = host_speed_rows(doc)
     if not rows:
         return None
     return "host loop over the run (median ms per stretch of time): " + " · ".join(r[2] for r in rows)
 
 
-def blocks(doc: dict[str, Any]) -> list[Block]:
+def blocks(doc: Result) -> list[Block]:
     """The report's "Measuring" section: the timed share per scenario and the host's speed over time."""
     line = phase_line(doc)
     rows = host_speed_rows(doc)
@@ -63,8 +66,8 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
         return []
     out: list[Block] = [("h", 2, "Measuring", "measuring")]
     if line is not None:
-        phases = {name: p for name, scn in doc["scenarios"].items() if isinstance(p := scn.get("timing_phase"), dict)}
-        parts = [k for k in ROW_PARTS if any(k in p for p in phases.values())]  # results from before: none
+        phases = {name: p for name, scn in doc.scenarios.items() if isinstance(p := scn.timing_phase, Phase)}
+        parts = [k for k in ROW_PARTS if any(_part(p, k) is not None for p in phases.values())]  # from before: none
         out.append(("p", line[0].upper() + line[1:] + ": the rest is set-up, poisoning, checks, warm-up and "
                          "messages between the runner and its workers."
                     + (" Inside the rows' time: first and warm-up calls, the set-up before each repeat "
@@ -72,8 +75,8 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
                        "variant's state and its freeing, the sync census, the synchronizing around each repeat)."
                        if parts else "")))
 
-        def rest(p: dict[str, Any]) -> str:  # the rows' time that no part names: state, census, syncs, freeing
-            known = [p.get(k) for k in ("rows_s", "timed_s", *parts)]
+        def rest(p: Phase) -> str:  # the rows' time that no part names: state, census, syncs, freeing
+            known = [_part(p, k) for k in ("rows_s", "timed_s", *parts)]
             if not all(isinstance(x, (int, float)) for x in known):
                 return "—"
             return f"{max(known[0] - sum(known[1:]), 0.0):.1f} s"
@@ -81,11 +84,12 @@ def blocks(doc: dict[str, Any]) -> list[Block]:
         out.append(("table", ["scenario", "timing phase", "timed", "share", "rows", *(PART_NAMES[k] for k in parts),
                                *(["rest of the rows"] if parts else []), "requests in the workers",
                                "requests' round trips"],
-                    [[name, f"{p['wall_s']:.1f} s", f"{p['timed_s']:.1f} s",
-                      f"{100 * p['share']:.0f}%" if p.get("share") is not None else "—",
-                      *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—" for k in ("rows_s", *parts)),
+                    [[name, f"{p.wall_s:.1f} s", f"{p.timed_s:.1f} s",
+                      f"{100 * p.share:.0f}%" if p.share is not None else "—",
+                      *(f"{_part(p, k):.1f} s" if isinstance(_part(p, k), (int, float)) else "—"
+                        for k in ("rows_s", *parts)),
                       *([rest(p)] if parts else []),
-                      *(f"{p[k]:.1f} s" if isinstance(p.get(k), (int, float)) else "—"
+                      *(f"{_part(p, k):.1f} s" if isinstance(_part(p, k), (int, float)) else "—"
                         for k in ("served_s", "requests_s"))]
                      for name, p in phases.items()]))
     if rows:

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from harness.backends import ceilings_framework
 from harness.report.labels import NAMES
+from harness.results.model import Json
 
 Block = tuple
 
@@ -170,8 +171,9 @@ def fmt_bytes_rate(bps: float) -> str:
     return f"{bps / 1e12:.2f} TB/s" if bps >= 1e12 else f"{bps / 1e9:.1f} GB/s"
 
 
-def machine_line(machine: dict[str, Any]) -> str:
-    """The environment's line on the machine ceilings measured in the run (the floors' denominators)."""
+def machine_line(machine: Json) -> str:
+    """The environment's line on the machine ceilings measured in the run (the floors' denominators). machine:
+    keys are the ceilings' names (data)."""
     parts = [f"{label} {fmt_bytes_rate(machine[k])}" for k, label in
              (("hbm_Bps", "device copy (read+write)"), ("h2d_Bps", "host→device pinned"),
               ("d2h_Bps", "device→host pinned")) if k in machine]

@@ -22,6 +22,7 @@ from rich.table import Table
 from harness.backends import FRAMEWORKS
 from harness.report.labels import kernel_of, pct_of_floor
 from harness.report.measuring import host_speed_line, phase_line
+from harness.results.model import Json, Result, Row, ScenarioResult
 
 HIGH_SPREAD = 0.10  # IQR / median above this: the numbers are noisy
 MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -77,32 +78,29 @@ def pick_unit(seconds: list[float]) -> tuple[float, str]:
     return UNITS[-1]
 
 
-def spread(stats: dict[str, Any] | None) -> float:
-    """IQR relative to the median; 0 where there is nothing to compare."""
-    if not stats or not stats.get("median"):
-        return 0.0
-    return stats["iqr"] / stats["median"]
+def as_result(doc: Result | Json) -> Result:
+    """The typed result: a document the runner just made, typed once where it enters the report."""
+    return doc if isinstance(doc, Result) else Result.from_dict(doc)
 
 
-def timed(row: dict[str, Any] | None) -> bool:
-    return row is not None and row.get("status") in ("ok", "wrong") and isinstance(row.get("timing"), dict)
+def timed(row: Row | None) -> bool:
+    return row is not None and row.timed
 
 
-def points_of(scn: dict[str, Any]) -> list[dict[str, Any]]:
+def points_of(scn: ScenarioResult) -> list[Json]:
     """The scenario's points, padded where a row names a point the list lacks (so that every row shows)."""
-    points = list(scn.get("points") or [{}])
-    last = max((r.get("point", 0) for r in scn.get("rows", []) if isinstance(r.get("point", 0), int)), default=0)
+    points = list(scn.points or [{}])
+    last = max((r.point or 0 for r in scn.rows or [] if isinstance(r.point or 0, int)), default=0)
     return points + [{} for _ in range(len(points), last + 1)]
 
 
-def find_row(scn: dict[str, Any], fw: str, variant: str, point: int) -> dict[str, Any] | None:
-    return next((r for r in scn["rows"] if r["framework"] == fw and r["variant"] == variant
-                 and r.get("point", 0) == point), None)
+def find_row(scn: ScenarioResult, fw: str, variant: str, point: int) -> Row | None:
+    return next((r for r in scn.rows if r.framework == fw and r.variant == variant and (r.point or 0) == point), None)
 
 
-def frameworks_of(doc: dict[str, Any]) -> list[str]:
-    fws = doc["environment"].get("frameworks", {})
-    seen = {r["framework"] for s in doc["scenarios"].values() for r in s["rows"]}
+def frameworks_of(result: Result) -> list[str]:
+    fws = result.environment.frameworks or {}
+    seen = {r.framework for s in result.scenarios.values() for r in s.rows}
     return [f for f in FRAMEWORKS if f in fws or f in seen]
 
 
@@ -125,60 +123,63 @@ class _Notes:
         return MARKS[i] if i < len(MARKS) else f"[{i + 1}]"
 
 
-def _cell(row: dict[str, Any] | None, scale: float, notes: _Notes) -> tuple[str, bool]:
+def _cell(row: Row | None, scale: float, notes: _Notes) -> tuple[str, bool]:
     """(the cell's text, whether its spread is high)."""
     if row is None:
         return "[dim]—[/dim]", False
-    status = row["status"]
-    if not timed(row):
-        mark = notes.mark(f"{row['framework']} {status}: {escape(str(row.get('reason', '')))}")
+    status = row.status
+    if not row.timed:
+        mark = notes.mark(f"{row.framework} {status}: {escape(str(row.reason if row.reason is not None else ''))}")
         colour = "dim" if status == "skipped" else "red"
         return f"[{colour}]{status}{mark}[/{colour}]", False
-    t = row["timing"]
-    dd, hr = t["device_done"], t["host_return"]
-    text = f"[bold]{sig(dd['median'] / scale)}[/bold] ({sig(hr['median'] / scale)})"
-    high = spread(dd) > HIGH_SPREAD
+    dd, hr = row.timing.device_done, row.timing.host_return
+    text = f"[bold]{sig(dd.median / scale)}[/bold] ({sig(hr.median / scale)})"
+    high = dd.spread > HIGH_SPREAD
     if high:
-        text += f" [yellow](! {100 * spread(dd):.0f}%)[/yellow]"
+        text += f" [yellow](! {100 * dd.spread:.0f}%)[/yellow]"
     if status == "wrong":
-        worst = escape(row.get("check", {}).get("worst", ""))
-        text += f" [red]WRONG{notes.mark(row['framework'] + ' wrong: ' + worst)}[/red]"
+        worst = escape(row.check.worst or "" if row.check is not None else "")
+        text += f" [red]WRONG{notes.mark(row.framework + ' wrong: ' + worst)}[/red]"
     return text, high
 
 
-def gbps(row: dict[str, Any]) -> float:
+def _metrics(row: Row | None) -> Json:
+    """A timed row's metrics (keys are metric names: data), {} for anything else."""
+    return (row.timing.metrics or {}) if row is not None and row.timing is not None else {}
+
+
+def gbps(row: Row) -> float:
     """Decimal GB/s: what crossed the host-device link (the impl's link_bytes) per second of device-done."""
-    link_bytes = row["timing"].get("metrics", {}).get("link_bytes")
-    dd = row["timing"]["device_done"]["median"]
+    link_bytes = _metrics(row).get("link_bytes")  # metrics: keys are metric names (data)
+    dd = row.timing.device_done.median
     return link_bytes / dd / 1e9 if link_bytes and dd > 0 else 0.0
 
 
-def _extra_rows(rows: list[dict[str, Any] | None], hazard: bool, scale: float = 1.0) -> list[tuple[str, list[str]]]:
+def _extra_rows(rows: list[Row | None], hazard: bool, scale: float = 1.0) -> list[tuple[str, list[str]]]:
     """The indented lines under a variant: kernel clock, floor, host syncs, wrong runs, metrics; only where some
     cell has one."""
     ok = [r if timed(r) else None for r in rows]
     out: list[tuple[str, list[str]]] = []
-    kernels = [kernel_of(r["timing"]) if r else None for r in ok]
+    kernels = [kernel_of(r.timing) if r else None for r in ok]
     if any(k is not None for k in kernels):
-        out.append(("kernel", [sig(k["median"] / scale) if k is not None else "" for k in kernels]))
+        out.append(("kernel", [sig(k.median / scale) if k is not None else "" for k in kernels]))
     pcts = [pct_of_floor(r) for r in ok]
     if any(p is not None for p in pcts):
         out.append(("% of floor", [fmt_pct(p) if p is not None else "" for p in pcts]))
-    if any(r and r["timing"].get("metrics", {}).get("link_bytes") for r in ok):
+    if any(r and _metrics(r).get("link_bytes") for r in ok):  # metrics: keys are metric names (data)
         out.append(("GB/s", [f"{gbps(r):.1f}" if r and gbps(r) else "" for r in ok]))
-    if any(r and r.get("host_syncs") is not None for r in ok):
-        out.append(("host syncs", [str(r["host_syncs"]) if r and r.get("host_syncs") is not None else "" for r in ok]))
+    if any(r and r.host_syncs is not None for r in ok):
+        out.append(("host syncs", [str(r.host_syncs) if r and r.host_syncs is not None else "" for r in ok]))
     if hazard:
-        out.append(("wrong runs", [f"[magenta]{r['check'].get('wrong', 0)}/{r['check'].get('checked', 0)}[/magenta]"
-                                   if r and r.get("check") else "" for r in ok]))
-    keys = sorted({k for r in ok if r for k in r["timing"].get("metrics", {})})
+        out.append(("wrong runs", [f"[magenta]{r.check.wrong or 0}/{r.check.checked or 0}[/magenta]"
+                                   if r and r.check else "" for r in ok]))
+    keys = sorted({k for r in ok if r for k in _metrics(r)})
     for k in keys:
-        out.append((k, [fmt_num(r["timing"]["metrics"][k]) if r and k in r["timing"].get("metrics", {}) else ""
-                        for r in ok]))
+        out.append((k, [fmt_num(_metrics(r)[k]) if r and k in _metrics(r) else "" for r in ok]))
     return out
 
 
-def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]:
+def scenario_table(scn: ScenarioResult, fws: list[str]) -> tuple[Any, list[str]]:
     """A rich Table for one scenario and the lines to print under it (legend, footnotes)."""
 
     points = points_of(scn)
@@ -190,24 +191,25 @@ def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]
     units = []
     for i, point in enumerate(points):
         # One unit per table, or per point of a sweep (whose points may be orders of magnitude apart).
-        scale, unit = pick_unit([r["timing"]["device_done"]["median"] for r in scn["rows"]
-                                 if timed(r) and (len(points) == 1 or r.get("point", 0) == i)])
+        scale, unit = pick_unit([r.timing.device_done.median for r in scn.rows
+                                 if r.timed and (len(points) == 1 or (r.point or 0) == i)])
         units.append(unit)
         if len(points) > 1:
             if i:
                 table.add_section()
-            table.add_row(f"[cyan]{escape(str(point.get('label') or f'point {i}'))}[/cyan] [dim]({unit})[/dim]",
+            label = point.get("label")  # a point's params: data, by name
+            table.add_row(f"[cyan]{escape(str(label or f'point {i}'))}[/cyan] [dim]({unit})[/dim]",
                           *[""] * len(fws))
-        for v in scn.get("variants", []):
-            rows = [find_row(scn, fw, v["name"], i) for fw in fws]
+        for v in scn.variants or []:
+            rows = [find_row(scn, fw, v.name, i) for fw in fws]
             if all(r is None for r in rows):
                 continue
             cells = [_cell(r, scale, notes) for r in rows]
-            label = v["name"] + (" [magenta](hazard)[/magenta]" if v.get("hazard") else "")
+            name = v.name + (" [magenta](hazard)[/magenta]" if v.hazard else "")
             if any(high for _, high in cells):
-                label += " [yellow]![/yellow]"
-            table.add_row(("  " if len(points) > 1 else "") + label, *[c for c, _ in cells])
-            for what, vals in _extra_rows(rows, bool(v.get("hazard")), scale):
+                name += " [yellow]![/yellow]"
+            table.add_row(("  " if len(points) > 1 else "") + name, *[c for c, _ in cells])
+            for what, vals in _extra_rows(rows, bool(v.hazard), scale):
                 table.add_row(f"[dim]{'    ' if len(points) > 1 else '  '}· {what}[/dim]", *vals)
     unit_text = (f"Times in {UNIT_NAMES[units[0]]} ({units[0]})" if len(set(units)) == 1
                  else "Times in the unit by each point")
@@ -216,53 +218,64 @@ def scenario_table(scn: dict[str, Any], fws: list[str]) -> tuple[Any, list[str]]
     return table, [legend] + [f"{MARKS[i] if i < len(MARKS) else f'[{i + 1}]'} {t}" for i, t in enumerate(notes.items)]
 
 
-def render_terminal(doc: dict[str, Any], console: Any = None) -> None:
+def or_else(x: Any, default: Any) -> Any:
+    """x, or default where the file has none (a field the model reads as None)."""
+    return default if x is None else x
+
+
+def render_terminal(doc: Result | Json, console: Any = None) -> None:
     console = console or make_console()
-    env = doc["environment"]
-    host = env.get("host", {})
-    console.print(f"[bold]triptych[/bold] · {doc['size']} · seed {doc.get('seed', '—')} · "
-                  f"{env.get('gpu') or 'no GPU'} · driver {host.get('driver', '—')} · python {host.get('python')}")
-    for fw, info in env.get("frameworks", {}).items():
-        version = info.get("env", {}).get("version", "")
-        state = f"{version} · {info['why']}" if info.get("available") else f"skipped: {info.get('why', '')}"
+    result = as_result(doc)
+    env = result.environment
+    host = env.host or {}  # the host's facts: keys are the facts' names (data)
+    console.print(f"[bold]triptych[/bold] · {result.size} · seed {or_else(result.seed, '—')} · "
+                  f"{env.gpu or 'no GPU'} · driver {host.get('driver', '—')} · python {host.get('python')}")
+    for fw, info in (env.frameworks or {}).items():
+        version = (info.env or {}).get("version", "")  # the backend's own facts (data)
+        state = f"{version} · {info.why}" if info.available else f"skipped: {or_else(info.why, '')}"
         console.print(f"  {fw}: {state}", highlight=False)
-    fws = frameworks_of(doc)
-    for name, scn in doc["scenarios"].items():
+    fws = frameworks_of(result)
+    for name, scn in result.scenarios.items():
         console.print()
-        took = f" [dim]({scn['wall_s']:.1f} s)[/dim]" if isinstance(scn.get("wall_s"), (int, float)) else ""
-        console.print(f"[bold]{name}[/bold] — {escape(scn.get('title', ''))}" + ("" if scn["rows"] else " (not timed)")
+        took = f" [dim]({scn.wall_s:.1f} s)[/dim]" if isinstance(scn.wall_s, (int, float)) else ""
+        console.print(f"[bold]{name}[/bold] — {escape(or_else(scn.title, ''))}" + ("" if scn.rows else " (not timed)")
                       + took)
-        if scn["rows"]:
+        if scn.rows:
             table, notes = scenario_table(scn, fws)
             console.print(table)
             for n in notes:
                 console.print(f"  [dim]{n}[/dim]", highlight=False)
-            if scn.get("floor_why"):
-                console.print(f"  [dim]floor: {escape(scn['floor_why'])}[/dim]", highlight=False)
-        eq = scn.get("equivalence")
-        if eq:
-            colour = {"passed": "green", "failed": "red"}.get(eq["status"], "yellow")
-            console.print(f"  equivalence: [{colour}]{eq['status']}[/{colour}] "
-                          f"({eq['examples']} examples; {', '.join(eq['frameworks']) or 'no framework'})")
-            if eq["status"] == "failed":
-                console.print(f"  {eq['message']}", highlight=False, markup=False)
-        for xc in scn.get("cross_framework", []):
-            at = f" at {xc['label']}" if xc.get("label") else ""
-            console.print(f"  full-size outputs across frameworks{at}: {xc['status']} "
-                          f"({', '.join(xc['frameworks'])}; {xc['elements']} sampled elements)")
-            for p in xc["problems"]:
-                console.print(f"    {p}", highlight=False, markup=False)
-        for c in scn.get("claims", []):
-            colour = {"confirmed": "green", "refuted": "red"}.get(c["verdict"], "yellow")
-            at = escape(f" [{c['label']}]") if c.get("label") else ""
-            console.print(f"  [{colour}]{c['verdict']:>12}[/{colour}] {c['framework']}{at}: {escape(c['text'])} — "
-                          f"{escape(c['evidence'])}", highlight=False)
-    for nr in doc.get("not_run", []):
-        console.print(f"\n[yellow]not run[/yellow] {nr['scenario']}: {escape(nr['why'])}", highlight=False)
+            if scn.floor_why:
+                console.print(f"  [dim]floor: {escape(scn.floor_why)}[/dim]", highlight=False)
+        _terminal_checks(scn, console)
+    for nr in result.not_run or []:
+        console.print(f"\n[yellow]not run[/yellow] {nr.scenario}: {escape(nr.why)}", highlight=False)
 
-    for line in (phase_line(doc), host_speed_line(doc)):
+    for line in (phase_line(result), host_speed_line(result)):
         if line is not None:
             console.print(f"\n{line}", highlight=False, markup=False)
+
+
+def _terminal_checks(scn: ScenarioResult, console: Any) -> None:
+    """A scenario's equivalence, full-size cross-checks and claims, under its table."""
+    eq = scn.equivalence
+    if eq:
+        colour = {"passed": "green", "failed": "red"}.get(eq.status, "yellow")
+        console.print(f"  equivalence: [{colour}]{eq.status}[/{colour}] "
+                      f"({eq.examples} examples; {', '.join(eq.frameworks) or 'no framework'})")
+        if eq.status == "failed":
+            console.print(f"  {eq.message}", highlight=False, markup=False)
+    for xc in scn.cross_framework or []:
+        at = f" at {xc.label}" if xc.label else ""
+        console.print(f"  full-size outputs across frameworks{at}: {xc.status} "
+                      f"({', '.join(xc.frameworks)}; {xc.elements} sampled elements)")
+        for p in xc.problems:
+            console.print(f"    {p}", highlight=False, markup=False)
+    for c in scn.claims or []:
+        colour = {"confirmed": "green", "refuted": "red"}.get(c.verdict, "yellow")
+        at = escape(f" [{c.label}]") if c.label else ""
+        console.print(f"  [{colour}]{c.verdict:>12}[/{colour}] {c.framework}{at}: {escape(c.text)} — "
+                      f"{escape(c.evidence)}", highlight=False)
 
 
 FAILED_STATUSES = ("wrong", "error", "timeout", "crashed", "oom")
@@ -281,31 +294,32 @@ class Problem:
         return self.text
 
 
-def problems_of(doc: dict[str, Any]) -> list[Problem]:
-    out = [Problem("failed", f"{fw}: {info.get('status')} at start-up ({info.get('why', '')})")
-           for fw, info in doc["environment"].get("frameworks", {}).items()
-           if not info.get("available") and info.get("status", "skipped") != "skipped"]
-    if not any(i.get("available") for i in doc["environment"].get("frameworks", {}).values()):
+def problems_of(doc: Result | Json) -> list[Problem]:
+    result = as_result(doc)
+    fws = result.environment.frameworks or {}
+    out = [Problem("failed", f"{fw}: {info.status} at start-up ({or_else(info.why, '')})") for fw, info in fws.items()
+           if not info.available and or_else(info.status, "skipped") != "skipped"]
+    if not any(i.available for i in fws.values()):
         out.append(Problem("failed", "no framework started: nothing was measured"))
-    for name, scn in doc["scenarios"].items():
-        if (scn.get("equivalence") or {}).get("status") == "failed":
+    for name, scn in result.scenarios.items():
+        if scn.equivalence is not None and scn.equivalence.status == "failed":
             out.append(Problem("failed", f"{name}: equivalence failed"))
-        for r in scn["rows"]:
-            if r["status"] in FAILED_STATUSES:
-                at = f" [{r['label']}]" if r.get("label") else ""
-                out.append(Problem("failed", f"{name}/{r['framework']}/{r['variant']}{at}: {r['status']}"))
-        for xc in scn.get("cross_framework", []):
-            if xc["status"] == "disagree":
-                out.append(Problem("failed", f"{name}: frameworks disagree at full size {xc.get('label', '')}".rstrip()))
-        for c in scn.get("claims", []):
-            if c["verdict"] == "refuted":
-                at = f" [{c['label']}]" if c.get("label") else ""
-                out.append(Problem("refuted", f"{name}/{c['framework']}{at}: {c.get('claim') or c.get('text', '')}"))
-    out += [Problem("incomplete", f"{nr['scenario']}: not run ({nr['why']})") for nr in doc.get("not_run", [])]
+        for r in scn.rows:
+            if r.status in FAILED_STATUSES:
+                at = f" [{r.label}]" if r.label else ""
+                out.append(Problem("failed", f"{name}/{r.framework}/{r.variant}{at}: {r.status}"))
+        for xc in scn.cross_framework or []:
+            if xc.status == "disagree":
+                out.append(Problem("failed", f"{name}: frameworks disagree at full size {or_else(xc.label, '')}".rstrip()))
+        for c in scn.claims or []:
+            if c.verdict == "refuted":
+                at = f" [{c.label}]" if c.label else ""
+                out.append(Problem("refuted", f"{name}/{c.framework}{at}: {c.claim or or_else(c.text, '')}"))
+    out += [Problem("incomplete", f"{nr.scenario}: not run ({nr.why})") for nr in result.not_run or []]
     return out
 
 
-def summary_status(doc: dict[str, Any]) -> tuple[bool, list[Problem]]:
+def summary_status(doc: Result | Json) -> tuple[bool, list[Problem]]:
     """(no check failed and nothing left out, the problems): refuted claims are listed, yet a run whose
     every check passed is still ok."""
     problems = problems_of(doc)

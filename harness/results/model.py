@@ -1,6 +1,7 @@
 """The result document as typed records: a Result, its Environment and each framework's FrameworkEnv, each
-ScenarioResult with its VariantInfo, Equivalence, ClaimResult, CrossCheck and Phase records, a Row, its
-Check and Timing, the Timing's Stats per clock and its list of Process entries
+ScenarioResult with its VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase and Timelines records, a Row, its
+Check, Profile and Timing, the Timing's Stats per clock and its list of Process entries, the run's NotRun and
+HostLoop entries
 (harness/results/schema/result.schema.json).
 
 Each record reads and writes itself (from_dict / to_dict) and keeps what it does not model: a key it
@@ -227,6 +228,12 @@ class Timing(_Record):
         "device_events": ("one", Stats), "kernel": ("one", Stats), "slowest_rank": ("map", Stats),
         "host_sensitivity": ("one", Sensitivity)}
 
+    @property
+    def kernel_clock(self) -> Stats | None:
+        """The kernel clock (harness/measure/kernel_clock.py), or None. A file from before the kernel clock (no
+        kernel_source) had one only where its framework had CUDA events, which were then what the kernel clock is now."""
+        return self.kernel or (self.device_events if self.kernel_source is None else None)
+
     def clock(self, name: str) -> Stats | None:
         """The Stats of one clock by its name (harness/results/model.py CLOCKS), or None."""
         got = getattr(self, name) if name in CLOCKS else None
@@ -242,6 +249,53 @@ class Check(_Record):
     worst: str | None
     max_rel_err: float | None  # of the checked repeats; null for a hazard or without a reference
     against: str | None = None  # "reference", "baseline" or "none"
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+# Read by the report (issue 50): what were plain mappings with result keys of their own.
+
+@dataclass(eq=False, kw_only=True)
+class Timelines(_Record):
+    """A scenario's timeline picture and the Chrome trace it was drawn from, relative to the result file."""
+
+    png: str | None = None
+    trace: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class Profile(_Record):
+    """A row's profiled repeat (compare --profile): its trace files relative to the result, or why none."""
+
+    trace: Any = None  # a file name; bytes in a run's document before they are written
+    xplane: Any = None
+    why: str | None = None
+    tool: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class NotRun(_Record):
+    """A scenario asked for but not run, and why."""
+
+    scenario: str
+    why: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
+class HostLoop(_Record):
+    """One measurement of the host's Python loop in a run (harness/measure/calibrate.py host_series)."""
+
+    at: float  # wall-clock seconds
+    loop_s: float
+    framework: str | None = None
+    scenario: str | None = None
+    point: int | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
@@ -264,7 +318,7 @@ class Row(_Record):
     sync_why: str | None = None
     wall_s: float | None = None
     timeline: Json | None = None  # the traced run (harness/measure/timeline.py), before the report draws it
-    profile: Json | None = None  # compare --profile
+    profile: Profile | None = None  # compare --profile
     ranks: int | None = None  # a rank row: its world size
     rank_device_done_median: list[float] | None = None
     point: int | None = None
@@ -274,7 +328,8 @@ class Row(_Record):
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
-    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"timing": ("one", Timing), "check": ("one", Check)}
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"timing": ("one", Timing), "check": ("one", Check),
+                                                       "profile": ("one", Profile)}
     _WITH: ClassVar[dict[str, str]] = {"host_syncs": "sync_method"}
 
     @property
@@ -371,7 +426,7 @@ class ScenarioResult(_Record):
     floor_why: str | None = None
     claims: list[ClaimResult] | None = None
     cross_framework: list[CrossCheck] | None = None
-    timelines: Json | None = None
+    timelines: Timelines | None = None
     timing_phase: Phase | None = None
     rows: list[Row]
     wall_s: float | None = None
@@ -380,7 +435,8 @@ class ScenarioResult(_Record):
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
         "rows": ("list", Row), "variants": ("list", VariantInfo), "equivalence": ("one", Equivalence),
-        "claims": ("list", ClaimResult), "cross_framework": ("list", CrossCheck), "timing_phase": ("one", Phase)}
+        "claims": ("list", ClaimResult), "cross_framework": ("list", CrossCheck), "timing_phase": ("one", Phase),
+        "timelines": ("one", Timelines)}
 
 
 @dataclass(eq=False, kw_only=True)
@@ -394,6 +450,7 @@ class FrameworkEnv(_Record):
     on_gpu: bool | None = None
     pid: int | None = None
     subsets: bool | None = None
+    status: str | None = None  # how it failed at start-up (a row's status); none: skipped
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
@@ -433,17 +490,19 @@ class Result(_Record):
     environment: Environment
     scenarios: dict[str, ScenarioResult]
     complete: bool | None = None
-    not_run: list[Json] | None = None  # scenarios asked for but not run, with why
+    not_run: list[NotRun] | None = None  # scenarios asked for but not run, with why
     timing_phase: Phase | None = None
-    host_speed: list[Json] | None = None
+    host_speed: list[HostLoop] | None = None
+    row_median: str | None = None  # "processes": rows' medians are their processes' (older files pooled the repeats)
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"environment": ("one", Environment),
                                                        "scenarios": ("map", ScenarioResult),
-                                                       "timing_phase": ("one", Phase)}
+                                                       "timing_phase": ("one", Phase),
+                                                       "not_run": ("list", NotRun), "host_speed": ("list", HostLoop)}
 
 
 for _cls in (Stats, Sensitivity, Process, Timing, Check, Row, VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase,
-             ScenarioResult, FrameworkEnv, Environment, Result):
+             Timelines, Profile, NotRun, HostLoop, ScenarioResult, FrameworkEnv, Environment, Result):
     _cls._layout()

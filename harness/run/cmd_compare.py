@@ -26,6 +26,7 @@ from harness.measure.timeline import plan_timelines, write_timelines
 from harness.report.html import make_report
 from harness.report.report import Problem, make_console, render_terminal, summary_status
 from harness.results.files import OutputError, check_writable
+from harness.results.model import Result
 from harness.results.results import as_written, checkpoint_name, claim_name, refused, release_folder, write_checkpoint, write_or_rescue
 from harness.run import stops
 from harness.run.progress import make_ui
@@ -115,8 +116,9 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
         print(f"harness: stopped ({late}) after the result was written: {path} is complete", file=sys.stderr)
         return 128 + signal.Signals[late].value, path
     try:
-        render_terminal(doc, make_console())
-        ok, problems = summary_status(doc)
+        result = Result.from_dict(as_written(doc))  # the readers' view of what was written, typed once
+        render_terminal(result, make_console())
+        ok, problems = summary_status(result)
         print(f"result: {path}", flush=True)
         if rescued:
             print(f"harness: error: {rescued}; the measurements are kept in {path}", file=sys.stderr)
@@ -128,7 +130,7 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
         if traces:
             print(f"profiles: {out / stem}/ ({len(traces)} traces, one profiled repeat a row)", flush=True)
         if path.suffix == ".json":  # a compressed rescue (the last place) is kept, not drawn from
-            _draw(doc, path, stem, drawn, problems, report)
+            _draw(doc, result, path, stem, drawn, problems, report)
         ok = ok and all(p.kind == "refuted" for p in problems)  # a report that could not be written fails too
     except (KeyboardInterrupt, Stopped) as e:
         stops.defer()  # a second signal now is ignored
@@ -140,21 +142,21 @@ def _measure_and_write(opts: Any, out: Path, quiet: bool, report: bool, notice: 
     for p in problems:  # a scenario left out is missing, not failed; a refuted claim is a finding
         print(f"{p.kind.upper()} {p}", file=sys.stderr)
     sys.stderr.flush()
-    print(verdict_line(doc, ok, problems), flush=True)
+    print(verdict_line(result, ok, problems), flush=True)
     return (0 if ok else 1), path
 
 
-def verdict_line(doc: dict[str, Any], ok: bool, problems: list[Any]) -> str:
+def verdict_line(result: Result, ok: bool, problems: list[Any]) -> str:
     """The run's last line: whether every check passed (equivalence, every timed row's output, nothing
     left out), with the counts behind it and the claims' verdicts; a refuted claim is a finding, and a
     claim about a GPU's machinery that ran on a CPU is counted as not decidable there, not as refuted."""
-    scns = doc["scenarios"].values()
-    eqs = [s["equivalence"]["status"] for s in scns if s.get("equivalence")]
-    rows = [r for s in scns for r in s["rows"] if r["status"] not in ("skipped",)]
-    right = sum(r["status"] == "ok" for r in rows)
-    claims = [c for s in scns for c in s.get("claims", [])]
-    count = {k: sum(c["verdict"] == k for c in claims) for k in ("confirmed", "refuted", "inconclusive")}
-    on_cpu = sum(c["verdict"] == "inconclusive" and c.get("not_decidable") == "cpu" for c in claims)
+    scns = result.scenarios.values()
+    eqs = [s.equivalence.status for s in scns if s.equivalence]
+    rows = [r for s in scns for r in s.rows if r.status not in ("skipped",)]
+    right = sum(r.status == "ok" for r in rows)
+    claims = [c for s in scns for c in s.claims or []]
+    count = {k: sum(c.verdict == k for c in claims) for k in ("confirmed", "refuted", "inconclusive")}
+    on_cpu = sum(c.verdict == "inconclusive" and c.not_decidable == "cpu" for c in claims)
     said = [f"{count['confirmed']} confirmed"]
     if count["refuted"]:
         said.append(f"{count['refuted']} refuted (findings, listed above)")
@@ -176,15 +178,18 @@ def verdict_line(doc: dict[str, Any], ok: bool, problems: list[Any]) -> str:
     return f"{head}: " + "; ".join(parts) if parts else head
 
 
-def _draw(doc: dict[str, Any], path: Path, stem: str, drawn: list[Any], problems: list[Any], report: bool) -> None:
+def _draw(doc: dict[str, Any], result: Result, path: Path, stem: str, drawn: list[Any], problems: list[Any],
+          report: bool) -> None:
+    """The timelines from the run's document (the runner's own, with the traces), then the report from its result."""
 
     if drawn:
         written = write_timelines(doc, path.parent, stem)
         print(f"timelines: {path.parent / stem}/ ({len(written) // 2} of {len(drawn)} scenarios, PNG + Chrome trace)",
               flush=True)
+        result = Result.from_dict(as_written(doc))  # a timeline that failed says why in the document: typed anew
     if report:
 
         try:
-            print(f"report: {make_report(path, doc=as_written(doc))}", flush=True)
+            print(f"report: {make_report(path, doc=result)}", flush=True)
         except Exception as e:  # noqa: BLE001 - the result is written; a report that fails must not hide it
             problems.append(Problem("failed", f"report not written: {type(e).__name__}: {e}"))
