@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.results import results
-from harness.results.model import Check, Process, Result, Row, Timing
+from harness.results.model import CLOCKS, Check, Process, Result, Row, Timing, counts_of
 from harness.results.results import SCHEMA, ResultError, read, upgrade
 from harness.results.schema_check import Checker
 
@@ -109,3 +109,19 @@ def test_the_runner_writes_this_version_and_the_writer_takes_the_model(tmp_path)
     assert d["schema"] == SCHEMA == "triptych.result/2" and d["seed"] == 5
     p = results.write_atomic(Result.from_dict(d), tmp_path)
     assert read(p).to_dict() == d
+
+
+def test_what_regress_asks_a_record_is_what_the_keys_said():
+    """Timing.counts and one_process, Row.point_index and ScenarioResult.params_of (harness/regress reads them)
+    agree with the file's keys in every committed result."""
+    for path in COMMITTED:
+        raw, got = results.load(path), read(path)
+        for name, scn in got.scenarios.items():
+            points = raw["scenarios"][name].get("points") or [{}]
+            for r, d in zip(scn.rows, raw["scenarios"][name]["rows"]):
+                assert r.point_index == d.get("point", 0) and scn.params_of(r) == points[d.get("point", 0)]
+                if r.timing is None:
+                    continue
+                t = d["timing"]
+                assert r.timing.one_process == bool(t.get("samples") and not t.get("processes"))
+                assert all(r.timing.counts(c) == counts_of(t, c) for c in CLOCKS)

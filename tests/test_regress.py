@@ -15,6 +15,7 @@ import pytest
 from harness.measure.noise import ratio_ci_bootstrap
 from harness.regress.regress import regress
 from harness.regress.regress import RegressError, judge_timing, ratio_ci_iqr
+from harness.results.model import Stats
 from harness.results.results import load
 from tests.conftest import backend_or_skip
 from tests.synthetic import doc, row, samples, write
@@ -83,7 +84,7 @@ def test_the_bootstrap_interval_covers_the_truth():
 
 def test_the_iqr_interval_is_infinite_with_one_repeat():
     st = {"median": 1.0, "q1": 1.0, "q3": 1.0, "n": 1}
-    assert ratio_ci_iqr(st, st | {"median": 2.0}, 0.95)[2] == float("inf")
+    assert ratio_ci_iqr(Stats.from_dict(st), Stats.from_dict(st | {"median": 2.0}), 0.95)[2] == float("inf")
     assert judge_timing(0.0, float("inf"), 0.1) == "noisy"
 
 

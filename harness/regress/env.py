@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from harness.measure.noise import loglog_fit
+from harness.results.model import FrameworkEnv, Json, Result, Row
 
 HOST_FLOOR = 0.10  # below this the two hosts count as one (the default regress threshold)
 
 
 class RegressError(ValueError):
     """The two files cannot be compared at all; str(self) is the one-line reason."""
+
+
+def typed(doc: Result | Json) -> Result:
+    """A result as the model has it (harness/results/model.py): a Result as it is; a document built in memory
+    (an interleaved run's sides, a test's) converted once, here, where regress takes it."""
+    return doc if isinstance(doc, Result) else Result.from_dict(doc)
 
 
 @dataclass(frozen=True)
@@ -43,18 +49,19 @@ class HostSpeed:
                 "a host-bound row whose change that can explain is unknown")
 
 
-def _calibration(doc: dict[str, Any]) -> dict[str, list[float]]:
+def _calibration(doc: Result) -> dict[str, list[float]]:
     """{measure: its value in every process}, e.g. {"torch tiny_op_s": [9e-6, 9.2e-6], ...}."""
     out: dict[str, list[float]] = {}
-    for fw, procs in ((doc["environment"].get("machine") or {}).get("calibration") or {}).items():
-        for p in procs:
+    # machine: the machine's facts, calibration among them: per framework, per process, measures by name (data)
+    for fw, procs in ((doc.environment.machine or {}).get("calibration") or {}).items():
+        for p in procs:  # a process's measures: keys are measure names (data), or error
             for k, v in p.items():
                 if isinstance(v, (int, float)) and v > 0:
                     out.setdefault(f"{fw} {k}", []).append(float(v))
     return out
 
 
-def host_speed(base: dict[str, Any], cand: dict[str, Any]) -> HostSpeed | None:
+def host_speed(base: Result, cand: Result) -> HostSpeed | None:
     """None where either run has no calibration (files written before it was measured)."""
     cb, cc = _calibration(base), _calibration(cand)
     shared = sorted(set(cb) & set(cc))
@@ -65,14 +72,14 @@ def host_speed(base: dict[str, Any], cand: dict[str, Any]) -> HostSpeed | None:
     return HostSpeed(math.exp(float(np.mean(logs))), max([HOST_FLOOR, *spread]), len(shared))
 
 
-def host_during(doc: dict[str, Any]) -> list[float]:
+def host_during(doc: Result) -> list[float]:
     """The host's Python-loop seconds measured by every process just before each point it timed
     (timing.processes[].host_loop_s; older files have none)."""
-    return [float(p["host_loop_s"]) for scn in doc["scenarios"].values() for r in scn["rows"]
-            for p in ((r.get("timing") or {}).get("processes") or []) if p.get("host_loop_s")]
+    return [float(p.host_loop_s) for scn in doc.scenarios.values() for r in scn.rows
+            for p in ((r.timing.processes if r.timing else None) or []) if p.host_loop_s]
 
 
-def host_loops(doc: dict[str, Any]) -> tuple[list[float], str]:
+def host_loops(doc: Result) -> tuple[list[float], str]:
     """The host's Python-loop seconds a run measured, and where: before every point in every process
     (host_during), or, in files written before that was measured, once in every process at its start
     (machine.calibration's python_loop_s): the only record of the host's speeds such a run has."""
@@ -83,7 +90,7 @@ def host_loops(doc: dict[str, Any]) -> tuple[list[float], str]:
             "every process at its start")
 
 
-def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> str | None:
+def describe_host_during(base: Result, cand: Result, threshold: float) -> str | None:
     """A header note where the two runs' hosts ran the loop differently: rows that the host paces
     (pageable copies, launch-bound loops) can then move without a change of code. Said, not acted on:
     which rows the host paces is not known row by row.
@@ -119,50 +126,49 @@ def describe_host_during(base: dict[str, Any], cand: dict[str, Any], threshold: 
             f"paces can move by {100 * abs(mc / mb - 1):.0f}% without a change of code")
 
 
-def host_bound(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+def host_bound(doc: Result) -> set[tuple[str, str, str]]:
     """(scenario, point, variant) whose time is the host's: every row of a run without a GPU; on a GPU,
     where device events saw the device busy for less than half the call (a framework without device
     events follows the rows of the same variant that have them)."""
     out = set()
-    on_gpu = bool(doc["environment"].get("gpu"))
-    for name, scn in doc["scenarios"].items():
-        for r in scn["rows"]:
-            t = r.get("timing") or {}
-            ev, done = t.get("device_events"), t.get("device_done")
-            if not on_gpu or (ev and done and ev["median"] < 0.5 * done["median"]):
-                out.add((name, str(r.get("point", 0)), r["variant"]))
+    on_gpu = bool(doc.environment.gpu)
+    for name, scn in doc.scenarios.items():
+        for r in scn.rows:
+            ev, done = (r.timing.device_events, r.timing.device_done) if r.timing else (None, None)
+            if not on_gpu or (ev and done and ev.median < 0.5 * done.median):
+                out.add((name, str(r.point_index), r.variant))
     return out
 
 
-def fw_version(info: dict[str, Any]) -> str | None:
+def fw_version(info: FrameworkEnv) -> str | None:
     """'2.11.0+cu130 · CUDA 13.0' for an available framework, None for one that did not run."""
-    if not info.get("available"):
+    if not info.available:
         return None
-    env = info.get("env", {})
-    parts = [str(env.get("version", "?"))]
-    if env.get("jaxlib") and env.get("jaxlib") != env.get("version"):
-        parts.append(f"jaxlib {env['jaxlib']}")
-    if env.get("cuda_runtime"):
-        parts.append(f"CUDA {env['cuda_runtime']}")
+    env = info.env or {}
+    parts = [str(env.get("version", "?"))]  # env: the backend's own facts, its keys (data)
+    if env.get("jaxlib") and env.get("jaxlib") != env.get("version"):  # env: the backend's facts (data)
+        parts.append(f"jaxlib {env['jaxlib']}")  # env: the backend's facts (data)
+    if env.get("cuda_runtime"):  # env: the backend's facts (data)
+        parts.append(f"CUDA {env['cuda_runtime']}")  # env: the backend's facts (data)
     return " · ".join(parts)
 
 
-def describe(doc: dict[str, Any]) -> str:
-    gpu = doc["environment"].get("gpu") or "no GPU"
-    return f"{doc['created']} · {gpu} · {doc['size']} · seed {doc.get('seed', '?')}"
+def describe(doc: Result) -> str:
+    gpu = doc.environment.gpu or "no GPU"
+    return f"{doc.created} · {gpu} · {doc.size} · seed {doc.seed}"
 
 
-def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: bool
-                  ) -> tuple[list[str], dict[str, str]]:
+def _environments(base: Result, cand: Result, across_versions: bool) -> tuple[list[str], dict[str, str]]:
     """(header notes, {framework: why its rows are not comparable})."""
-    eb, ec = base["environment"], cand["environment"]
-    gb, gc = eb.get("gpu"), ec.get("gpu")
+    eb, ec = base.environment, cand.environment
+    gb, gc = eb.gpu, ec.gpu
     if gb != gc:
         raise RegressError(f"nothing comparable: the baseline ran on {gb or 'no GPU (CPU)'}, "
                            f"the candidate on {gc or 'no GPU (CPU)'}")
     notes, excluded = [], {}
-    hb, hc = eb.get("host", {}), ec.get("host", {})
-    if hb.get("code") != hc.get("code") and (hb.get("code") or hc.get("code")):
+    # host: the machine's facts (code, driver, python, cpu_model, ...), keys named by harness/measure/machine.py (data)
+    hb, hc = eb.host or {}, ec.host or {}
+    if hb.get("code") != hc.get("code") and (hb.get("code") or hc.get("code")):  # host facts (data)
         notes.append(f"triptych code {hb.get('code') or 'unknown'} → {hc.get('code') or 'unknown'}")
     for key, what in (("driver", "driver"), ("python", "Python"), ("numpy", "numpy")):
         if hb.get(key) != hc.get(key):
@@ -171,14 +177,14 @@ def _environments(base: dict[str, Any], cand: dict[str, Any], across_versions: b
                       ("transparent_hugepages", "transparent huge pages")):  # older files lack it
         if key in hb and key in hc and hb[key] != hc[key]:
             notes.append(f"{what} {hb[key]} → {hc[key]} (compared anyway)")
-    if base["size"] != cand["size"]:
-        notes.append(f"size preset {base['size']} → {cand['size']} (only points with the same params compare)")
-    if base.get("seed") != cand.get("seed"):
-        notes.append(f"seed {base.get('seed')} → {cand.get('seed')}: different inputs, numbers not judged")
-    fb, fc = eb.get("gpu_memory_fraction"), ec.get("gpu_memory_fraction")
+    if base.size != cand.size:
+        notes.append(f"size preset {base.size} → {cand.size} (only points with the same params compare)")
+    if base.seed != cand.seed:
+        notes.append(f"seed {base.seed} → {cand.seed}: different inputs, numbers not judged")
+    fb, fc = eb.gpu_memory_fraction, ec.gpu_memory_fraction
     if fb != fc and fb is not None and fc is not None:
         notes.append(f"GPU memory fraction {fb} → {fc} (compared anyway)")
-    fws_b, fws_c = eb.get("frameworks", {}), ec.get("frameworks", {})
+    fws_b, fws_c = eb.frameworks or {}, ec.frameworks or {}
     for fw in sorted(set(fws_b) & set(fws_c)):
         vb, vc = fw_version(fws_b[fw]), fw_version(fws_c[fw])
         if vb and vc and vb != vc:
@@ -241,7 +247,7 @@ class HostEffect:
         return f"host speed changed ({self.base_ms:.1f} ms → {self.cand_ms:.1f} ms{whose}{two}; {sens})"
 
 
-def two_speeds(base: dict[str, Any], cand: dict[str, Any], threshold: float) -> tuple[float, float] | None:
+def two_speeds(base: Result, cand: Result, threshold: float) -> tuple[float, float] | None:
     """(fast, slow) host loop seconds where a run's host itself ran at speeds further apart than the
     threshold (its loop times' 10th and 90th percentiles), the two runs' together; else None (a host
     steady within each run explains only the change of its speed between them)."""
@@ -280,7 +286,7 @@ def host_effect(base_procs: list[tuple[float, float]], cand_procs: list[tuple[fl
     return HostEffect(1e3 * hb, 1e3 * hc, slope, hi, fast and 1e3 * fast, slow and 1e3 * slow, stood)
 
 
-def stand_in(doc: dict[str, Any]) -> float | None:
+def stand_in(doc: Result) -> float | None:
     """The host loop that stands in for a row's own in a file written before rows recorded theirs: the
     median of every process's start-up calibration loop (host_loops); None for a file whose rows record
     their own, or one without any loop."""
@@ -290,10 +296,10 @@ def stand_in(doc: dict[str, Any]) -> float | None:
     return float(np.median(loops)) if loops else None
 
 
-def host_procs(row: dict[str, Any], medians: list[float] | None) -> list[tuple[float, float]]:
+def host_procs(row: Row, medians: list[float] | None) -> list[tuple[float, float]]:
     """(host loop s, process median) for every process of a row that recorded its host loop."""
-    procs = (row.get("timing") or {}).get("processes") or []
+    procs = (row.timing.processes if row.timing else None) or []
     if medians is None or len(medians) != len(procs):
         return []
-    return [(float(p["host_loop_s"]), m) for p, m in zip(procs, medians)
-            if isinstance(p.get("host_loop_s"), (int, float)) and 0 < p["host_loop_s"] < math.inf and 0 < m < math.inf]
+    return [(float(p.host_loop_s), m) for p, m in zip(procs, medians)
+            if isinstance(p.host_loop_s, (int, float)) and 0 < p.host_loop_s < math.inf and 0 < m < math.inf]

@@ -59,10 +59,11 @@ from typing import Any
 import numpy as np
 
 from harness.measure.noise import ratio_interval, row_median, split
-from harness.results.model import counts_of
+from harness.results import model
+from harness.results.model import Json, Result, ScenarioResult, Stats
 from scenarios import get as get_scenario
 from harness.regress.env import (ELASTICITY_MAX, RegressError, HostSpeed, _environments, describe_host_during,
-                                  host_bound, host_effect, host_procs, host_speed, stand_in, two_speeds)
+                                  host_bound, host_effect, host_procs, host_speed, stand_in, two_speeds, typed)
 
 CLOCKS = ("device_done", "host_return", "device_events", "kernel")
 RAN = ("ok", "wrong")
@@ -124,15 +125,15 @@ class Regress:
 # -- statistics -----------------------------------------------------------------------------------
 
 
-def ratio_ci_iqr(base: dict[str, Any], cand: dict[str, Any], confidence: float) -> tuple[float, float, float]:
+def ratio_ci_iqr(base: Stats, cand: Stats, confidence: float) -> tuple[float, float, float]:
     """(median ratio, lo, hi) from the summary stats alone: log-normal interval from each median's
     standard error, estimated from its IQR; infinitely wide with fewer than 2 repeats."""
-    r = cand["median"] / base["median"]
-    if base["n"] < 2 or cand["n"] < 2:
+    r = cand.median / base.median
+    if base.n < 2 or cand.n < 2:  # type: ignore[operator]
         return r, 0.0, math.inf
 
-    def rel_se(st: dict[str, Any]) -> float:
-        return 1.2533 * ((st["q3"] - st["q1"]) / 1.349) / math.sqrt(st["n"]) / st["median"]
+    def rel_se(st: Stats) -> float:
+        return 1.2533 * ((st.q3 - st.q1) / 1.349) / math.sqrt(st.n) / st.median  # type: ignore[operator,arg-type]
 
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     half = z * math.hypot(rel_se(base), rel_se(cand))
@@ -168,53 +169,49 @@ def judge_numbers(base_err: float, cand_err: float, rtol: float | None) -> str:
 # -- rows -----------------------------------------------------------------------------------------
 
 
-def _key(scn: dict[str, Any], row: dict[str, Any]) -> tuple[str, str, str, str]:
-    points = scn.get("points") or [{}]
-    params = dict(points[row.get("point", 0)] if row.get("point", 0) < len(points) else {})
-    label = str(params.pop("label", row.get("label", "")) or "")
-    params.pop("seed", None)
-    return (label, json.dumps(params, sort_keys=True), row["framework"], row["variant"])
+def _key(scn: ScenarioResult, row: model.Row) -> tuple[str, str, str, str]:
+    params = dict(scn.params_of(row))
+    label = str(params.pop("label", row.label) or "")  # params: keys are parameter names (data)
+    params.pop("seed", None)  # params: keys are parameter names (data)
+    return (label, json.dumps(params, sort_keys=True), row.framework, row.variant)
 
 
-def _params(scn: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    points = scn.get("points") or [{}]
-    return points[row.get("point", 0)] if row.get("point", 0) < len(points) else {}
-
-
-def _rtol(scenario: str, params: dict[str, Any]) -> float | None:
+def _rtol(scenario: str, params: Json) -> float | None:
     try:
+        # params: keys are parameter names (data)
         return get_scenario(scenario).tolerance.for_dtype(str(params.get("dtype", "float32")))[0]
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _clock(row: dict[str, Any], clock: str) -> tuple[dict[str, Any] | None, list[np.ndarray] | None]:
+def _clock(row: model.Row, clock: str) -> tuple[Stats | None, list[np.ndarray] | None]:
     """(the clock's stats, its repeats split by process: one array for files of one process)."""
-    t = row.get("timing") or {}
-    st = t.get(clock)
-    samples = (t.get("samples") or {}).get(clock)
+    t = row.timing
+    if t is None:
+        return None, None
+    samples = (t.samples or {}).get(clock)  # samples: keys are clock names (data)
     if not samples:
-        return st, None
-    counts = counts_of(t, clock)
-    return st, split(samples, counts) if counts else [np.asarray(samples, dtype=np.float64)]
+        return t.clock(clock), None
+    counts = t.counts(clock)
+    return t.clock(clock), split(samples, counts) if counts else [np.asarray(samples, dtype=np.float64)]
 
 
-def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any], rc: dict[str, Any],
+def compare_row(scenario: str, scn_b: ScenarioResult, rb: model.Row, scn_c: ScenarioResult, rc: model.Row,
                 clock: str, threshold: float, confidence: float, host: float | None = None,
                 speeds: tuple[float, float] | None = None,
                 stand: tuple[float | None, float | None] = (None, None)) -> Row | str:
     """The judged row, or why this pair is not comparable. stand: each file's start-up loop that stands
     in for a row's own where the file's rows recorded none (env.stand_in)."""
-    sb, sc = rb["status"], rc["status"]
+    sb, sc = rb.status, rc.status
     label = _key(scn_b, rb)[0]
-    row = Row(scenario, label, rb["framework"], rb["variant"], bool(rb.get("hazard")))
+    row = Row(scenario, label, rb.framework, rb.variant, bool(rb.hazard))
     if sb == "skipped" or sc == "skipped":
         which = "both" if sb == sc else ("the baseline" if sb == "skipped" else "the candidate")
-        return f"skipped in {which}: {(rb if sb == 'skipped' else rc).get('reason', '')}"
+        return f"skipped in {which}: {(rb if sb == 'skipped' else rc).reason or ''}"
     if sb in FAILED and sc in FAILED:
-        return f"failed in both ({sb}, {sc}): {rc.get('reason', '')}"
+        return f"failed in both ({sb}, {sc}): {rc.reason or ''}"
     if sb in FAILED or sc in FAILED:
-        row.status = f"{sb} → {sc}: {(rc if sc in FAILED else rb).get('reason', '')}"
+        row.status = f"{sb} → {sc}: {(rc if sc in FAILED else rb).reason or ''}"
         row.verdict = "regression" if sc in FAILED else "improvement"
         row.why.append("status")
         return row
@@ -234,7 +231,7 @@ def compare_row(scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c:
     return row
 
 
-def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, threshold: float, confidence: float,
+def _judge_time(row: Row, rb: model.Row, rc: model.Row, clock: str, threshold: float, confidence: float,
                 host: float | None, speeds: tuple[float, float] | None = None,
                 stand: tuple[float | None, float | None] = (None, None)) -> str | None:
     """Set row's ratio, interval and timing verdict; or why the clock cannot be compared. Where both
@@ -250,7 +247,7 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     samples = xb is not None and xc is not None
     # the figure the ratio is of: the processes' medians' median where the repeats are kept (an older file
     # stored the pooled median), else the stored one
-    mb_s, mc_s = (row_median(xb), row_median(xc)) if samples else (stb["median"], stc["median"])  # type: ignore[arg-type]
+    mb_s, mc_s = (row_median(xb), row_median(xc)) if samples else (stb.median, stc.median)  # type: ignore[arg-type]
     if mb_s <= 0 or mc_s <= 0:
         return f"a zero {clock} median"
     if samples:
@@ -295,21 +292,22 @@ def _judge_time(row: Row, rb: dict[str, Any], rc: dict[str, Any], clock: str, th
     return None
 
 
-def _judge_numbers(row: Row, scenario: str, scn_b: dict[str, Any], rb: dict[str, Any], scn_c: dict[str, Any],
-                   rc: dict[str, Any]) -> None:
-    sb, sc = rb["status"], rc["status"]
+def _judge_numbers(row: Row, scenario: str, scn_b: ScenarioResult, rb: model.Row, scn_c: ScenarioResult,
+                   rc: model.Row) -> None:
+    sb, sc = rb.status, rc.status
     if sb != sc:  # ok <-> wrong: the timed outputs' check changed
         row.numbers = "worse" if sc == "wrong" else "better"
-        row.status = f"{sb} → {sc}" + (f": {rc.get('check', {}).get('worst', '')}" if sc == "wrong" else "")
+        worst = rc.check.worst if rc.check is not None else ""
+        row.status = f"{sb} → {sc}" + (f": {worst}" if sc == "wrong" else "")
         row.why.append("outputs")
     elif not row.hazard:
-        cb, cc = rb.get("check") or {}, rc.get("check") or {}
-        eb, ec = cb.get("max_rel_err"), cc.get("max_rel_err")
-        pb, pc = _params(scn_b, rb), _params(scn_c, rc)
+        cb, cc = rb.check, rc.check
+        eb, ec = (cb.max_rel_err if cb else None), (cc.max_rel_err if cc else None)
+        pb, pc = scn_b.params_of(rb), scn_c.params_of(rc)
         # against the float64 reference only: a variant checked against its framework's baseline output
         # measures its distance from another output of the same framework, which moves whenever that one
         # does (JAX's, between two runs of one commit and seed: docs/regress.md)
-        if eb is not None and ec is not None and pb == pc and cb.get("against") == cc.get("against") == "reference":
+        if eb is not None and ec is not None and pb == pc and cb.against == cc.against == "reference":  # type: ignore[union-attr]
             row.base_err, row.cand_err = eb, ec
             row.numbers = judge_numbers(eb, ec, _rtol(scenario, pb))
             if row.numbers != "same":
@@ -330,13 +328,15 @@ class _Context:
     stand: tuple[float | None, float | None] = (None, None)
 
 
-def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "baseline", cand_name: str = "candidate",
+def regress(base: Result | Json, cand: Result | Json, *, base_name: str = "baseline", cand_name: str = "candidate",
             clock: str = "device_done", threshold: float = 0.10, confidence: float = 0.95,
             scenarios: list[str] | None = None, frameworks: list[str] | None = None,
             variants: list[str] | None = None, across_versions: bool = False) -> Regress:
-    """Compare two validated result documents; RegressError when nothing at all is comparable."""
+    """Compare two validated results (a Result, or a document built in memory: typed once, here); RegressError
+    when nothing at all is comparable."""
     if clock not in CLOCKS:
         raise RegressError(f"unknown clock {clock!r}")
+    base, cand = typed(base), typed(cand)
     notes, excluded = _environments(base, cand, across_versions)
     host = host_speed(base, cand)
     if host is not None and host.differs:
@@ -353,16 +353,16 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
                    host_bound(base) | host_bound(cand), speeds, (stand_in(base), stand_in(cand)))
     rows: list[Row] = []
     nc: list[tuple[str, str]] = []
-    for name, scn_b in base["scenarios"].items():
+    for name, scn_b in base.scenarios.items():
         if scenarios is not None and name not in scenarios:
             continue
-        scn_c = cand["scenarios"].get(name)
+        scn_c = cand.scenarios.get(name)  # scenarios: keys are scenario names (data)
         if scn_c is None:
             nc.append((name, "not in the candidate"))
             continue
         _scenario_rows(name, scn_b, scn_c, ctx, rows, nc)
-    for name in cand["scenarios"]:
-        if name not in base["scenarios"] and (scenarios is None or name in scenarios):
+    for name in cand.scenarios:
+        if name not in base.scenarios and (scenarios is None or name in scenarios):
             nc.append((name, "not in the baseline"))
     if not rows:
         first = "; ".join(f"{w}: {y}" for w, y in nc[:2]) or "no timed rows"
@@ -370,33 +370,32 @@ def regress(base: dict[str, Any], cand: dict[str, Any], *, base_name: str = "bas
     return Regress(base_name, cand_name, clock, threshold, confidence, notes, rows, nc, host)
 
 
-def _one_process(doc: dict[str, Any]) -> bool:
-    return any((r.get("timing") or {}).get("samples") and not r["timing"].get("processes")
-               for scn in doc["scenarios"].values() for r in scn["rows"])
+def _one_process(doc: Result) -> bool:
+    return any(r.timing is not None and r.timing.one_process for scn in doc.scenarios.values() for r in scn.rows)
 
 
-def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx: _Context, rows: list[Row],
+def _scenario_rows(name: str, scn_b: ScenarioResult, scn_c: ScenarioResult, ctx: _Context, rows: list[Row],
                    nc: list[tuple[str, str]]) -> None:
     """Judge one scenario's rows present in both runs; list the rest as not comparable."""
-    wanted = (lambda r: (ctx.frameworks is None or r["framework"] in ctx.frameworks)
-              and (ctx.variants is None or r["variant"] in ctx.variants))
-    keep = [r for r in scn_b["rows"] if wanted(r)]
-    if not keep and not scn_b["rows"]:
+    wanted = (lambda r: (ctx.frameworks is None or r.framework in ctx.frameworks)
+              and (ctx.variants is None or r.variant in ctx.variants))
+    keep = [r for r in scn_b.rows if wanted(r)]
+    if not keep and not scn_b.rows:
         nc.append((name, "no timing rows in the baseline"))
-    by_key_c = {_key(scn_c, r): r for r in scn_c["rows"]}
+    by_key_c = {_key(scn_c, r): r for r in scn_c.rows}
     seen = set()
     for rb in keep:
         k = _key(scn_b, rb)
         seen.add(k)
-        what = "/".join(filter(None, (name, k[0], rb["framework"], rb["variant"])))
-        if rb["framework"] in ctx.excluded:
-            nc.append((what, ctx.excluded[rb["framework"]]))
+        what = "/".join(filter(None, (name, k[0], rb.framework, rb.variant)))
+        if rb.framework in ctx.excluded:
+            nc.append((what, ctx.excluded[rb.framework]))
             continue
         rc = by_key_c.get(k)
         if rc is None:
             nc.append((what, "not in the candidate (or at other params)"))
             continue
-        bound = (name, str(rb.get("point", 0)), rb["variant"]) in ctx.host_bound
+        bound = (name, str(rb.point_index), rb.variant) in ctx.host_bound
         factor = ctx.host.factor if ctx.host is not None and ctx.host.differs and bound else None
         got = compare_row(name, scn_b, rb, scn_c, rc, ctx.clock, ctx.threshold, ctx.confidence, factor, ctx.speeds,
                           ctx.stand)
@@ -406,7 +405,7 @@ def _scenario_rows(name: str, scn_b: dict[str, Any], scn_c: dict[str, Any], ctx:
             rows.append(got)
     for k, rc in by_key_c.items():
         if k not in seen and wanted(rc):
-            nc.append(("/".join(filter(None, (name, k[0], rc["framework"], rc["variant"]))), "not in the baseline"))
+            nc.append(("/".join(filter(None, (name, k[0], rc.framework, rc.variant))), "not in the baseline"))
 
 
 # -- paired verdicts (an interleaved run: harness/run/interleave.py) ------------------------------------

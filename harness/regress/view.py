@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.regress.regress import Regress
-from harness.regress.env import describe
-from harness.regress.env import fw_version
+from harness.regress.env import describe, fw_version, typed
 from harness.report.report import fmt_s
+from harness.results.model import Json, Phase, Result
 
 
 def _n(k: int, word: str) -> str:
@@ -26,11 +26,9 @@ def _pct(r: float) -> str:
     return f"{100 * (r - 1):+.1f}%"
 
 
-def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: Any, show_all: bool = False) -> None:
-
-
-    console.print(f"[bold]regress[/bold]  baseline  {res.baseline}  ({describe(base)})", highlight=False)
-    console.print(f"         candidate {res.candidate}  ({describe(cand)})", highlight=False)
+def render(res: Regress, base: Result | Json, cand: Result | Json, console: Any, show_all: bool = False) -> None:
+    console.print(f"[bold]regress[/bold]  baseline  {res.baseline}  ({describe(typed(base))})", highlight=False)
+    console.print(f"         candidate {res.candidate}  ({describe(typed(cand))})", highlight=False)
     console.print(f"         clock {res.clock} · threshold {100 * res.threshold:g}% · "
                   f"{100 * res.confidence:g}% interval of the ratio of medians (the hull of a bootstrap of the "
                   "processes, then their repeats, and Student's t on the process medians; from the IQR where a "
@@ -74,7 +72,7 @@ def render(res: Regress, base: dict[str, Any], cand: dict[str, Any], console: An
                       for tol in (res.threshold, res.threshold / 2))
         console.print(f"medians within {100 * res.threshold:g}%: {full:.1f}% of {_n(len(ratios), 'timed row')} "
                       f"(within {50 * res.threshold:g}%: {half:.1f}%)", highlight=False)
-    n = res.counts()  # the verdict, last
+    n = res.counts()  # the verdict, last: rows by verdict (keys are verdicts: data)
     if n["unknown"]:  # what decides them: both sides under the same host (harness/run/interleave.py)
         console.print("  the unknown rows' changes can be the host's: an interleaved run of the two trees or "
                       "interpreters (--baseline-tree or --baseline-python) times both sides under the same host "
@@ -147,8 +145,8 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
         f"{100 * res.level:.4g}% intervals ({100 * plan.confidence:g}% split over the looks) · "
         "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order")
-
-    fws = [(d["environment"].get("frameworks") or {}) for d in res.docs]
+    docs = [typed(d) for d in res.docs]  # the two sides' documents, built in memory: typed once, here
+    fws = [d.environment.frameworks or {} for d in docs]
     for fw in sorted(set(fws[0]) & set(fws[1])):
         vb, vc = fw_version(fws[0][fw]), fw_version(fws[1][fw])
         if vb and vc and vb != vc:
@@ -163,10 +161,10 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
         say(f"  not comparable: {what}: {why}")
     for fw, why in res.lost:
         say(f"  FAILED: {fw} started on the baseline side and not on the candidate's: {why}")
-    phases = [d.get("timing_phase") or {} for d in res.docs]
-    if res.wall_s > 0 and all(p.get("wall_s") for p in phases):  # what of the run measured something
-        timed = sum(p["timed_s"] for p in phases)
-        each = ", ".join(f"{side.name} {100 * p['share']:.0f}% of its requests' {p['wall_s']:.0f} s"
+    phases = [d.timing_phase or Phase() for d in docs]
+    if res.wall_s > 0 and all(p.wall_s for p in phases):  # what of the run measured something
+        timed = sum(p.timed_s for p in phases)  # type: ignore[misc]
+        each = ", ".join(f"{side.name} {100 * p.share:.0f}% of its requests' {p.wall_s:.0f} s"  # type: ignore[operator]
                          for side, p in zip(sides, phases))
         say(f"timed share: {timed:.1f} s inside timed repeats of the run's {res.wall_s:.0f} s "
             f"({100 * timed / res.wall_s:.0f}%); {each}")
@@ -178,7 +176,7 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
             "only change)"
             + ("; no row could: this run cannot show that nothing changed: more pairs (--pairs, --budget)"
                if not could else ""))
-    counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}
+    counts = {v: sum(r.verdict == v for r in res.rows) for v in ("same", "different", "unknown")}  # by verdict (data)
     slower = sum(r.slower for r in res.rows)
     say(f"compared {_n(len(res.rows), 'row')} in {_n(res.pairs, 'pair')} at most ({res.wall_s:.0f} s): "
         f"{counts['different']} different ({slower} slower), {counts['same']} same, {counts['unknown']} unknown"

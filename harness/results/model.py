@@ -1,4 +1,4 @@
-"""The result document as typed records: a Result, its Environment and each framework's FrameworkEnv, each
+"""The result document as typed records: a Result, its Environment (its Cpus) and each framework's FrameworkEnv, each
 ScenarioResult with its VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase and Timelines records, a Row, its
 Check, Profile and Timing, the Timing's Stats per clock and its list of Process entries, the run's NotRun and
 HostLoop entries
@@ -239,6 +239,23 @@ class Timing(_Record):
         got = getattr(self, name) if name in CLOCKS else None
         return got if isinstance(got, Stats) else Stats.from_dict(got) if isinstance(got, dict) else None
 
+    # -- what an older file lacks, said once (issue 50: readers ask these, not the keys) --
+
+    @property
+    def one_process(self) -> bool:
+        """Repeats kept but no processes: a file written before rows were timed in several processes."""
+        return bool(self.samples) and not self.processes
+
+    def counts(self, clock: str) -> list[int] | None:
+        """counts_of for a typed Timing: how many of `clock`'s samples came from each process, in order (a
+        kernel clock read from traced runs: their kernel_n); None for a row of one process (one_process)."""
+        procs = self.processes or []
+        if not procs:
+            return None
+        if clock == "kernel" and all(p.kernel_n for p in procs):
+            return [int(p.kernel_n) for p in procs]  # type: ignore[arg-type]
+        return [int(p.n) for p in procs]
+
 
 @dataclass(eq=False, kw_only=True)
 class Check(_Record):
@@ -335,6 +352,11 @@ class Row(_Record):
     @property
     def timed(self) -> bool:
         return self.status in ("ok", "wrong") and self.timing is not None
+
+    @property
+    def point_index(self) -> int:
+        """The index of the row's point in its scenario's points; 0 where the row names none."""
+        return self.point or 0
 
 
 @dataclass(eq=False, kw_only=True)
@@ -438,6 +460,11 @@ class ScenarioResult(_Record):
         "claims": ("list", ClaimResult), "cross_framework": ("list", CrossCheck), "timing_phase": ("one", Phase),
         "timelines": ("one", Timelines)}
 
+    def params_of(self, row: Row) -> Json:
+        """The params of a row's point (the run's seed among them); {} where the scenario lists no such point."""
+        points = self.points or [{}]
+        return points[row.point_index] if row.point_index < len(points) else {}
+
 
 @dataclass(eq=False, kw_only=True)
 class FrameworkEnv(_Record):
@@ -456,6 +483,16 @@ class FrameworkEnv(_Record):
 
 
 @dataclass(eq=False, kw_only=True)
+class Cpus(_Record):
+    """The CPUs a run's processes were pinned to (harness/workers/cpus.py): how they were chosen and why."""
+
+    mode: str  # auto | all | list | unsupported
+    why: str | None = None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
+
+
+@dataclass(eq=False, kw_only=True)
 class Environment(_Record):
     """Where the run ran: the GPU (null on a CPU run), the host, each framework, the machine's ceilings
     and calibration, the memory fraction in effect and the CPUs the processes were pinned to.
@@ -468,11 +505,11 @@ class Environment(_Record):
     frameworks: dict[str, FrameworkEnv]
     machine: Json
     gpu_memory_fraction: Any = None  # a fraction, or why none is in effect
-    cpus: Json | None = None
+    cpus: Cpus | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
-    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"frameworks": ("map", FrameworkEnv)}
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"frameworks": ("map", FrameworkEnv), "cpus": ("one", Cpus)}
 
 
 @dataclass(eq=False, kw_only=True)
@@ -504,5 +541,5 @@ class Result(_Record):
 
 
 for _cls in (Stats, Sensitivity, Process, Timing, Check, Row, VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase,
-             Timelines, Profile, NotRun, HostLoop, ScenarioResult, FrameworkEnv, Environment, Result):
+             Timelines, Profile, NotRun, HostLoop, ScenarioResult, FrameworkEnv, Cpus, Environment, Result):
     _cls._layout()

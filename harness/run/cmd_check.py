@@ -18,11 +18,13 @@ from harness.run.parser import UsageError, default
 from harness import backends
 from harness.check.equivalence import EquivalenceFailure, check_example
 from harness.check.param_bounds import refuse
+from harness.results.model import FrameworkEnv
 from harness.results.results import MAX_DIGITS
 from harness.workers.execute import load_impl, run_variants, skip_reason
 from harness.workers.ranks import RankGroup, WORLD_SIZE_ENV, default_world_size
 from harness.workers.worker import WorkerError, WorkerLost
 from scenarios import get
+from scenarios.spec import Arrays, Params
 
 MAX_WORLD_SIZE = 1024  # as compare's --world-size
 
@@ -72,7 +74,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def parse_params(text: str) -> dict[str, Any]:
+def parse_params(text: str) -> Params:
     """--params as a JSON object; integers bounded in digits as in a result file (a 5,000-digit int
     would otherwise stop int() itself with a traceback), NaN/Infinity kept as strings (refused later)."""
     def bounded_int(t: str) -> int:
@@ -91,10 +93,10 @@ def parse_params(text: str) -> dict[str, Any]:
     return params
 
 
-def with_world_size(params: dict[str, Any]) -> dict[str, Any]:
+def with_world_size(params: Params) -> Params:
     """A rank scenario's params with their world size (the run's default where they name none), which
     the scenario's params then admit: $TRIPTYCH_WORLD_SIZE, read by scenarios/_ranks.py and the ranks."""
-    ws = params.get("world_size")
+    ws = params.get("world_size")  # params: keys are parameter names (data)
     if ws is None:
         ws = default_world_size()
     if type(ws) is not int or not 1 <= ws <= MAX_WORLD_SIZE:
@@ -103,7 +105,7 @@ def with_world_size(params: dict[str, Any]) -> dict[str, Any]:
     return params | {"world_size": ws}
 
 
-def _here(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[dict[str, Any] | str, str | None]:
+def _here(scn: Any, fw: str, params: Params, inputs: Any) -> tuple[dict[str, Arrays] | str, str | None]:
     """({variant: outputs}, None) in this process; (_, why) when nothing of fw can run here."""
 
     b = backends.get(fw)
@@ -118,11 +120,11 @@ def _here(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[dict[
     return {}, "; ".join(sorted(whys)) or "no checked variant"
 
 
-def _on_ranks(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[dict[str, Any] | str, str | None]:
+def _on_ranks(scn: Any, fw: str, params: Params, inputs: Any) -> tuple[dict[str, Arrays] | str, str | None]:
     """As _here, on a group of params["world_size"] rank processes (started, used once, closed); the
     outputs gathered along a first axis (rank), as the compare run's equivalence phase gets them.
     A group that raised or was lost: its one-line message in place of the outputs."""
-    g = RankGroup(fw, params["world_size"])
+    g = RankGroup(fw, params["world_size"])  # params: keys are parameter names (data)
     try:
         return _ask_group(g, scn, fw, params)
     except BaseException:
@@ -132,14 +134,14 @@ def _on_ranks(scn: Any, fw: str, params: dict[str, Any], inputs: Any) -> tuple[d
         g.close()  # asks every rank to leave its group; nothing left to do after a kill
 
 
-def _ask_group(g: Any, scn: Any, fw: str, params: dict[str, Any]) -> tuple[dict[str, Any] | str, str | None]:
-    n, timeout = params["world_size"], default("timeout_s")
+def _ask_group(g: Any, scn: Any, fw: str, params: Params) -> tuple[dict[str, Arrays] | str, str | None]:
+    n, timeout = params["world_size"], default("timeout_s")  # params: keys are parameter names (data)
     try:
-        info = g.request("hello", timeout=timeout)
+        info = FrameworkEnv.from_dict(g.request("hello", timeout=timeout))  # the ranks' hello, as a result records it
     except (WorkerError, WorkerLost) as e:
         return {}, f"failed to start {n} ranks: {e}"
-    if not info["available"]:
-        return {}, info["why"]
+    if not info.available:
+        return {}, info.why
     try:
         got = g.request("equiv", scn.name, params, timeout=timeout)
     except (WorkerError, WorkerLost) as e:

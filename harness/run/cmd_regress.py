@@ -22,7 +22,8 @@ from harness.measure import machine
 from harness.regress.regress import RegressError, regress
 from harness.regress.view import render, render_paired
 from harness.report.report import make_console
-from harness.results.results import ResultError, claim_name, load, refused, release_folder, write_or_rescue
+from harness.results.model import Result
+from harness.results.results import ResultError, claim_name, read, refused, release_folder, write_or_rescue
 from harness.run import stops
 from harness.run.cmd_compare import start_checks
 from harness.run.interleave import ADDED, ROOT, Plan, Schedule, Side, SideError, check_python, run as run_interleaved, tree
@@ -42,9 +43,9 @@ class CandidateStopped(Exception):
         self.signal_name, self.path = signal_name, path
 
 
-def _load(path: Any, option: str) -> dict[str, Any]:
+def _load(path: Any, option: str) -> Result:
     try:
-        return load(path)
+        return read(path)
     except ResultError as e:
         raise UsageError(f"{option} {e}") from None
 
@@ -54,16 +55,16 @@ def _given(a: argparse.Namespace, options: Any) -> list[str]:
     return ["--" + o.replace("_", "-") for o in options if getattr(a, o, None) is not None]
 
 
-def _variants(a: argparse.Namespace, base: dict[str, Any]) -> list[str] | None:
+def _variants(a: argparse.Namespace, base: Result) -> list[str] | None:
     for name in a.scenarios or []:
-        if name not in base["scenarios"]:
-            raise UsageError(f"scenario {name!r} is not in the baseline (it has: {', '.join(base['scenarios'])})")
+        if name not in base.scenarios:
+            raise UsageError(f"scenario {name!r} is not in the baseline (it has: {', '.join(base.scenarios)})")
     if a.variants is None:
         return None
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     if not variants:
         raise UsageError("no variant given")
-    names = [s for s in (a.scenarios or base["scenarios"]) if s in ORDER]
+    names = [s for s in (a.scenarios or base.scenarios) if s in ORDER]
     known = {v.name for s in names for v in get(s).variants}
     unknown = [v for v in variants if v not in known]
     if unknown:
@@ -111,33 +112,32 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     return 1 if res.regressions else 0
 
 
-def _fresh_candidate(a: argparse.Namespace, base: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], str]:
+def _fresh_candidate(a: argparse.Namespace, base: Result, argv: list[str]) -> tuple[Result, str]:
     """Time the baseline's scenarios and frameworks at its size and seed, now; write the result."""
-
-    scenarios = [s for s in base["scenarios"] if s in ORDER and (a.scenarios is None or s in a.scenarios)]
-    frameworks = [f for f in FRAMEWORKS if f in base["environment"].get("frameworks", {})
-                  and (a.frameworks is None or f in a.frameworks)]
+    env = base.environment
+    scenarios = [s for s in base.scenarios if s in ORDER and (a.scenarios is None or s in a.scenarios)]
+    frameworks = [f for f in FRAMEWORKS if f in (env.frameworks or {}) and (a.frameworks is None or f in a.frameworks)]
     if not scenarios or not frameworks:
         raise UsageError("the baseline names no scenario or framework that this harness can run")
-    if base["size"] not in ("smoke", "full") or not isinstance(base.get("seed"), int):
-        raise UsageError(f"--baseline has size {base['size']!r} and seed {base.get('seed')!r}: cannot rerun it")
-    if not any(r.get("timing") for s in base["scenarios"].values() for r in s["rows"]):
+    if base.size not in ("smoke", "full") or not isinstance(base.seed, int):
+        raise UsageError(f"--baseline has size {base.size!r} and seed {base.seed!r}: cannot rerun it")
+    if not any(r.timing for s in base.scenarios.values() for r in s.rows):
         raise UsageError("--baseline has no timed rows to compare with")
-    if base["environment"].get("gpu") and not gpu_present():
-        raise UsageError(f"the baseline ran on {base['environment']['gpu']}; this machine has no GPU to rerun it on")
+    if env.gpu and not gpu_present():
+        raise UsageError(f"the baseline ran on {env.gpu}; this machine has no GPU to rerun it on")
     fraction = a.gpu_memory_fraction
-    if fraction is None and isinstance(base["environment"].get("gpu_memory_fraction"), float):
-        fraction = _as_option(memory_fraction, base["environment"]["gpu_memory_fraction"], "its memory fraction")
+    if fraction is None and isinstance(env.gpu_memory_fraction, float):
+        fraction = _as_option(memory_fraction, env.gpu_memory_fraction, "its memory fraction")
     # like with like: auto again where the baseline chose its CPUs; a list named the baseline machine's CPUs
-    auto = (base["environment"].get("cpus") or {}).get("mode") == "auto"
+    auto = env.cpus is not None and env.cpus.mode == "auto"
     out = a.out if a.out is not None else DEFAULT_OUT
     processes = _as_option(bounded_int(1, MAX_PROCESSES, "--processes"), _processes(base),
                            "the processes that timed a row")  # like with like, within --processes' bounds
-    start_checks(out, fraction, frameworks, processes, scenarios, base["size"], processes_option=False)
-    opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base["size"],
-                          examples=_as_option(bounded_int(1, MAX_EXAMPLES, "--examples"), base.get("examples") or 1,
+    start_checks(out, fraction, frameworks, processes, scenarios, base.size, processes_option=False)
+    opts = CompareOptions(scenarios=scenarios, frameworks=frameworks, size=base.size,
+                          examples=_as_option(bounded_int(1, MAX_EXAMPLES, "--examples"), base.examples or 1,
                                               "its examples"),
-                          seed=_as_option(bounded_int(0, 2**32 - 1, "--seed"), base["seed"], "its seed"),
+                          seed=_as_option(bounded_int(0, 2**32 - 1, "--seed"), base.seed, "its seed"),
                           isolation=a.isolation or default("isolation"), timeout_s=a.timeout or default("timeout_s"),
                           equivalence=False, timing=True, argv=["python -m harness", *argv],
                           gpu_memory_fraction=fraction, cpus="auto" if auto else "all",
@@ -177,10 +177,10 @@ def _fraction_for_the_largest_point(fraction: float, pools: int, scenarios: list
     return enough if fraction < enough and enough * pools <= 0.9 else fraction
 
 
-def _processes(doc: dict[str, Any]) -> int:
+def _processes(doc: Result) -> int:
     """The worker processes that timed the baseline's rows (like with like), else the default."""
-    counts = [len((r.get("timing") or {}).get("processes") or ()) for scn in doc["scenarios"].values()
-              for r in scn["rows"]]
+    counts = [len((r.timing.processes if r.timing else None) or ()) for scn in doc.scenarios.values()
+              for r in scn.rows]
     return max(counts, default=0) or default("processes")
 
 
@@ -319,7 +319,7 @@ def _write_sides(res: Any, sides: list[Side], argv: list[str], out: Any) -> tupl
     the folder it claimed (or rescued), and checked as report and regress check them."""
     paths, invalid = [], []
     for side, doc in zip(sides, res.docs):
-        doc["command"] = ["python -m harness", *argv]
+        doc["command"] = ["python -m harness", *argv]  # a write into the side's document as built (runner.document)
         name = claim_name(out, doc)
         path, rescued = write_or_rescue(doc, out, name, claimed=True)
         release_folder(out, name)

@@ -50,12 +50,14 @@ from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
 from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, _clock, judge_pairs
+from harness.results.model import Row
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
 from harness.run.stops import Stopped
 from harness.workers.cpus import not_placed
 from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
 from scenarios import get as get_scenario
+from scenarios.spec import Params
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PARENT_ENV, KEY_ENV = "TRIPTYCH_SIDE_PARENT", "TRIPTYCH_SIDE_KEY"
@@ -779,46 +781,47 @@ def _now() -> Any:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _process_medians(row: dict[str, Any], clock: str) -> list[float] | None:
+def _process_medians(row: Row, clock: str) -> list[float] | None:
     st, parts = _clock(row, clock)
     if st is None or parts is None:
         return None
     return [float(np.median(p)) for p in parts]
 
 
-def _rows(answers: Answers, scns: list[Any], points: dict[str, list[dict[str, Any]]], clock: str
-          ) -> tuple[list[Any], list[tuple[str, str]]]:
+def _rows(answers: Answers, scns: list[Any], points: dict[str, list[Params]], clock: str
+          ) -> tuple[list[Paired], list[tuple[str, str]]]:
     """The paired rows (harness/regress/regress.py Paired) from every side's answers; what cannot pair."""
-    rows: list[Any] = []
+    rows: list[Paired] = []
     nc: list[tuple[str, str]] = []
     for scn in scns:
         for (name, i, fw), per_side in answers.items():
             if name != scn.name:
                 continue
-            label = points[name][i].get("label", "") or ""
+            label = points[name][i].get("label", "") or ""  # params: keys are parameter names (data)
             if not all(per_side):  # a stop between the point's two sides: nothing to pair (the run lists it)
                 continue
-            merged = [merge_side(a) for a in per_side]
+            merged = [processes.merge(a) for a in per_side]  # each side's rows, typed (model.Row), or its failure
             for v in scn.variants:
                 what = "/".join(filter(None, (name, label, fw, v.name)))
                 got = [_variant(m, v.name) for m in merged]
-                st = [g.get("status", "error") for g in got]
+                st = [g.status or "error" for g in got]
                 if "skipped" in st:
-                    nc.append((what, f"skipped: {next(g.get('reason', '') for g in got if g.get('status') == 'skipped')}"))
+                    nc.append((what, f"skipped: {next(g.reason or '' for g in got if g.status == 'skipped')}"))
                     continue
                 r = Paired(name, label, fw, v.name, [], [])
                 r.point = i
                 if st[0] in FAILED and st[1] in FAILED:
-                    nc.append((what, f"failed on both sides ({st[0]}, {st[1]}): {got[1].get('reason', '')}"))
+                    nc.append((what, f"failed on both sides ({st[0]}, {st[1]}): {got[1].reason or ''}"))
                     continue
                 if st[0] in FAILED or st[1] in FAILED:
                     bad = 1 if st[1] in FAILED else 0
-                    r.status = f"{st[0]} → {st[1]}: {got[bad].get('reason', '')}"
+                    r.status = f"{st[0]} → {st[1]}: {got[bad].reason or ''}"
                     r.why = f"failed in the {'candidate' if bad else 'baseline'}"
                     rows.append(r)
                     continue
                 if "wrong" in st and st[0] != st[1]:
-                    r.status = f"{st[0]} → {st[1]}: {(got[1] if st[1] == 'wrong' else got[0])['check'].get('worst', '')}"
+                    wrong = got[1] if st[1] == "wrong" else got[0]
+                    r.status = f"{st[0]} → {st[1]}: {(wrong.check.worst if wrong.check else '') or ''}"
                     r.why = f"outputs wrong in the {'candidate' if st[1] == 'wrong' else 'baseline'}"
                     rows.append(r)
                     continue
@@ -832,10 +835,12 @@ def _rows(answers: Answers, scns: list[Any], points: dict[str, list[dict[str, An
     return rows, nc
 
 
-def _variant(merged: Any, variant: str) -> dict[str, Any]:
+def _variant(merged: Any, variant: str) -> Row:
+    """A side's row of variant from processes.merge's rows; a failure (every variant's) as a row of its status."""
     if isinstance(merged, dict):  # a failure: every variant's
-        return merged
-    return next((r for r in merged[0] if r["variant"] == variant), {"status": "error", "reason": "no such row"})
+        return Row.from_dict(merged)
+    return next((r for r in merged[0] if r.variant == variant),
+                Row(scenario=None, framework="", variant=variant, status="error", reason="no such row"))
 
 
 def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
