@@ -88,7 +88,7 @@ def process_medians(row: Row, clock: str) -> list[float]:
     if clock == "device_done":
         return [p.median for p in t.processes if p.median is not None]
     samples = t.samples.get(clock) or []  # samples: keys are clock names (data)
-    counts = [p.kernel_n if clock == "kernel" and p.kernel_n is not None else p.n for p in t.processes]
+    counts = t.counts(clock) or []
     if sum(counts) != len(samples):
         return []
     edges = np.cumsum([0, *counts])

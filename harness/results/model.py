@@ -168,12 +168,15 @@ CLOCKS = ("host_return", "device_done", "device_events", "kernel")
 def counts_of(timing: dict[str, Any], clock: str) -> list[int] | None:
     """How many of a merged row's samples of `clock` came from each of its processes, in order: the
     processes' repeats (n), but a kernel clock read from traced runs has its own count (kernel_n);
-    None for a row of one process (a file without timing.processes)."""
-    procs = timing.get("processes") or []
+    None for a row of one process (a file without timing.processes). Timing.counts is the same for a record."""
+    return _per_process(timing.get("processes") or [], clock, lambda p, k: p.get(k))
+
+
+def _per_process(procs: list[Any], clock: str, get: Any) -> list[int] | None:
     if not procs:
         return None
-    key = "kernel_n" if clock == "kernel" and all(p.get("kernel_n") for p in procs) else "n"
-    return [int(p[key]) for p in procs]
+    key = "kernel_n" if clock == "kernel" and all(get(p, "kernel_n") for p in procs) else "n"
+    return [int(get(p, key)) for p in procs]
 
 
 # Where a row's time went besides its timed repeats (Timing fields, harness/measure/timing.py Measurement),
@@ -249,12 +252,7 @@ class Timing(_Record):
     def counts(self, clock: str) -> list[int] | None:
         """counts_of for a typed Timing: how many of `clock`'s samples came from each process, in order (a
         kernel clock read from traced runs: their kernel_n); None for a row of one process (one_process)."""
-        procs = self.processes or []
-        if not procs:
-            return None
-        if clock == "kernel" and all(p.kernel_n for p in procs):
-            return [int(p.kernel_n) for p in procs]  # type: ignore[arg-type]
-        return [int(p.n) for p in procs]
+        return _per_process(self.processes or [], clock, getattr)
 
 
 @dataclass(eq=False, kw_only=True)
