@@ -57,11 +57,11 @@ def earlier(folders: Iterable[Path], scenarios: list[str], frameworks: list[str]
     of the GPU and size (by name) are parsed."""
     want = slug(gpu)
     named = [p for f in folders if f.is_dir() for p in f.iterdir()
-             if (m := _NAME.match(p.name)) and m["gpu"] == want and m["size"] == size]
+             if (m := _NAME.match(p.name)) and m["gpu"] == want and m["size"] == size]  # the name's regex groups
     for path in sorted(named, key=lambda p: p.name, reverse=True)[:NEWEST]:
         try:
-            doc = json.loads(read_regular(path, MAX_BYTES))
-            if not _holds(doc, scenarios, frameworks):  # a quick look before the typed read validates it whole
+            # a quick look, typed but not validated, before read() validates the one it takes
+            if not _holds(Result.from_dict(json.loads(read_regular(path, MAX_BYTES))), scenarios, frameworks):
                 continue
             return path, read(path)
         except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError, ResultError):
@@ -69,12 +69,12 @@ def earlier(folders: Iterable[Path], scenarios: list[str], frameworks: list[str]
     return None
 
 
-def _holds(doc: Any, scenarios: list[str], frameworks: list[str]) -> bool:
-    """Whether a parsed result has, for every scenario, a row of each framework timed in 2+ processes."""
+def _holds(doc: Result, scenarios: list[str], frameworks: list[str]) -> bool:
+    """Whether a result has, for every scenario, a row of each framework timed in 2+ processes."""
     for name in scenarios:
-        rows = ((doc.get("scenarios") or {}).get(name) or {}).get("rows") or []  # the raw JSON: validated after
-        timed = {r.get("framework") for r in rows
-                 if len(((r.get("timing") or {}).get("processes")) or []) >= 2}  # the raw JSON: validated after
+        scn = doc.scenarios.get(name)  # scenarios: keyed by scenario name (data)
+        timed = {r.framework for r in (scn.rows if scn is not None else [])
+                 if r.timing is not None and len(r.timing.processes or []) >= 2}
         if not set(frameworks) <= timed:
             return False
     return True
