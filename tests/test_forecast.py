@@ -47,7 +47,7 @@ def test_the_newest_result_of_this_gpu_and_size_with_every_row_in_two_processes_
     assert found is not None and found[0].name == "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json"
     assert forecast.earlier([tmp_path], ["sync_points"], ["torch", "cupy"], "full", H100) is None  # no cupy rows
     assert forecast.earlier([tmp_path], ["launch_overhead"], ["torch"], "full", H100) is None
-    assert forecast.slug(H100) == "nvidia-h100-80gb-hbm3" and forecast.slug(None) == "cpu"
+    assert forecast.gpu_slug(H100) == "nvidia-h100-80gb-hbm3" and forecast.gpu_slug(None) == "cpu"
 
 
 def test_the_budget_buys_whole_pairs_of_both_sides_processes_and_a_share_of_each_stages_start(tmp_path):

@@ -95,7 +95,7 @@ class TimingConfig:
     plan: tuple[tuple[str, int], ...] = ()
     # The traced kernel clock of a framework without CUDA events (JAX; harness/measure/kernel_clock.py), after
     # the timed repeats. False: a run that judges another clock (an interleaved regress on device_done) reads
-    # none, since its profiler sessions cost seconds a point (results/journal.md, 2026-12-06 evening).
+    # none, since its profiler sessions cost seconds a point (docs/regress.md).
     kernel_clock: bool = True
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from harness.results.files import read_regular
 from harness.results.model import Result, Row
-from harness.results.results import MAX_BYTES, ResultError, read, result_name
+from harness.results.results import MAX_BYTES, ResultError, gpu_slug, read
 
 NEWEST = 12  # candidate files parsed at most: each is a whole JSON parse (seconds for a big one)
 _NAME = re.compile(r"^\d{8}T\d{6}Z_(?P<gpu>[a-z0-9-]+)_(?P<size>[a-z]+)(-\d+)?\.json$")
@@ -45,17 +45,12 @@ class Forecast:
     upper: bool = False  # the pair's price an upper bound: the earlier run traced a kernel clock this one does not
 
 
-def slug(gpu: str | None) -> str:
-    """A GPU's name as result file names spell it (cpu without a GPU)."""
-    return result_name({"environment": {"gpu": gpu}, "created": "2000-01-01T00:00:00+00:00", "size": "x"}).split("_")[1]
-
-
 def earlier(folders: Iterable[Path], scenarios: list[str], frameworks: list[str], size: str,
             gpu: str | None) -> tuple[Path, Result] | None:
     """The newest compare result in folders of this GPU and size with timed rows of every scenario for every
     framework, each row in two processes or more; None where there is none. Only the NEWEST newest files
     of the GPU and size (by name) are parsed."""
-    want = slug(gpu)
+    want = gpu_slug(gpu)
     named = [p for f in folders if f.is_dir() for p in f.iterdir()
              if (m := _NAME.match(p.name)) and m["gpu"] == want and m["size"] == size]  # the name's regex groups
     for path in sorted(named, key=lambda p: p.name, reverse=True)[:NEWEST]:

@@ -64,11 +64,15 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def gpu_slug(gpu: str | None) -> str:
+    """A GPU's name as result file names spell it: cpu without a GPU."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", gpu or "cpu").strip("-").lower() or "cpu"
+
+
 def result_name(doc: dict[str, Any]) -> str:
     if isinstance(doc, Result):
         doc = doc.to_dict()
-    gpu = doc.get("environment", {}).get("gpu") or "cpu"
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "cpu"
+    slug = gpu_slug(doc.get("environment", {}).get("gpu"))
     created = _dt.datetime.fromisoformat(doc["created"]).astimezone(_dt.timezone.utc)
     return f"{created:%Y%m%dT%H%M%SZ}_{slug}_{doc['size']}.json"  # letters, digits, '_', '-', '.' only
 
