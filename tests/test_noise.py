@@ -10,7 +10,7 @@ from harness.measure.noise import hierarchical_medians, median_rel_halfwidth, pr
 from harness.regress.regress import regress
 from harness.results.model import Timing
 from harness.workers.processes import pool_timing
-from harness.measure.timing import Stats
+from harness.results.model import Stats
 from scenarios.spec import Claim, Verdict
 from tests.synthetic import doc, row, samples
 

@@ -29,9 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import CLOCKS, ROW_PARTS, Process, Row, Timing
+from harness.results.model import CLOCKS, ROW_PARTS, Process, Row, Stats, Timing
 from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
-from harness.measure.timing import Stats
 from harness.workers.worker import WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
@@ -181,13 +180,13 @@ def pool_timing(timings: list[Timing]) -> Timing:
     # per clock, each process's samples: one a repeat, but a kernel clock read from traced runs (kernel_clock.py)
     n = {c: [len(m.samples[c]) for m in timings] for c in samples}
     # the pooled repeats' spread (quartiles, extremes), the processes' own median (noise.row_median)
-    stats = {c: Stats.of(samples[c]).to_dict() | {"median": row_median(split(samples[c], n[c]))}
+    stats = {c: replace(Stats.of(samples[c]), median=row_median(split(samples[c], n[c])))
              if c in samples else None for c in CLOCKS}
     slow, slowest = first.slowest_rank_samples, first.slowest_rank
     if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
         slow = {c: [x for m in timings for x in m.slowest_rank_samples[c]] for c in CLOCKS  # type: ignore[index]
                 if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
-        slowest = {c: Stats.of(v).to_dict() | ({"median": row_median(split(v, counts))} if len(v) == sum(counts) else {})
+        slowest = {c: replace(Stats.of(v), median=row_median(split(v, counts))) if len(v) == sum(counts) else Stats.of(v)
                    for c, v in slow.items()}
     processes = [Process(n=k, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
                          first_call_s=m.first_call_s, kernel_n=n["kernel"][i] if n.get("kernel", counts) != counts else None,
@@ -222,7 +221,7 @@ def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
     phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
     went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
     rows, input set-up, host loop, timelines), requests_s (their round trips, messages included); and
-    inside rows_s (ROW_PARTS: harness/measure/timing.py Measurement), warm_s (first calls and warm-up),
+    inside rows_s (ROW_PARTS: harness/measure/timing.py measure), warm_s (first calls and warm-up),
     before_s (set-up between repeats: poisoning), check_s (every check) and agree_s (rank agreement).
     wall_s None: the requests' round trips are the wall time (an interleaved run's side, whose requests
     the other side's interleave with)."""

@@ -36,8 +36,7 @@ from harness.workers import protocol
 from harness.backends import rendezvous_env, rendezvous_ports
 from harness.workers.protocol import Progress, Request, WorkerError, WorkerLost, died
 from harness.workers.rank_main import KEY_ENV, PARENT_ENV
-from harness.measure.timing import Stats
-from harness.results.model import CLOCKS
+from harness.results.model import CLOCKS, Stats
 from harness.workers.worker import Handle
 from scenarios import get as get_scenario
 
