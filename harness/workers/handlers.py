@@ -14,15 +14,16 @@ from typing import Any, Callable
 import numpy as np
 
 from harness import backends
+from harness.backends.base import RankCeilings
 from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
 from harness.measure.calibrate import python_loop_s
 from harness.check.equivalence import strided_sample
 from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
-from harness.results.model import Check, Row, Stats
+from harness.results.model import Check, Json, Row, Stats
 from harness.measure.profiling import profile_variant, row_name
-from harness.workers.protocol import Progress, Request
+from harness.workers.protocol import Answer, Hello, Progress, Request
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
 from harness.measure.timing import SELFCHECK, TimingConfig, measure
@@ -32,7 +33,7 @@ from scenarios.spec import Arrays, Params, Scenario, Variant
 SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the reference is too costly
 
 
-def hello(fw: str) -> dict[str, Any]:
+def hello(fw: str) -> Hello:
     b = backends.get(fw)
     ok, why = b.available()
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
@@ -48,14 +49,14 @@ def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
     return out
 
 
-def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[dict[str, Any]]:
+def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[Json]:
     """time_point's rows alone, as the wire has them (tests)."""
     return time_point(fw, scenario, params, cfg, progress=progress)["rows"]
 
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None,
-               variants: tuple[str, ...] = ()) -> dict[str, Any]:
+               variants: tuple[str, ...] = ()) -> Answer:
     """Time every variant at the given params (only those named in variants, where any are, and the
     baseline too where the point has no reference: the others are checked against its outputs); check
     the timed outputs; in a row's first process
@@ -222,7 +223,7 @@ def ceilings(fw: str) -> dict[str, float]:
     return backends.get(fw).load().ceilings()
 
 
-def rank_ceilings(fw: str, points: list[Params]) -> dict[str, dict[str, Any]]:
+def rank_ceilings(fw: str, points: list[Params]) -> RankCeilings:
     """In a rank: the raw floor of a rank scenario's points, measured with every other rank."""
     b = backends.get(fw).load()
     out = b.rank_ceilings(points)

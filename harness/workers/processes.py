@@ -29,9 +29,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import CLOCKS, ROW_PARTS, Process, Row, Stats, Timing
+from harness.results.model import CLOCKS, ROW_PARTS, Json, Process, Row, Stats, Timing
 from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
-from harness.workers.worker import WorkerError, WorkerLost
+from harness.workers.protocol import Answer
+from harness.workers.worker import Handle, WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
 # Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
@@ -42,10 +43,10 @@ SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "bef
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
-Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
+Timed = Answer  # a time request's answer (handlers.time_point), or its failure
 # The timing processes: per process {framework: worker (or rank group)}, in the order they time a point;
 # processes[0] also runs the equivalence. --processes says how many (CompareOptions.timing_processes).
-Processes = list[dict[str, Any]]
+Processes = list[dict[str, Handle]]
 
 
 def time_point(processes: Processes, frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
@@ -125,7 +126,7 @@ def plan(answers: list[Timed], cfg: Any) -> Any:
     return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
 
 
-def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Timed:
+def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, np.ndarray] | None] | Timed:
     """One framework's rows (model.Row) with every process's repeats pooled (a variant's, from the
     processes that timed it: by_variant), and its baseline output sample; or the first failure, whose
     status and reason become every variant's. A failed request that named its variants (an interleaved
@@ -142,11 +143,11 @@ def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Tim
     return rows, timed[0]["sample"] if timed else None
 
 
-def by_variant(answers: list[Timed]) -> dict[str, list[dict[str, Any]]]:
+def by_variant(answers: list[Timed]) -> dict[str, list[Json]]:
     """{variant: its row from each process that timed it, in process order}, variants in the order they
     first appear: a process asked for some variants only (an interleaved run's later pairs) has no row for
     the others, and adds nothing to them."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Json]] = {}  # rows as the wire has them (Row.to_dict), made Rows once, by merge
     for a in answers:
         for row in a["rows"]:
             out.setdefault(row["variant"], []).append(row)
