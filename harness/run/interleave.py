@@ -463,12 +463,6 @@ def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
     return replace(cfg, plan=tuple((v, max(plans[0][v], plans[1][v])) for v in common)) if common else cfg
 
 
-def merge_side(answers: list[dict[str, Any]]) -> Any:
-    """One side's answers of a (scenario, point, framework) as processes.merge pools them, its rows as dicts."""
-    merged = processes.merge(answers)
-    return merged if isinstance(merged, dict) else ([r.to_dict() for r in merged[0]], merged[1])
-
-
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -855,27 +849,31 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
     fws = list(fw_env)
     not_timed = not_timed or {}
     for scn in scns:
-        rows: list[dict[str, Any]] = []
+        rows: list[Row] = []
         for i, params in enumerate(points[scn.name]):
             for fw in fws:
                 a = answers.get((scn.name, i, fw), [[], []])[j]
                 cut = not_timed.get((scn.name, i, fw))
-                merged = merge_side(a) if a else {"status": "skipped", "reason": cut} if cut else {
+                merged = processes.merge(a) if a else {"status": "skipped", "reason": cut} if cut else {
                     "status": fw_env[fw].get("status", "skipped"), "reason": fw_env[fw].get("why", "not timed")}
                 base = {"scenario": scn.name, "framework": fw}
-                if isinstance(merged, dict):
-                    rows.extend(base | {"variant": v.name, "hazard": v.hazard} | merged for v in scn.variants)
+                if isinstance(merged, dict):  # a failure, every variant's: its keys as it said them, in that order
+                    rows.extend(Row.from_dict(base | {"variant": v.name, "hazard": v.hazard} | merged)
+                                for v in scn.variants)
                 else:
                     rows.extend(merged[0])
             for r in rows:
-                r.setdefault("point", i)
-                r.setdefault("label", params.get("label", ""))
-        out[scn.name] = {"timing_phase": processes.phase(rows, None),  # the side's own requests' round trips
+                if r.point is None:
+                    r.point = i
+                if r.label is None:
+                    r.label = params.get("label", "")
+        out[scn.name] = {"timing_phase": processes.phase(rows, None).to_dict(),  # the side's own requests' round trips
                          "title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
                          "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
                                        "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool) else list(v.gpu_only)}
                                       for v in scn.variants],
-                         "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": rows, "claims": [], "cross_framework": []}
+                         "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": [r.to_dict() for r in rows],
+                         "claims": [], "cross_framework": []}
     opts = CompareOptions(scenarios=[s.name for s in scns], frameworks=fws, size=plan.size, examples=1, seed=plan.seed,
                           equivalence=False, argv=["python -m harness regress (interleaved)", side.name, side.label])
     doc = document(opts, started, fw_env, machine, out, not_run or [], not_placed("all"))

@@ -30,7 +30,7 @@ from harness.run.equiv_phase import equivalence, examples
 from harness.check.judging import cross_check, judge_claims
 from harness.report.labels import NAMES
 from harness.measure.machine import host_env
-from harness.results.model import Row
+from harness.results.model import Phase, Row
 from harness.run.options import CompareOptions, UI
 from harness.run.parser import UsageError
 from harness.workers.ranks import Groups, Workers
@@ -341,7 +341,7 @@ class Run:
             if eq["status"] == "failed":
                 ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
             ui.advance()
-        rows: list[dict[str, Any]] = []
+        rows: list[Row] = []
         on_cpu = frozenset(fw for fw, e in w.env.items() if e.get("available") and not e.get("on_gpu"))
         # the seed is the requests' own (harness/workers/protocol.py); one point an operation at one rank
         points = scn.points(opts.size, self.groups.world_size if self.groups is not None else opts.world_size)
@@ -359,15 +359,16 @@ class Run:
                 for r in typed:
                     r.point, r.label = i, label
                     add_floor(scn, params, self.machine, r)
-                point_rows = [r.to_dict() for r in typed]  # claims, cross-checks and the document read dicts
                 xc = cross_check(scn, params, samples)
                 if xc is not None:
-                    entry["cross_framework"].append(xc | {"point": i, "label": label})
-                entry["claims"].extend(c | {"point": i, "label": label}
-                                       for c in judge_claims(scn, params, point_rows, on_cpu))
-                rows.extend(point_rows)
-            entry["timing_phase"] = processes.phase(rows, time.perf_counter() - t_timing)
-        entry["rows"] = rows
+                    xc.point, xc.label = i, label
+                    entry["cross_framework"].append(xc.to_dict())
+                for c in judge_claims(scn, params, typed, on_cpu):
+                    c.point, c.label = i, label
+                    entry["claims"].append(c.to_dict())
+                rows.extend(typed)
+            entry["timing_phase"] = processes.phase(rows, time.perf_counter() - t_timing).to_dict()
+        entry["rows"] = [r.to_dict() for r in rows]  # the document is plain data until it is written
         return entry
 
     def rank_ceilings(self, scn: Scenario, points: list[dict[str, Any]], w: Workers) -> str | None:
@@ -464,7 +465,9 @@ def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any]
         "scenarios": out_scenarios,
         "complete": not not_run,
         "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why
-        "timing_phase": processes.run_phase(out_scenarios),  # its wall time against the time inside timed calls
+        # its wall time against the time inside timed calls
+        "timing_phase": processes.run_phase([Phase.from_dict(s["timing_phase"]) for s in out_scenarios.values()
+                                             if isinstance(s.get("timing_phase"), dict)]).to_dict(),
         "host_speed": calibrate.host_series(machine, out_scenarios),  # the Python loop over the run
     }
 

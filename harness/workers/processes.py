@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import CLOCKS, ROW_PARTS, Json, Process, Row, Stats, Timing
+from harness.results.model import CLOCKS, ROW_PARTS, Json, Phase, Process, Row, Stats, Timing
 from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
 from harness.workers.protocol import Answer
 from harness.workers.worker import Handle, WorkerError, WorkerLost
@@ -216,7 +216,7 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
+def phase(rows: list[Row], wall_s: float | None) -> Phase:
     """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
     trace included) and the seconds inside timed repeats, all processes together: the share of the
     phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
@@ -226,37 +226,35 @@ def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
     before_s (set-up between repeats: poisoning), check_s (every check) and agree_s (rank agreement).
     wall_s None: the requests' round trips are the wall time (an interleaved run's side, whose requests
     the other side's interleave with)."""
-    timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
-    timed = sum(t.get("timed_s", 0.0) for t in timings)
+    timings = [r.timing for r in rows if r.timing is not None]
+    timed = sum(t.timed_s or 0.0 for t in timings)
     # one per request: the rows of a request share its host loop's time stamp and its seconds. Not by a
     # process's position in a row: a later process that timed some of a point's rows only (an interleaved
     # run's) holds another position in each
     requests: dict[tuple[Any, ...], tuple[float, float]] = {}
     for r in rows:
-        t = r["timing"] if isinstance(r.get("timing"), dict) else {}
-        for i, p in enumerate(t.get("processes") or []):
-            if "request_s" in p and "served_s" in p:
-                key = (r.get("framework"), r.get("point", 0), p.get("host_loop_at", i), p["request_s"], p["served_s"])
-                requests[key] = (p["request_s"], p["served_s"])
+        for i, p in enumerate((r.timing.processes if r.timing is not None else None) or []):
+            if p.request_s is not None and p.served_s is not None:
+                at = p.host_loop_at if p.host_loop_at is not None else i
+                requests[(r.framework, r.point_index, at, p.request_s, p.served_s)] = (p.request_s, p.served_s)
     requests_s = sum(q for q, _ in requests.values())
     wall = requests_s if wall_s is None else wall_s
-    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
-           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
+    out: Json = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
+                 "rows_s": sum(t.phase_s or 0.0 for t in timings)}
     for k in ROW_PARTS:
-        if any(k in t for t in timings):  # rows from before a part was recorded leave it out
-            out[k] = sum(t.get(k, 0.0) for t in timings)
+        if any(getattr(t, k) is not None for t in timings):  # rows from before a part was recorded leave it out
+            out[k] = sum(getattr(t, k) or 0.0 for t in timings)
     if requests:
         out["requests_s"] = requests_s
         out["served_s"] = sum(s for _, s in requests.values())
-    return out
+    return Phase.from_dict(out)  # in this order, a null share kept: the order phases were always written in
 
 
-def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
-    """The run's timing phase: its scenarios' phases summed (phase())."""
-    parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
-    wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
-    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
+def run_phase(phases: list[Phase]) -> Phase:
+    """The run's timing phase: its scenarios' phases (phase()) summed."""
+    wall, timed = sum(p.wall_s or 0.0 for p in phases), sum(p.timed_s or 0.0 for p in phases)
+    out: Json = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
     for k in ("rows_s", "requests_s", "served_s", *ROW_PARTS):
-        if any(k in p for p in parts):
-            out[k] = sum(p.get(k, 0.0) for p in parts)
-    return out
+        if any(getattr(p, k) is not None for p in phases):
+            out[k] = sum(getattr(p, k) or 0.0 for p in phases)
+    return Phase.from_dict(out)
