@@ -46,11 +46,12 @@ import numpy as np
 from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
-from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
+from harness.workers.protocol import Answer, Hello
+from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
 from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, _clock, judge_pairs
-from harness.results.model import Row
+from harness.results.model import Json, Row
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
 from harness.run.stops import Stopped
@@ -283,11 +284,11 @@ class Pair:
 
     k: int
     sides: list[Side]  # in running order
-    processes: list[dict[str, Any]]  # {framework: worker}, one per side, in running order
+    processes: list[dict[str, Handle]]  # {framework: worker}, one per side, in running order
     groups: SideGroups
 
 
-Answers = dict[tuple[str, int, str], list[list[dict[str, Any]]]]  # (scenario, point, fw) -> per side, per pair
+Answers = dict[tuple[str, int, str], list[list[Answer]]]  # (scenario, point, fw) -> per side, per pair
 
 
 @dataclass
@@ -306,7 +307,7 @@ class Schedule:
     groups_down: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None
-                    ) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
+                    ) -> tuple[list[Pair], dict[str, dict[str, Hello]]]:
         """Pairs ks, every worker (of frameworks, default all) started side by side, and rank groups ready
         to start at the first rank scenario (of ranked, default frameworks); {side name: {framework: its
         hello}} where a framework is available only if every one of its workers started."""
@@ -319,7 +320,7 @@ class Schedule:
             pairs.append(Pair(k, sides, procs, SideGroups(sides, ranked, self.world_size, self.timeout_s)))
         work = [(p.sides[j].name, fw, w) for p in pairs for j, proc in enumerate(p.processes) for fw, w in proc.items()]
 
-        def hello(w: Any) -> dict[str, Any]:
+        def hello(w: Any) -> Hello:
             try:
                 return w.request("hello", timeout=max(self.timeout_s, STARTUP_TIMEOUT_S))
             except (WorkerError, WorkerLost) as e:
@@ -332,13 +333,13 @@ class Schedule:
         except BaseException:  # a stop while they start: none is left running without its parent's say
             self.close(pairs, 1.0)
             raise
-        env: dict[str, dict[str, Any]] = {s.name: {} for s in self.sides}
+        env: dict[str, dict[str, Hello]] = {s.name: {} for s in self.sides}
         for (name, fw, _), info in zip(work, infos):
             if fw not in env[name] or (env[name][fw]["available"] and not info["available"]):
                 env[name][fw] = info
         return pairs, env
 
-    def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
+    def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[Params]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False,
                     subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: ()
@@ -452,7 +453,7 @@ def needed(open_points: dict[tuple[str, int], set[str]], rank_scenarios: set[str
     return at(False), at(True)
 
 
-def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
+def planned(cfg: Any, per_side: list[list[Answer]]) -> Any:
     """The timing config of a pair after the first processes.PLAN_AFTER at a point: per variant the repeats
     Kalibera and Jones' rule gives (harness/workers/processes.py plan), the larger of the two sides'. Each
     side's plan comes from its own processes alone (pooled, their variance between processes would hold
@@ -523,11 +524,11 @@ class InterleavedRun:
         self.points = {s.name: s.points(plan.size, schedule.world_size) for s in self.scns}
         self.cfg = plan.cfg or preset(plan.size)
         self.answers: Answers = {}
-        self.machine: list[dict[str, Any]] = [{}, {}]
+        self.machine: list[Json] = [{}, {}]  # per side, model.Environment.machine (free-form)
         self.short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
         self.left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
         self.stopped_by: str | None = None  # the signal that stopped the timing
-        self.env: dict[str, dict[str, Any]] | None = None
+        self.env: dict[str, dict[str, Hello]] | None = None
         self.running: list[str] = []
         self.subsets = False
         self.not_timed: dict[tuple[str, int, str], str] = {}
@@ -837,8 +838,8 @@ def _variant(merged: Any, variant: str) -> Row:
                 Row(scenario=None, framework="", variant=variant, status="error", reason="no such row"))
 
 
-def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
-              fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int,
+def _document(side: Side, scns: list[Any], points: dict[str, list[Params]], answers: Answers,
+              fw_env: dict[str, Hello], machine: Json, plan: Plan, started: Any, j: int,
               not_timed: dict[tuple[str, int, str], str] | None = None,
               not_run: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The side's processes as a result document (harness/run/runner.py's shape, without equivalence);

@@ -17,7 +17,7 @@ from harness import backends
 from harness.backends.base import RankCeilings
 from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
-from harness.measure.calibrate import python_loop_s
+from harness.measure.calibrate import Calibration, python_loop_s
 from harness.check.equivalence import strided_sample
 from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
@@ -231,7 +231,7 @@ def rank_ceilings(fw: str, points: list[Params]) -> RankCeilings:
     return out
 
 
-def calibrate(fw: str) -> dict[str, float]:
+def calibrate(fw: str) -> Calibration:
     return _calibrate(backends.get(fw).load())
 
 

@@ -50,7 +50,7 @@ class Hello(TypedDict):
     why: str
     on_gpu: bool
     env: Facts
-    pid: int
+    pid: NotRequired[int]  # none where the runner says the worker failed to start
     subsets: NotRequired[bool]
     kernel_optional: NotRequired[bool]
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
