@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from harness.results.results import SCHEMA, validate
-from harness.measure.timing import Stats
+from harness.results.model import Stats
 from scenarios import get
 
 PARAMS = {"m": 64, "n": 32, "steps": 4, "dtype": "float32"}

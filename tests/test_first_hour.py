@@ -44,7 +44,7 @@ def test_a_claim_about_the_gpu_is_not_decidable_on_a_cpu_and_stands_on_a_gpu():
     scn = dataclasses.replace(__import__("scenarios").get("async_dispatch"), claims=(gpu_claim,))
     both = [row("torch", "sync_each", samples(1e-3)), row("torch", "async", samples(2e-3)),
             row("jax", "sync_each", samples(1e-3)), row("jax", "async", samples(2e-3))]
-    got = {c["framework"]: c["verdict"] for c in judge_claims(scn, {}, both, frozenset({"jax"}))}
+    got = {c.framework: c.verdict for c in judge_claims(scn, {}, [Row.from_dict(r) for r in both], frozenset({"jax"}))}
     assert got == {"torch": "refuted", "jax": "inconclusive"}
 
 

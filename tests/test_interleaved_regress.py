@@ -18,7 +18,7 @@ from harness.run import interleave
 from harness.run.interleave import Plan, Schedule, Side
 from harness.regress.regress import Paired, judge_pairs, regress
 from harness.results.results import load
-from harness.measure.timing import Stats
+from harness.results.model import Stats
 from tests.conftest import backend_or_skip
 from tests.synthetic import doc, row
 

@@ -7,7 +7,7 @@ import pytest
 
 from harness.check.judging import _resampled
 from harness.measure import kernel_clock as K
-from harness.measure.timing import Stats
+from harness.results.model import Stats
 from harness.results.model import Row, Timing
 from harness.workers.processes import pool_timing
 from tests.conftest import backend_or_skip
@@ -132,12 +132,12 @@ def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_coun
     for _ in range(2):  # two processes of one row
         row = _timed_row()
         handlers._kernel_clock(scn, scn.variant("async"), _TracedBackend(), _Impl, {}, {}, row, lambda t: None)
-        assert row.timing.kernel["median"] == pytest.approx(30e-6) and row.timing.kernel_source == "planted"
+        assert row.timing.kernel.median == pytest.approx(30e-6) and row.timing.kernel_source == "planted"
         rows.append(row.timing)
     pooled = pool_timing(rows)
     assert len(pooled.samples["kernel"]) == 2 * K.REPEATS
     assert [p.kernel_n for p in pooled.processes] == [K.REPEATS, K.REPEATS]  # not the 2 repeats of device_done
-    assert pooled.kernel["median"] == pytest.approx(30e-6) and "kernel" in pooled.noise
+    assert pooled.kernel.median == pytest.approx(30e-6) and "kernel" in pooled.noise
     draws = _resampled({"async": {"timing": pooled.to_dict()}}, 5)
     assert all(d["async"]["timing"]["kernel"]["median"] == pytest.approx(30e-6) for d in draws)
 
@@ -222,7 +222,7 @@ def test_a_clock_of_zeros_pools_to_a_null_noise_that_the_schema_takes():
         t.samples["kernel"] = [0.0, 0.0, 0.0]
         timings.append(t)
     pooled = pool_timing(timings)
-    assert pooled.noise["kernel"] is None and pooled.kernel["median"] == 0.0
+    assert pooled.noise["kernel"] is None and pooled.kernel.median == 0.0
     row = synthetic.row("jax", "async")
     row["timing"] = pooled.to_dict()
     validate(synthetic.doc([row]))

@@ -14,7 +14,7 @@ from harness.workers import processes
 from harness.measure.calibrate import host_series
 from harness.check import outputs
 from harness.check.outputs import same_bytes
-from harness.results.model import Result, Timing
+from harness.results.model import Phase, Result, Row, Timing
 from harness.measure.noise import host_sensitivity
 from harness.measure.timing import TimingConfig, measure
 from tests.test_timing import FakeAsyncBackend
@@ -86,21 +86,24 @@ def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
     assert t["host_sensitivity"] == {"slope": None, "r": None, "n": 2}  # two processes: nothing to regress on
 
 
+def _typed(rows):
+    return [Row.from_dict(r) for r in rows]
+
+
 def test_the_timing_phase_share_of_a_scenario_and_of_the_run():
     procs = [{"request_s": 2.0, "served_s": 1.5}, {"request_s": 3.0, "served_s": 2.5}]  # one request each
     rows = [{"framework": "torch", "timing": {"timed_s": 3.0, "phase_s": 1.0, "processes": procs}},
             {"framework": "torch", "timing": {"timed_s": 1.0, "phase_s": 2.0, "processes": procs}},
             {"status": "skipped"}]
-    p = processes.phase(rows, 10.0)
+    p = processes.phase(_typed(rows), 10.0).to_dict()
     assert p == {"wall_s": 10.0, "timed_s": 4.0, "share": 0.4, "rows_s": 3.0, "requests_s": 5.0, "served_s": 4.0}
     parts = {"warm_s": 0.25, "before_s": 0.125, "check_s": 0.5, "agree_s": 0.0625}  # the rows' own split
-    split = processes.phase([r | {"timing": r["timing"] | parts} for r in rows[:2]] + rows[2:], 10.0)
+    split = processes.phase(_typed([r | {"timing": r["timing"] | parts} for r in rows[:2]] + rows[2:]), 10.0).to_dict()
     assert split == p | {k: 2 * v for k, v in parts.items()}
-    run = processes.run_phase({"a": {"timing_phase": p}, "b": {"timing_phase": processes.phase(rows[:1], 5.0)},
-                            "c": {"rows": []}})
+    run = processes.run_phase([Phase.from_dict(p), processes.phase(_typed(rows[:1]), 5.0)]).to_dict()
     assert run["wall_s"] == 15.0 and run["timed_s"] == 7.0 and run["share"] == pytest.approx(7 / 15)
     assert run["requests_s"] == 10.0 and run["rows_s"] == 4.0 and "warm_s" not in run  # older rows: no split
-    assert processes.run_phase({"a": {"timing_phase": split}, "b": {"timing_phase": p}})["check_s"] == 1.0
+    assert processes.run_phase([Phase.from_dict(split), Phase.from_dict(p)]).check_s == 1.0
 
 
 def test_a_request_that_timed_some_rows_of_a_point_counts_once_whatever_its_place_in_each_row():
@@ -110,8 +113,8 @@ def test_a_request_that_timed_some_rows_of_a_point_counts_once_whatever_its_plac
     rows = [{"framework": "jax", "point": 0, "timing": {"timed_s": 1.0, "phase_s": 1.0, "processes": req[:3]}},
             {"framework": "jax", "point": 0, "timing": {"timed_s": 1.0, "phase_s": 1.0,
                                                         "processes": req[:2] + req[3:]}}]
-    p = processes.phase(rows, None)
-    assert p["requests_s"] == 10.0 and p["served_s"] == 5.0 and p["wall_s"] == 10.0
+    p = processes.phase(_typed(rows), None)
+    assert p.requests_s == 10.0 and p.served_s == 5.0 and p.wall_s == 10.0
 
 
 def test_the_host_series_is_every_loop_measured_once_in_time_order():

@@ -10,7 +10,7 @@ from harness.measure.noise import hierarchical_medians, median_rel_halfwidth, pr
 from harness.regress.regress import regress
 from harness.results.model import Timing
 from harness.workers.processes import pool_timing
-from harness.measure.timing import Stats
+from harness.results.model import Stats
 from scenarios.spec import Claim, Verdict
 from tests.synthetic import doc, row, samples
 
@@ -213,23 +213,30 @@ def _collective_row(variant: str, status: str, wrong: int) -> dict:
             "check": {"checked": 3, "wrong": wrong, "worst": "", "max_rel_err": 0.0, "against": "reference"}}
 
 
-def test_a_claim_about_the_checks_sees_the_wrong_rows_and_a_timing_claim_is_not_judged_without_them():
+def _judge_claims(scn, params, rows):
+    """judge_claims on rows given as plain data, its verdicts as the result writes them."""
     from harness.check.judging import judge_claims
+    from harness.results.model import Row
+
+    return [c.to_dict() for c in judge_claims(scn, params, [Row.from_dict(r) for r in rows])]
+
+
+def test_a_claim_about_the_checks_sees_the_wrong_rows_and_a_timing_claim_is_not_judged_without_them():
     from scenarios import get
 
     p = {"op": "all_reduce", "bytes": 4096, "dtype": "float32", "world_size": 2}
     rows = [_collective_row("out_of_place", "wrong", 3), _collective_row("in_place", "ok", 0)]
-    (exact,) = judge_claims(get("collectives"), p, rows)
+    (exact,) = _judge_claims(get("collectives"), p, rows)
     assert exact["verdict"] == "refuted" and "out_of_place 3 of 3" in exact["evidence"], exact
     rows[0]["status"] = "crashed"  # no outputs checked there: "out of place and in place" cannot be confirmed
-    (exact,) = judge_claims(get("collectives"), p, rows)
+    (exact,) = _judge_claims(get("collectives"), p, rows)
     assert exact["verdict"] == "inconclusive" and "out_of_place (crashed)" in exact["evidence"], exact
     rows = [_collective_row("out_of_place", "wrong", 3), _collective_row("in_place", "crashed", 0)]
-    (exact,) = judge_claims(get("collectives"), p, rows)  # wrong runs refute whatever else failed
+    (exact,) = _judge_claims(get("collectives"), p, rows)  # wrong runs refute whatever else failed
     assert exact["verdict"] == "refuted", exact
     rows = [_collective_row("out_of_place", "wrong", 3), _collective_row("in_place", "ok", 0)]
     rows = [dict(r, scenario="donation", variant=v) for r, v in zip(rows, ("new_buffer", "in_place"))]
-    same = next(c for c in judge_claims(get("donation"), {}, rows) if c["claim"] == "same_time")
+    same = next(c for c in _judge_claims(get("donation"), {}, rows) if c["claim"] == "same_time")
     assert same["verdict"] == "inconclusive" and "not judged without new_buffer (wrong)" in same["evidence"], same
 
 
@@ -253,7 +260,6 @@ def test_a_rank_hazard_with_no_checked_run_is_not_refuted():
 def test_claims_are_not_judged_on_what_is_left_when_a_variant_failed():
     """pinned_transfer's link claim takes the best path among the variants: with the pinned path failed,
     the best of the rest would read as the framework missing the link's rate."""
-    from harness.check.judging import judge_claims
     from scenarios import get
 
     floor = 1e-3
@@ -267,6 +273,6 @@ def test_claims_are_not_judged_on_what_is_left_when_a_variant_failed():
 
     rows = [row("h2d_pageable", "ok", floor / 0.3), row("h2d_pageable_non_blocking", "ok", floor / 0.31),
             row("h2d_pinned_non_blocking", "error", floor / 0.97)]
-    got = {c["claim"]: c for c in judge_claims(get("pinned_transfer"), p, rows)}
+    got = {c["claim"]: c for c in _judge_claims(get("pinned_transfer"), p, rows)}
     assert got["h2d_at_link"]["verdict"] == "inconclusive", got["h2d_at_link"]
     assert "h2d_pinned_non_blocking (error)" in got["h2d_at_link"]["evidence"]

@@ -11,7 +11,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NotRequired, TypedDict
 
 import numpy as np
 
@@ -19,6 +19,57 @@ from harness.backends.digest import MIN_BYTES as DIGEST_MIN_BYTES
 from harness.backends.digest import key as digest_key
 from harness.backends.digest import lanes as digest_lanes
 from harness.backends.digest import words as digest_words
+from scenarios.spec import Params
+
+# Free-form by nature: a backend's own facts as env() reports them (version, device, CUDA runtime, memory cap,
+# ...), whose keys are the backend's; the result keeps them as a framework's env (model.FrameworkEnv.env)
+Facts = dict[str, Any]
+# Free-form by nature: a Chrome trace as a framework's profiler writes it ({"traceEvents": [...], ...})
+ChromeTrace = dict[str, Any]
+
+
+class MemoryCap(TypedDict):
+    """What caps a framework's device memory (recorded in env()): the fraction, the bytes, and how."""
+
+    fraction: float | None
+    bytes: int | None
+    how: str
+
+
+class ProfilerOutput(TypedDict, total=False):
+    """What profiling() yields, filled once the region is left: the tool, and its trace files
+    ({suffix: bytes}) or why it wrote none."""
+
+    tool: str
+    files: dict[str, bytes]
+    why: str
+
+
+class OwnBenchmark(TypedDict):
+    """A framework's own benchmark tool on one call (own_benchmark): median seconds per call timed alone,
+    and back to back (None where the tool does not run calls so)."""
+
+    tool: str
+    tool_s: float
+    back_to_back_s: float | None
+
+
+class RankCeilings(TypedDict):
+    """A rank scenario's raw floors (rank_ceilings): seconds per key, and why a key was not measured."""
+
+    ceilings: dict[str, float]
+    not_measured: dict[str, str]
+
+
+class TracedSpans(TypedDict):
+    """One traced call's operations (EventTimer.finish; a row's timeline, harness/measure/timeline.py): the
+    clock, [lane, op, t0_s, t1_s] per span in start order, and why there are none."""
+
+    clock: str
+    spans: list[list[Any]]
+    why: str
+    lanes: NotRequired[list[str]]  # the lanes in drawing order, where the backend names them
+
 
 
 class Unavailable(RuntimeError):
@@ -97,7 +148,7 @@ class Backend(ABC):
         self.ordinal = 0
         self.on_gpu = False
         # What caps this framework's device memory (set by _load on a GPU; recorded in env()).
-        self.memory_cap: dict[str, Any] = {"fraction": None, "bytes": None, "how": "no cap: not on a GPU"}
+        self.memory_cap: MemoryCap = {"fraction": None, "bytes": None, "how": "no cap: not on a GPU"}
         # How range() reaches Nsight Systems (NVTX), or why it does not (recorded in env()).
         self.nvtx_how = "none: not on a GPU"
 
@@ -220,20 +271,20 @@ class Backend(ABC):
         loops of calls, never inside a timed call: pushing a range costs host time."""
         return contextlib.nullcontext()
 
-    def profiling(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    def profiling(self) -> contextlib.AbstractContextManager[ProfilerOutput]:
         """The framework's own profiler around a region. Yields a dict that, once the region is left,
         holds {"tool", "files": {suffix: bytes}} (the trace it wrote, read back from a temporary
         folder), or {"tool", "why"} where the framework writes no trace."""
         return _no_profile("", f"{self.name} has no profiler that writes a trace")
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
         """(a Chrome trace of the device's activity, the tool that wrote it) over `repeats` runs: before(), then
         run() inside a host range named mark + the run's index (harness/measure/kernel_clock.py reads it);
         first, inside the same trace and outside those ranges, before() and run() again until warm_s have
         passed. Raises Unavailable where this framework has no CUDA activity tracer here."""
         raise Unavailable(f"{self.name} has no CUDA activity tracer here")
 
-    def clock_kernels(self) -> dict[str, Any]:
+    def clock_kernels(self) -> dict[str, Callable[[], Any]]:
         """Fixed device-bound kernels for `selfcheck`: name -> zero-argument call returning its output."""
         return {}
 
@@ -250,7 +301,7 @@ class Backend(ABC):
         room = int(cap) - (256 << 20)  # the GEMM's operands and the allocator's own slack beside them
         return min(1 << 30, 1 << (max(room // (4 * arrays), 1).bit_length() - 1))
 
-    def own_benchmark(self, call: Any) -> dict[str, Any] | None:
+    def own_benchmark(self, call: Any) -> OwnBenchmark | None:
         """The framework's own benchmark tool on ``call``, if it has one: {"tool": its name, "tool_s": median
         seconds of one call timed alone (synchronized before and after, as the harness times it),
         "back_to_back_s": median seconds per call when the tool runs calls back to back, or None}."""
@@ -260,7 +311,7 @@ class Backend(ABC):
         """The machine's own limits measured now (see harness/measure/machine.py); {} where not measurable."""
         return {}
 
-    def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def rank_ceilings(self, points: list[Params]) -> RankCeilings:
         """In a rank process, with every other rank: the raw floor of each point of a rank scenario
         (Scenario.rank_ceilings), {"ceilings": {key: seconds}, "not_measured": {key: why}}."""
         return {"ceilings": {}, "not_measured": {"*": f"{self.name} measures no raw floor"}}
@@ -292,7 +343,7 @@ class Backend(ABC):
         return False
 
     @abstractmethod
-    def env(self) -> dict[str, Any]:
+    def env(self) -> Facts:
         """Version, device, CUDA runtime and driver as this framework sees them."""
 
 
@@ -332,14 +383,14 @@ class TimelineRecorder:
         """Seconds from start() to the token's moment; called after the device has finished."""
         return token - self._t0
 
-    def finish(self, spans: list[tuple[str, str, Any, Any]]) -> dict[str, Any]:
+    def finish(self, spans: list[tuple[str, str, Any, Any]]) -> TracedSpans:
         """After the traced call and a synchronize: {"clock", "spans": [[lane, op, t0_s, t1_s]], "why"}."""
         out = sorted(([lane, op, self.seconds(a), self.seconds(b)] for lane, op, a, b in spans), key=lambda s: s[2])
         return {"clock": self.clock, "spans": out, "why": "" if out else "the impl marks no operation in this variant"}
 
 
 @contextlib.contextmanager
-def _no_profile(tool: str, why: str) -> Iterator[dict[str, Any]]:
+def _no_profile(tool: str, why: str) -> Iterator[ProfilerOutput]:
     yield {"tool": tool, "why": why}
 
 

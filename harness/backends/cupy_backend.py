@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, EventTimer, TimelineRecorder, Unavailable, _no_profile, memory_fraction
+from harness.backends.base import (Backend, ChromeTrace, EventTimer, Facts, OwnBenchmark, ProfilerOutput, RankCeilings,
+                                   TimelineRecorder, Unavailable, _no_profile, memory_fraction)
 from harness.backends.pins import pin
 from harness.backends.cuda_events import median_s as timed
 from harness.backends.nccl_floor import measure
 from harness.backends.torch_backend import kineto_trace
+from scenarios.spec import Params
 
 
 class CupyBackend(Backend):
@@ -110,7 +112,7 @@ class CupyBackend(Backend):
     def event_timer(self) -> EventTimer | None:
         return _CupyEvents(self.fw)
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
         # CuPy has no CUDA activity tracer of its own; torch.profiler's CUPTI records CuPy's kernels too
 
         return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span) in CuPy's process"
@@ -125,7 +127,7 @@ class CupyBackend(Backend):
 
         return time_range(name)  # NVTX push/pop (sync=False: no device synchronize of its own)
 
-    def profiling(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    def profiling(self) -> contextlib.AbstractContextManager[ProfilerOutput]:
         # CuPy's own profiling is NVTX ranges for an external tool (cupyx.profiler.time_range, and profile(),
         # which only starts and stops that tool's capture): Nsight Systems is its trace writer.
         return _no_profile("cupyx.profiler", "CuPy writes no trace of its own: its rows are NVTX ranges "
@@ -134,14 +136,14 @@ class CupyBackend(Backend):
     # sync_counter: the base class's "no detector". CuPy has no reliable one (the old
     # cupyx.allow_synchronize is deprecated and saw only some syncs); scenarios say how they count.
 
-    def clock_kernels(self) -> dict[str, Any]:
+    def clock_kernels(self) -> dict[str, Callable[[], Any]]:
         cp, n, big = self.fw, 4096, self.clock_elements()  # x, y, the sum and the one before it
         a, b = cp.random.standard_normal((n, n), dtype=cp.float32), cp.random.standard_normal((n, n), dtype=cp.float32)
         x, y = cp.random.standard_normal(big, dtype=cp.float32), cp.random.standard_normal(big, dtype=cp.float32)
         return {f"gemm_fp32_{n}": lambda: a @ b, f"add_{big >> 20}Mi_fp32": lambda: x + y,
                 f"sum_{big >> 20}Mi_fp32": lambda: x.sum()}
 
-    def own_benchmark(self, call: Any) -> dict[str, Any] | None:
+    def own_benchmark(self, call: Any) -> OwnBenchmark | None:
         from cupyx.profiler import benchmark
 
         # gpu_times: CUDA events around each call, synchronized after each: calls timed alone.
@@ -183,7 +185,7 @@ class CupyBackend(Backend):
         self.free_memory()
         return {"hbm_Bps": hbm, "h2d_Bps": h2d, "d2h_Bps": d2h, "fp32_flops": flops}
 
-    def rank_ceilings(self, points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def rank_ceilings(self, points: list[Params]) -> RankCeilings:
         """The raw NCCL time of each collective point (harness/backends/nccl_floor.py)."""
         return measure(self.fw, points)
 
@@ -202,7 +204,7 @@ class CupyBackend(Backend):
         return isinstance(e, self.fw.cuda.memory.OutOfMemoryError) or (
             isinstance(e, rt.CUDARuntimeError) and getattr(e, "status", None) == 2)
 
-    def env(self) -> dict[str, Any]:
+    def env(self) -> Facts:
         rt = self.fw.cuda.runtime
         props = rt.getDeviceProperties(self.device.id)
 

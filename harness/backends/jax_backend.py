@@ -10,12 +10,13 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, SyncCount, TimelineRecorder, Unavailable, memory_fraction, warm
+from harness.backends.base import (Backend, ChromeTrace, Facts, ProfilerOutput, SyncCount, TimelineRecorder, TracedSpans,
+                                   Unavailable, memory_fraction, warm)
 from harness.backends.xla import use_cublas_gemms
 from harness.backends import nvtx
 
@@ -180,8 +181,8 @@ class JaxBackend(Backend):
                     self._nvtx.nvtxRangePop()
 
     @contextlib.contextmanager
-    def profiling(self) -> Iterator[dict[str, Any]]:
-        got: dict[str, Any] = {"tool": "jax.profiler (trace.json.gz: ui.perfetto.dev; xplane.pb: XProf, TensorBoard)"}
+    def profiling(self) -> Iterator[ProfilerOutput]:
+        got: ProfilerOutput = {"tool": "jax.profiler (trace.json.gz: ui.perfetto.dev; xplane.pb: XProf, TensorBoard)"}
         folder = tempfile.mkdtemp(prefix="triptych-jax-profile-")
         try:
             with self.fw.profiler.trace(folder):
@@ -195,7 +196,7 @@ class JaxBackend(Backend):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
         # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each run
         # inside a TraceAnnotation, which the trace holds on the host's clock beside the device's intervals
         os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")  # else CUPTI may serialize them
@@ -215,7 +216,7 @@ class JaxBackend(Backend):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def clock_kernels(self) -> dict[str, Any]:
+    def clock_kernels(self) -> dict[str, Callable[[], Any]]:
         jax, jnp = self.fw, self.fw.numpy
         n, big = (4096 if self.on_gpu else 256), self.clock_elements()  # x, y, the sum and the one before it
         k = jax.random.split(jax.random.key(0), 4)
@@ -242,10 +243,10 @@ class JaxBackend(Backend):
     # is_out_of_memory: JAX raises JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory ...") on the GPU
     # and the CPU alike; the base class's words catch it.
 
-    def env(self) -> dict[str, Any]:
+    def env(self) -> Facts:
         import jaxlib
 
-        info: dict[str, Any] = {
+        info: Facts = {
             "version": self.fw.__version__,
             "jaxlib": jaxlib.__version__,
             "device": self.device_label(),
@@ -280,7 +281,7 @@ class _JaxTimeline(TimelineRecorder):
     def mark(self) -> Any:
         return None  # nothing to record on the host: the profiler sees the device
 
-    def finish(self, spans: list[tuple[str, str, Any, Any]]) -> dict[str, Any]:
+    def finish(self, spans: list[tuple[str, str, Any, Any]]) -> TracedSpans:
         try:
             self._jax.profiler.stop_trace()
             files = sorted(Path(self._dir).glob("plugins/profile/*/*.trace.json.gz"))
@@ -319,7 +320,7 @@ def _captured_fd2() -> Iterator[dict[str, str]]:
             box["text"] = tmp.read().decode(errors="replace")
 
 
-def spans_from_chrome_trace(trace: dict[str, Any]) -> dict[str, Any]:
+def spans_from_chrome_trace(trace: ChromeTrace) -> TracedSpans:
     """Device spans per stream from a jax.profiler trace: on a GPU the '/device:GPU:N' process's
     'Stream #...' threads; without one, the XLA ops ('hlo_op' events) on the CPU client's threads."""
     events = trace.get("traceEvents", [])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_COMM: dict[str, Any] = {}
+_COMM: dict[str, Any] = {}  # "cupy": the rank's cupyx NCCL communicator (an object of CuPy's)
 
 
 def set_comm(comm: Any) -> None:

@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.backends.base import wall
+from harness.backends.base import RankCeilings, wall
 from harness.backends.nccl import cupy_comm
 from scenarios.collectives import NCCL_NO_IN_PLACE, calls, count, floor_key, in_place
+from scenarios.spec import Params
 
 REPS = 5
 SEND_RECV_SINCE = 2700  # NCCL_VERSION_CODE of 2.7.0: ncclSend / ncclRecv
@@ -44,8 +45,8 @@ def per_call_s(sync: Callable[[], None], fn: Callable[[], None], calls: int, rep
     return float(np.median(times))
 
 
-def measure(cp: Any, points: list[dict[str, Any]], comm: Any = None, nccl: Any = None,
-            reps: int = REPS, clock: Callable[[], float] = wall) -> dict[str, dict[str, Any]]:
+def measure(cp: Any, points: list[Params], comm: Any = None, nccl: Any = None,
+            reps: int = REPS, clock: Callable[[], float] = wall) -> RankCeilings:
     """{"ceilings": {floor_key: seconds per call, "nccl_ranks": N}, "not_measured": {label: why}}. comm:
     the rank's cupyx NCCLBackend by default, or a raw NcclCommunicator (a one-rank one in the GPU test)."""
     if nccl is None:
@@ -53,7 +54,7 @@ def measure(cp: Any, points: list[dict[str, Any]], comm: Any = None, nccl: Any =
     comm = cupy_comm() if comm is None else comm
     raw = getattr(comm, "_comm", comm)  # cupyx's NCCLBackend keeps the NcclCommunicator there
     n, r = raw.size(), raw.rank_id()
-    got: dict[str, Any] = {"nccl_ranks": float(n)}
+    got: dict[str, float] = {"nccl_ranks": float(n)}
     why: dict[str, str] = {}
     stream = cp.cuda.Stream(non_blocking=True)
     sync = cp.cuda.Device().synchronize  # the rows' full sync: every stream of the device

@@ -8,12 +8,13 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import Backend, EventTimer, SyncCount, TimelineRecorder, Unavailable, memory_fraction, warm
+from harness.backends.base import (Backend, ChromeTrace, EventTimer, Facts, OwnBenchmark, ProfilerOutput, SyncCount,
+                                   TimelineRecorder, Unavailable, memory_fraction, warm)
 
 
 class TorchBackend(Backend):
@@ -136,10 +137,10 @@ class TorchBackend(Backend):
                     self.fw.cuda.nvtx.range_pop()
 
     @contextlib.contextmanager
-    def profiling(self) -> Iterator[dict[str, Any]]:
+    def profiling(self) -> Iterator[ProfilerOutput]:
         from torch.profiler import ProfilerActivity, profile
 
-        got: dict[str, Any] = {"tool": "torch.profiler (Chrome trace: ui.perfetto.dev, chrome://tracing)"}
+        got: ProfilerOutput = {"tool": "torch.profiler (Chrome trace: ui.perfetto.dev, chrome://tracing)"}
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.on_gpu else [])
         with profile(activities=activities) as prof:
             yield got
@@ -148,7 +149,7 @@ class TorchBackend(Backend):
             prof.export_chrome_trace(path)  # writes a file only: read back, the folder goes
             got["files"] = {".trace.json": Path(path).read_bytes()}
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[dict[str, Any], str]:
+    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
         if not self.on_gpu:
             raise Unavailable("no CUDA device: torch's kernels run on the CPU")
         return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span)"
@@ -178,7 +179,7 @@ class TorchBackend(Backend):
                 torch.cuda.set_sync_debug_mode(previous)
         result.count = sum("synchronizing CUDA operation" in str(w.message) for w in caught)
 
-    def clock_kernels(self) -> dict[str, Any]:
+    def clock_kernels(self) -> dict[str, Callable[[], Any]]:
         torch, dev = self.fw, self.device
         n, big = (4096 if self.on_gpu else 256), self.clock_elements()  # x, y, the sum and the one before it
         a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
@@ -186,7 +187,7 @@ class TorchBackend(Backend):
         return {f"gemm_fp32_{n}": lambda: a @ b, f"add_{big >> 20}Mi_fp32": lambda: x + y,
                 f"sum_{big >> 20}Mi_fp32": lambda: x.sum()}
 
-    def own_benchmark(self, call: Any) -> dict[str, Any] | None:
+    def own_benchmark(self, call: Any) -> OwnBenchmark | None:
         from torch.utils.benchmark import Timer
 
         # Timer defaults to one CPU thread; give it the harness's thread count so CPU numbers compare too.
@@ -212,9 +213,9 @@ class TorchBackend(Backend):
     def _is_oom_type(self, e: BaseException) -> bool:
         return isinstance(e, self.fw.cuda.OutOfMemoryError)  # torch.OutOfMemoryError since 2.5: the same class
 
-    def env(self) -> dict[str, Any]:
+    def env(self) -> Facts:
         torch = self.fw
-        info: dict[str, Any] = {"version": torch.__version__, "device": self.device_label()}
+        info: Facts = {"version": torch.__version__, "device": self.device_label()}
         if self.on_gpu:
             p = torch.cuda.get_device_properties(self.device)
             info.update(
@@ -280,7 +281,7 @@ def _fmix32(h: Any) -> Any:
     return h ^ (h >> 16)
 
 
-def kineto_trace(before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> dict[str, Any]:
+def kineto_trace(before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> ChromeTrace:
     """torch.profiler's Chrome trace of `repeats` runs, each run() inside record_function(mark + index) after
     an untraced-range before(). CUPTI records every kernel and copy of the process, whichever library
     launched it: CuPy's backend traces its own rows through this too (harness/measure/kernel_clock.py)."""

@@ -8,44 +8,63 @@ harness/measure/noise.py). A verdict that does not hold in at least AGREE of the
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from harness.backends import FRAMEWORKS
 from harness.check.equivalence import compare_key
 from harness.measure.noise import hierarchical_medians, split
-from harness.results.model import CLOCKS, counts_of
-from scenarios.spec import Claim, Params, Scenario
+from harness.results.model import CLOCKS, ClaimResult, CrossCheck, Json, Row, counts_of
+from scenarios.spec import Arrays, Claim, Params, Scenario
 
 NOISE_DRAWS = 200
 AGREE = 0.95
 NOT_ON_CPU = "not decidable on a CPU, where the device is the host"  # a Claim.gpu_only judged there
 
 
-def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
-                 on_cpu: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+class Judged(TypedDict, total=False):
+    """One claim's verdict for one framework (judge_with_noise), the part of a ClaimResult the judging decides:
+    the verdict, its evidence and numbers, the share of the noise's draws it held in, and not_decidable "cpu"
+    for a claim about a GPU's machinery judged on a CPU."""
+
+    verdict: str
+    evidence: str
+    numbers: dict[str, Any]
+    holds_in: float
+    not_decidable: str
+
+
+def judge_claims(scn: Scenario, params: Params, rows: list[Row],
+                 on_cpu: frozenset[str] = frozenset()) -> list[ClaimResult]:
     """Every claim's verdict per framework that ran; on_cpu: the frameworks whose device was a CPU."""
     verdicts = []
     timed = ("ok", "wrong")
-    frameworks = sorted({r["framework"] for r in rows if r["status"] in timed}, key=FRAMEWORKS.index)
+    frameworks = sorted({r.framework for r in rows if r.status in timed}, key=FRAMEWORKS.index)
+    plain = [r.to_dict() for r in rows]  # a scenario's Claim.judge reads rows as plain data (scenarios/spec.py)
     for claim in scn.claims:
         for fw in frameworks:
-            mine = [r for r in rows if r["framework"] == fw]
-            by_variant = {r["variant"]: r for r in mine if r["status"] in (timed if claim.reads_checks else ("ok",))}
+            mine = [(r, d) for r, d in zip(rows, plain) if r.framework == fw]
+            by_variant = {r.variant: d for r, d in mine if r.status in (timed if claim.reads_checks else ("ok",))}
             # a variant that gave no figure (or, but to a claim about the checks, wrong outputs): a judge that
             # compares variants would pick among the rest
-            lost = [f"{r['variant']} ({r['status']})" for r in mine
-                    if r["status"] in LOST and not (claim.reads_checks and r["status"] == "wrong")]
-            cut = {"verdict": "inconclusive", "evidence": f"not judged without {', '.join(lost)}", "numbers": {}}
+            lost = [f"{r.variant} ({r.status})" for r, _ in mine
+                    if r.status in LOST and not (claim.reads_checks and r.status == "wrong")]
+            cut: Judged = {"verdict": "inconclusive", "evidence": f"not judged without {', '.join(lost)}", "numbers": {}}
             if lost and not claim.reads_checks:
-                verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw} | cut)
+                verdicts.append(_claim_result(claim, fw, cut))
                 continue
             got = judge_with_noise(claim, by_variant, fw, params, fw in on_cpu, frozenset(v.name for v in scn.variants))
             if lost and got["verdict"] == "confirmed":  # wrong runs refute on their own; none seen confirm nothing
                 got = cut
-            verdicts.append({"claim": claim.id, "text": claim.text, "framework": fw} | got)
+            verdicts.append(_claim_result(claim, fw, got))
     return verdicts
+
+
+def _claim_result(claim: Claim, fw: str, got: Judged) -> ClaimResult:
+    """The claim's record, its keys in the order they were judged (from_dict keeps it: a claim whose variant
+    was missing has its numbers before its evidence, as results have always had it)."""
+    return ClaimResult.from_dict({"claim": claim.id, "text": claim.text, "framework": fw} | got)
 
 
 # Rows that ran and gave no figure, or one of wrong outputs: a claim about the others would be judged on a
@@ -53,9 +72,10 @@ def judge_claims(scn: Scenario, params: Params, rows: list[dict[str, Any]],
 LOST = ("error", "oom", "timeout", "crashed", "wrong")
 
 
-def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: str, params: Params,
-                     on_cpu: bool = False, variants: frozenset[str] | None = None) -> dict[str, Any]:
-    """One claim's verdict for one framework, tested against the run's noise. variants: the scenario's, so
+def judge_with_noise(claim: Claim, by_variant: dict[str, Json], fw: str, params: Params,
+                     on_cpu: bool = False, variants: frozenset[str] | None = None) -> Judged:
+    """One claim's verdict for one framework, tested against the run's noise. by_variant: the framework's rows
+    as plain data (Row.to_dict: what a scenario's Claim.judge reads). variants: the scenario's, so
     that a figure the judge missed is not called a variant that did not run."""
     ranks = world_size(by_variant, params)
     if claim.communicates and ranks is not None and ranks < 2:
@@ -64,7 +84,7 @@ def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: st
         v = claim.judge(by_variant, fw, params)
     except KeyError as e:  # a variant (or a figure) the claim needs is not there for this framework
         missing = e.args[0] if e.args else ""
-        out: dict[str, Any] = {"verdict": "inconclusive", "numbers": {},
+        out: Judged = {"verdict": "inconclusive", "numbers": {},
                                "evidence": (f"{e} was not measured" if variants is not None and missing not in variants
                                             else f"variant {e} did not run")}
         if claim.gpu_only and on_cpu:
@@ -88,7 +108,7 @@ def judge_with_noise(claim: Claim, by_variant: dict[str, dict[str, Any]], fw: st
     return out
 
 
-def world_size(by_variant: dict[str, dict[str, Any]], params: Params) -> int | None:
+def world_size(by_variant: dict[str, Json], params: Params) -> int | None:
     """The ranks the rows ran on (a rank row records its group's size), else the params' world size;
     None for a scenario without ranks."""
     for row in by_variant.values():
@@ -97,7 +117,7 @@ def world_size(by_variant: dict[str, dict[str, Any]], params: Params) -> int | N
     return int(params["world_size"]) if "world_size" in params else None
 
 
-def _resampled(by_variant: dict[str, dict[str, Any]], draws: int) -> list[dict[str, dict[str, Any]]] | None:
+def _resampled(by_variant: dict[str, Json], draws: int) -> list[dict[str, Json]] | None:
     """draws copies of the rows, each clock's median replaced by a hierarchical bootstrap draw; None
     where the rows keep no samples."""
     meds: dict[tuple[str, str], np.ndarray] = {}
@@ -124,7 +144,7 @@ def _resampled(by_variant: dict[str, dict[str, Any]], draws: int) -> list[dict[s
     return out
 
 
-def cross_check(scn: Scenario, params: Params, samples: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+def cross_check(scn: Scenario, params: Params, samples: list[tuple[str, Arrays]]) -> CrossCheck | None:
     """Where timed outputs were checked against each framework's own baseline (the reference being
     too costly at this size), compare the baselines' output samples across frameworks:
     samples = [(framework, {output: strided sample})]."""
@@ -136,5 +156,5 @@ def cross_check(scn: Scenario, params: Params, samples: list[tuple[str, dict[str
             m = compare_key(scn, params, key, b.get(key, np.array([])), va, widen=2.0, variant=scn.baseline.name)
             if m is not None:
                 problems.append(f"{fa} vs {fb}: {m.describe()}")
-    return {"frameworks": [f for f, _ in samples], "status": "agree" if not problems else "disagree",
-            "elements": int(sum(np.asarray(v).size for v in a.values())), "problems": problems}
+    return CrossCheck(frameworks=[f for f, _ in samples], status="agree" if not problems else "disagree",
+                      elements=int(sum(np.asarray(v).size for v in a.values())), problems=problems)

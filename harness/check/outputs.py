@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from harness.check.equivalence import bit_exact, compare_outputs, relative_error
+from harness.workers.point_cache import Verdict
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
 SAME_BYTES_SLICE = 1 << 20
@@ -74,7 +75,7 @@ class OutputCheck:
         scn, params, v, want, cache = self.scn, self.params, self.v, self.want, self.cache
         metrics = is_first and scn.output_metrics is not None and self.want_is_reference and not v.hazard
 
-        def usable(known: dict[str, Any] | None) -> bool:
+        def usable(known: Verdict | None) -> bool:
             return known is not None and (not metrics or "metrics" in known)
 
         known = cache.recall(scn, params, v.name, dev) if self.want_is_reference else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scenarios.spec import Scenario
+from scenarios.spec import Params, Scenario
 
 
 @dataclass
@@ -72,7 +72,7 @@ def domains(scn: Scenario) -> dict[str, Domain]:
     return out
 
 
-def refuse(scn: Scenario, params: dict[str, Any]) -> str | None:
+def refuse(scn: Scenario, params: Params) -> str | None:
     """The one-line reason params do not fit scn, or None."""
     ds = domains(scn)
     missing = [k for k in ds if k not in params]

@@ -12,7 +12,7 @@ host the speed drifts at the scale of minutes, not only between processes.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.measure.timing import TimingConfig, measure
 
@@ -31,7 +31,18 @@ def python_loop_s(repeats: int = 5) -> float:
     return best
 
 
-def calibrate(backend: Any) -> dict[str, float]:
+class Calibration(TypedDict, total=False):
+    """One worker process's calibration (calibrate; the runner's, where the process did not answer: error), kept
+    per framework in the environment's machine["calibration"]: seconds of a tiny device op and of the host's
+    Python loop, and when, wall-clock seconds."""
+
+    tiny_op_s: float
+    python_loop_s: float
+    at: float
+    error: str
+
+
+def calibrate(backend: Any) -> Calibration:
     """Inside a worker: the loaded backend's tiny-op cost and the Python loop, in seconds."""
     m = measure(backend.tiny_op(), backend, TINY)
     return {"tiny_op_s": m.device_done.median, "python_loop_s": python_loop_s(), "at": time.time()}

@@ -22,9 +22,9 @@ the warm runs count for no run. Nothing here imports a framework.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypedDict
 
-from harness.backends.base import Unavailable
+from harness.backends.base import ChromeTrace, Unavailable
 from harness.measure.timeline import rehearsed
 
 MARK = "triptych kernel clock "  # + the run's index: the host range around one traced run
@@ -41,13 +41,20 @@ class NoKernelClock(Exception):
     """No kernel clock for this row; str(self) is the one-line reason."""
 
 
+class Reading(TypedDict, total=False):
+    """A kernel clock read by traced runs: seconds per call, one per run, and the tool; or why none."""
+
+    samples: list[float]
+    source: str
+    why: str
+
 def span_s(intervals: Iterable[tuple[float, float]]) -> float:
     """From the first start to the last end of [start, end) intervals; 0 for none."""
     got = list(intervals)
     return max(b for _, b in got) - min(a for a, _ in got) if got else 0.0
 
 
-def device_intervals(trace: dict[str, Any]) -> list[tuple[float, float]]:
+def device_intervals(trace: ChromeTrace) -> list[tuple[float, float]]:
     """The device's work in a Chrome trace, [start, end) in the trace's microseconds: Kineto's kernels,
     copies and memsets (torch.profiler); jax.profiler's events on a '/device:GPU' process's 'Stream'
     threads; without a GPU, XLA's ops on the CPU client's threads (what XLA:CPU runs as the device)."""
@@ -66,7 +73,7 @@ def device_intervals(trace: dict[str, Any]) -> list[tuple[float, float]]:
     return [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in spans]
 
 
-def windows(trace: dict[str, Any], repeats: int) -> list[tuple[float, float]]:
+def windows(trace: ChromeTrace, repeats: int) -> list[tuple[float, float]]:
     """The host ranges MARK + 0 .. MARK + (repeats - 1), [start, end) in the trace's microseconds."""
     found: dict[int, tuple[float, float]] = {}
     for e in trace.get("traceEvents", []) if isinstance(trace, dict) else []:
@@ -80,7 +87,7 @@ def windows(trace: dict[str, Any], repeats: int) -> list[tuple[float, float]]:
     return [found[i] for i in range(repeats)]
 
 
-def per_run_s(trace: dict[str, Any], repeats: int, calls: int = 1) -> list[float]:
+def per_run_s(trace: ChromeTrace, repeats: int, calls: int = 1) -> list[float]:
     """Each traced run's device time per call, in seconds: the span of the device intervals that start inside
     its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one
     rank to nothing), where the trace saw the device's work elsewhere (a `before`'s); a trace with no device
@@ -97,7 +104,7 @@ def per_run_s(trace: dict[str, Any], repeats: int, calls: int = 1) -> list[float
     return [span_s(g) / 1e6 / calls for g in got]
 
 
-def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) -> dict[str, Any]:
+def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) -> Reading:
     """The kernel clock of a zero-argument call (selfcheck's fixed kernels), traced as measure() traces a
     variant: {"samples", "source"} or {"why"}; never raises."""
     def run() -> None:
@@ -114,7 +121,7 @@ def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) ->
 
 
 def measure(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any, calls: int = 1,
-            repeats: int = REPEATS) -> dict[str, Any]:
+            repeats: int = REPEATS) -> Reading:
     """The kernel clock of one variant in this process: {"samples": [seconds per call, one per traced run],
     "source": the tool} or {"why": ...}; never raises (a missing clock is said, never a lost row). Runs on
     fresh state (timeline.rehearsed), each traced run as a timed sample is: `before` (the impl's poison,

@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# Free-form by nature: facts about the host or its GPU (python, platform, cpus, git, nvidia-smi's fields, ...);
+# the result keeps them as the environment's host (model.Environment.host), whose keys are the facts' names
+Facts = dict[str, Any]
+
 import hypothesis
 import numpy as np
 
@@ -22,8 +26,8 @@ GPU_QUERY = "name,driver_version"
 GPU_STATE = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu,pstate"
 
 
-def host_env() -> dict[str, Any]:
-    env: dict[str, Any] = {
+def host_env() -> Facts:
+    env: Facts = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -58,13 +62,13 @@ def thp_mode() -> str | None:
     return text[text.index("[") + 1:text.index("]")] if "[" in text else text.strip()
 
 
-def gpu_query() -> dict[str, Any]:
+def gpu_query() -> Facts:
     """nvidia-smi's view of the first GPU now: name, driver, and its state (clocks in MHz, power in W,
     temperature in C, performance state); {} without nvidia-smi."""
     base = _smi(GPU_QUERY)
     if base is None:
         return {}
-    out: dict[str, Any] = {"nvidia_smi_gpu": base["name"], "driver": base["driver_version"]}
+    out: Facts = {"nvidia_smi_gpu": base["name"], "driver": base["driver_version"]}
     state = _smi(GPU_STATE)
     if state is not None:
         out["gpu_state"] = state

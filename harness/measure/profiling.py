@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.backends.base import ProfilerOutput
 from harness.results.files import write_files
 from harness.measure.timeline import rehearsed
 
@@ -29,13 +30,13 @@ def row_name(scenario: str, framework: str, variant: str, label: str = "") -> st
 
 
 def profile_variant(b: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any, name: str,
-                    keep: bool = True) -> dict[str, Any]:
+                    keep: bool = True) -> ProfilerOutput:
     """Run one variant twice on fresh state, untimed, as a traced timeline run does (harness/measure/timeline.py):
     once to warm up (JAX may have dropped its compiled code), once under b's profiler inside the range
     "<name> profiled". {"tool", "files": {suffix: bytes}} or {"tool", "why"}; never raises (a trace is a
     picture of the run, never a reason to lose its row). keep=False (a rank other than 0, whose row the
     group's merge drops): run it with every rank, but send no trace back."""
-    got: dict[str, Any] = {"tool": ""}
+    got: ProfilerOutput = {"tool": ""}
     state = out = None
     try:
         state = rehearsed(b, impl, call, inputs, params)

@@ -23,9 +23,17 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from harness.backends.base import ChromeTrace, TracedSpans
 from harness.results.files import write_files
+
+if TYPE_CHECKING:  # annotations only: matplotlib is imported where a picture is drawn (it is slow to import)
+    from matplotlib.axes import Axes
+
+# Free-form by nature: one Chrome trace event ({"ph", "pid", "name", "ts", ...}), the trace format's keys
+TraceEvent = dict[str, Any]
+Panel = tuple[str, TracedSpans]  # a drawn row's title and its traced call
 
 MAX_SPANS = 4000  # per traced run; a longer trace is cut (and says so)
 
@@ -53,7 +61,7 @@ def span(lane: str, op: str) -> contextlib.AbstractContextManager[Any]:
     return _NULL if _active is None else _Span(lane, op)
 
 
-def trace_variant(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any) -> dict[str, Any]:
+def trace_variant(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any) -> TracedSpans:
     """Run one variant twice on fresh state, untimed: once to warm up (JAX may have dropped its compiled
     code), once traced. Returns {"clock", "spans": [[lane, op, t0_s, t1_s]], "why"}; never raises."""
     global _active
@@ -106,7 +114,7 @@ def _kind(op: str) -> str:
     return re.sub(r"[.\d]+$", "", words[0])[:24] if words else "?"
 
 
-def _panels(entry: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _panels(entry: dict[str, Any]) -> list[Panel]:
     out = []
     for row in entry.get("rows", []):
         tl = row.get("timeline")
@@ -116,9 +124,9 @@ def _panels(entry: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def chrome_trace(scenario: str, panels: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def chrome_trace(scenario: str, panels: list[Panel]) -> ChromeTrace:
     """Processes = framework · variant, threads = lanes (streams); times in microseconds."""
-    events: list[dict[str, Any]] = []
+    events: list[TraceEvent] = []
     for pid, (title, tl) in enumerate(panels, start=1):
         events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": title}})
         events.append({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
@@ -135,7 +143,7 @@ def chrome_trace(scenario: str, panels: list[tuple[str, dict[str, Any]]]) -> dic
             "otherData": {"scenario": scenario, "clocks": clocks, "notes": whys}}
 
 
-def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path | io.BytesIO) -> None:
+def render_png(scenario: str, panels: list[Panel], path: Path | io.BytesIO) -> None:
     """A panel per framework x variant, a lane per stream, one shared time axis (ms); its labels drawn as
     written (no mathtext: a '$' in an op's name is a dollar sign)."""
     import matplotlib  # heavy (~0.5 s): only a run with timelines draws them
@@ -144,7 +152,7 @@ def render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Pa
         _render_png(scenario, panels, path)
 
 
-def _render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: Path | io.BytesIO) -> None:
+def _render_png(scenario: str, panels: list[Panel], path: Path | io.BytesIO) -> None:
     from matplotlib import colormaps
     from matplotlib.figure import Figure  # no pyplot: no global backend state
     from matplotlib.patches import Patch
@@ -152,14 +160,14 @@ def _render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: P
     heights = [max(1, len(tl.get("lanes") or [])) for _, tl in panels]
     fig = Figure(figsize=(12, 1.2 + sum(0.32 * h + 0.75 for h in heights)), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=[h + 1.6 for h in heights])[:, 0]
-    first: dict[str, Any] = {}  # one time axis per framework: its variants compare at a glance
+    first: dict[str, Axes] = {}  # one time axis per framework: its variants compare at a glance
     for ax, (title, tl) in zip(axes, panels):
         if tl["spans"]:
             fw = title.split(" · ")[0]
             if fw in first:
                 ax.sharex(first[fw])
             first.setdefault(fw, ax)
-    kinds: dict[str, Any] = {}  # operation kind (the op's leading word) -> colour, shared by all panels
+    kinds: dict[str, tuple[float, ...]] = {}  # operation kind (the op's leading word) -> colour, shared by all panels
     palette = list(colormaps["tab10"].colors) + list(colormaps["Set2"].colors)
     for ax, (title, tl), h in zip(axes, panels, heights):
         lanes = tl.get("lanes") or []
@@ -188,7 +196,7 @@ def _render_png(scenario: str, panels: list[tuple[str, dict[str, Any]]], path: P
     fig.savefig(path, dpi=110, format="png")
 
 
-def plan_timelines(doc: dict[str, Any], stem: str) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+def plan_timelines(doc: dict[str, Any], stem: str) -> list[tuple[str, list[Panel]]]:
     """Reference each scenario's timeline files (paths relative to the result's folder, in stem/) as
     entry["timelines"], before the result is written; returns (scenario, panels) to draw after it."""
     todo = []

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -28,42 +28,7 @@ import numpy as np
 from harness.backends.base import Backend, wall
 from harness.measure.metrics import collecting
 from harness.measure.noise import median_rel_halfwidth
-
-
-@dataclass(frozen=True)
-class Stats:
-    median: float
-    q1: float
-    q3: float
-    mean: float
-    min: float
-    max: float
-    n: int
-
-    @property
-    def iqr(self) -> float:
-        return self.q3 - self.q1
-
-    @property
-    def rel_iqr(self) -> float:
-        return self.iqr / self.median if self.median > 0 else float("inf")
-
-    @classmethod
-    def of(cls, samples: list[float] | np.ndarray) -> "Stats":
-        a = np.asarray(samples, dtype=np.float64)
-        if a.size == 0:
-            raise ValueError("no samples")
-        q1, med, q3 = np.percentile(a, [25, 50, 75])
-        return cls(float(med), float(q1), float(q3), float(a.mean()), float(a.min()), float(a.max()), int(a.size))
-
-    def to_dict(self) -> dict[str, float]:
-        d = asdict(self)
-        d["iqr"] = self.iqr
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Stats":
-        return cls(**{k: d[k] for k in ("median", "q1", "q3", "mean", "min", "max", "n")})
+from harness.results.model import Json, Stats, Timing
 
 
 @dataclass(frozen=True)
@@ -105,7 +70,7 @@ class TimingConfig:
             raise ValueError(f"bad timing config {self}")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TimingConfig":
+    def from_dict(cls, d: Json) -> "TimingConfig":
         """The inverse of dataclasses.asdict (a request carries it so: harness/workers/protocol.py)."""
         return cls(**(d | {"plan": tuple((str(v), int(n)) for v, n in d.get("plan", ()))}))
 
@@ -151,57 +116,6 @@ def preset(size: str) -> TimingConfig:
 SELFCHECK = TimingConfig(warmup=2, min_repeats=20, max_repeats=1000, min_time_s=1.0, warmup_s=0.5)
 
 
-@dataclass
-class Measurement:
-    first_call_s: float
-    host_return: Stats
-    device_done: Stats
-    device_events: Stats | None
-    metrics: dict[str, float] = field(default_factory=dict)  # medians of what the impl emitted
-    checked_repeats: int = 0
-    wrong_repeats: int = 0
-    worst: str = ""  # the first wrong repeat's description
-    # Every repeat's seconds per clock, in order: what a regression run's confidence interval needs.
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    stopped: str = ""  # TimingConfig.stop's reason
-    noise: float = float("inf")  # device_done median's relative half-width when it stopped
-    # Where measure()'s wall time went: timed_s inside the timed repeats (every call, start to synchronized
-    # end), loop_s the whole of measure() (first call, warm-up, poisoning, checks), check_s the checks alone.
-    timed_s: float = 0.0
-    loop_s: float = 0.0
-    check_s: float = 0.0
-    repeats_s: float = 0.0  # the repeat loop but its first check (what one more repeat costs: repeats_s / n)
-    # The rest of loop_s, split: warm_s before the repeat loop (the first call and the warm-up calls, each
-    # with its `before` and synchronize, and the rank group's agreement when to end the warm-up), before_s
-    # in `before` between the repeats (poisoning, refreshing state: part of repeats_s), agree_s agreeing
-    # with the rank group after each repeat (not part of repeats_s).
-    warm_s: float = 0.0
-    before_s: float = 0.0
-    agree_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "first_call_s": self.first_call_s,
-            "host_return": self.host_return.to_dict(),
-            "device_done": self.device_done.to_dict(),
-            "device_events": self.device_events.to_dict() if self.device_events else None,
-            "metrics": self.metrics,
-            "checked_repeats": self.checked_repeats,
-            "wrong_repeats": self.wrong_repeats,
-            "worst": self.worst,
-            "samples": self.samples,
-            "stopped": self.stopped,
-            "noise": self.noise if math.isfinite(self.noise) else None,
-            "timed_s": self.timed_s,
-            "loop_s": self.loop_s,
-            "check_s": self.check_s,
-            "repeats_s": self.repeats_s,
-            "warm_s": self.warm_s,
-            "before_s": self.before_s,
-            "agree_s": self.agree_s,
-        }
-
-
 Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
 
 
@@ -239,7 +153,7 @@ def measure(
     agree: Callable[[str | None], str | None] | None = None,
     calls: int = 1,
     name: str = "",
-) -> Measurement:
+) -> Timing:
     """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
 
     ``before`` runs untimed before every call (poisoning preallocated outputs, refreshing state).
@@ -252,6 +166,15 @@ def measure(
     every clock of a repeat is per call.
     ``name``: the row's name; its warm-up and its repeats become the ranges "<name> warm-up" and
     "<name> repeats" (unnamed: no range).
+    The answer is the row's timing as one process measured it (model.Timing): each clock's Stats and its
+    samples, the emitted metrics' medians, the checks' counts, why it stopped and how noisy its device_done
+    median was then (None: no finite figure), and where measure()'s wall time went: timed_s inside the timed
+    repeats (every call, start to synchronized end), loop_s the whole of measure() (first call, warm-up,
+    poisoning, checks), check_s the checks alone, repeats_s the repeat loop but its first check (what one more
+    repeat costs: repeats_s / n), and the rest of loop_s split: warm_s before the repeat loop (the first call
+    and the warm-up calls, each with its `before` and synchronize, and the rank group's agreement when to end
+    the warm-up), before_s in `before` between the repeats (poisoning, refreshing state: part of repeats_s),
+    agree_s agreeing with the rank group after each repeat (not part of repeats_s).
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
@@ -282,7 +205,7 @@ def _range(backend: Backend, name: str, part: str) -> Any:
 
 def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
             check: Callable[[Any], str | None] | None, check_every: bool, first: float,
-            agree: Callable[[str | None], str | None] | None, calls: int = 1) -> Measurement:
+            agree: Callable[[str | None], str | None] | None, calls: int = 1) -> Timing:
     timer = backend.event_timer()
     host: list[float] = []
     done: list[float] = []
@@ -335,7 +258,8 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         del out
         if stopped:
             break
-    return Measurement(
+    noise = median_rel_halfwidth(done)
+    return Timing(
         first_call_s=first,
         host_return=Stats.of(host),
         device_done=Stats.of(done),
@@ -346,7 +270,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         worst=worst,
         samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
         stopped=stopped,
-        noise=median_rel_halfwidth(done),
+        noise=noise if math.isfinite(noise) else None,
         timed_s=done_total,
         check_s=check_s,
         repeats_s=wall() - t_loop - t_agree - first_check_s,

@@ -19,8 +19,11 @@ writes its own keys, then any field set since.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
+
+import numpy as np
 
 Json = dict[str, Any]
 
@@ -110,8 +113,9 @@ def _keys() -> Any:
 
 @dataclass(eq=False, kw_only=True)
 class Stats(_Record):
-    """One clock's figures over a row's repeats (harness/measure/timing.py Stats.to_dict): the median (of the
-    processes' medians, once merged), the pooled repeats' quartiles, mean, extremes and count."""
+    """One clock's figures over a row's repeats (Stats.of, harness/measure/timing.py measure): the median (of the
+    processes' medians, once merged), the pooled repeats' quartiles, mean, extremes, count and IQR. A file from
+    before a figure was kept lacks it (None)."""
 
     median: float
     q1: float | None = None
@@ -128,6 +132,21 @@ class Stats(_Record):
     def spread(self) -> float:
         """The IQR over the median; 0 where there is nothing to compare."""
         return (self.iqr or 0.0) / self.median if self.median else 0.0
+
+    @property
+    def rel_iqr(self) -> float:
+        """The IQR over the median; infinite where the median is not positive (harness/run/selfcheck.py)."""
+        return (self.iqr or 0.0) / self.median if self.median > 0 else math.inf
+
+    @classmethod
+    def of(cls, samples: list[float] | np.ndarray) -> "Stats":
+        """The figures of one clock's samples (numpy's linear percentiles)."""
+        a = np.asarray(samples, dtype=np.float64)
+        if a.size == 0:
+            raise ValueError("no samples")
+        q1, med, q3 = (float(x) for x in np.percentile(a, [25, 50, 75]))
+        return cls(median=med, q1=q1, q3=q3, mean=float(a.mean()), min=float(a.min()), max=float(a.max()),
+                   n=int(a.size), iqr=q3 - q1)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -179,15 +198,16 @@ def _per_process(procs: list[Any], clock: str, get: Any) -> list[int] | None:
     return [int(get(p, key)) for p in procs]
 
 
-# Where a row's time went besides its timed repeats (Timing fields, harness/measure/timing.py Measurement),
+# Where a row's time went besides its timed repeats (Timing fields, harness/measure/timing.py measure),
 # summed into a timing phase (harness/workers/processes.py phase)
 ROW_PARTS = ("warm_s", "before_s", "check_s", "agree_s")
 
 
 @dataclass(eq=False, kw_only=True)
 class Timing(_Record):
-    """A row's timing. From one worker process (handlers.time_point): that process's stop reason and
-    noise (a number) and its per-process fields (host_loop_s, ...) at this level; once merged
+    """A row's timing. From one worker process (harness/measure/timing.py measure builds it, handlers.time_point
+    adds the kernel clock and the process's fields): that process's stop reason and noise (a number or None)
+    and its per-process fields (host_loop_s, ...) at this level; once merged
     (processes.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
 
     first_call_s: float | None = None

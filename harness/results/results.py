@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from harness.results import files
-from harness.results.model import Result, counts_of
+from harness.results.model import Json, Result, counts_of
 from harness.results.schema_check import Checker, SchemaError
 
 SCHEMA = "triptych.result/2"
@@ -69,7 +69,7 @@ def gpu_slug(gpu: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", gpu or "cpu").strip("-").lower() or "cpu"
 
 
-def result_name(doc: dict[str, Any]) -> str:
+def result_name(doc: Result | Json) -> str:
     if isinstance(doc, Result):
         doc = doc.to_dict()
     slug = gpu_slug(doc.get("environment", {}).get("gpu"))
@@ -90,7 +90,7 @@ def unused_name(folder: Path, base: str, with_folder: bool = False) -> str:
     return path.name
 
 
-def claim_name(folder: Path, doc: dict[str, Any]) -> str:
+def claim_name(folder: Path, doc: Result | Json) -> str:
     """Claim the result's name in folder for this run alone: its pictures' folder (stem/, os.mkdir) and
     an empty placeholder file (O_CREAT|O_EXCL), both atomic, so that two runs writing into one folder
     at the same moment never share or replace each other's files. write_atomic(..., claimed=True)
@@ -128,7 +128,7 @@ def release_folder(folder: Path, name: str) -> None:
         os.rmdir(Path(folder) / Path(name).stem)
 
 
-def as_written(doc: dict[str, Any]) -> dict[str, Any]:
+def as_written(doc: Result | Json) -> Json:
     """doc as a reader of its file gets it back (numpy scalars, tuples and infinities as JSON has them),
     without the schema check: what `compare` renders its report from."""
     if isinstance(doc, Result):
@@ -136,7 +136,7 @@ def as_written(doc: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(_jsonable(doc), allow_nan=False))
 
 
-def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, claimed: bool = False) -> Path:
+def write_atomic(doc: Result | Json, folder: Path, name: str | None = None, claimed: bool = False) -> Path:
     """Write doc as JSON into folder under a new name; never replaces an existing file, except the
     placeholder of a name this run claimed (claim_name; claimed=True)."""
     data = _encode(doc)
@@ -150,7 +150,7 @@ def write_atomic(doc: dict[str, Any], folder: Path, name: str | None = None, cla
             continue
 
 
-def _encode(doc: dict[str, Any] | Result, default: Callable[[Any], Any] | None = None) -> bytes:
+def _encode(doc: Result | Json, default: Callable[[Any], Any] | None = None) -> bytes:
     if isinstance(doc, Result):
         doc = doc.to_dict()
     return (json.dumps(_jsonable(doc), indent=1, sort_keys=False, allow_nan=False, default=default) + "\n").encode()
@@ -162,13 +162,13 @@ def _unwritten(x: Any) -> Any:
     raise TypeError(f"{type(x).__name__} in a result document")
 
 
-def checkpoint_name(doc: dict[str, Any]) -> str:
+def checkpoint_name(doc: Result | Json) -> str:
     """The name of a running compare's checkpoint (its result's stem, this process, .partial.json): one run's
     alone, and not a result name, so that nothing reads it as a finished run (harness/report/docs.py)."""
     return f"{Path(result_name(doc)).stem}.pid{os.getpid()}.partial.json"
 
 
-def write_checkpoint(doc: dict[str, Any], folder: Path) -> Path:
+def write_checkpoint(doc: Result | Json, folder: Path) -> Path:
     """doc, the run so far, into folder under checkpoint_name, replacing the last checkpoint atomically."""
     Path(folder).mkdir(parents=True, exist_ok=True)
     return files.write_files(folder, {checkpoint_name(doc): _encode(doc, default=_unwritten)})[0]
@@ -182,7 +182,7 @@ def _is_placeholder(path: Path) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
-def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool = False) -> tuple[Path, str | None]:
+def write_or_rescue(doc: Result | Json, folder: Path, name: str, claimed: bool = False) -> tuple[Path, str | None]:
     """(where the result went, None) or, when folder cannot take it (full disk, turned read-only, a file
     size limit), (the rescue copy, the one-line reason naming where it went): measurements that were made
     are never thrown away while some place can hold them. The last place is the smallest form: the
@@ -204,7 +204,8 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool 
         except OSError as e:
             tried.append(f"{rescue}: {e.strerror or e}")
 
-    packed = gzip.compress(json.dumps(_jsonable(doc), separators=(",", ":"), allow_nan=False).encode(), mtime=0)
+    plain = doc.to_dict() if isinstance(doc, Result) else doc
+    packed = gzip.compress(json.dumps(_jsonable(plain), separators=(",", ":"), allow_nan=False).encode(), mtime=0)
     for place in (Path(folder), *files.rescue_folders()):
         try:
             place.mkdir(parents=True, exist_ok=True)
@@ -217,7 +218,7 @@ def write_or_rescue(doc: dict[str, Any], folder: Path, name: str, claimed: bool 
                          f"compressed ({len(packed)} bytes)")
 
 
-def refused(doc: dict[str, Any] | Result) -> str | None:
+def refused(doc: Result | Json) -> str | None:
     """Why `read` would refuse doc once written (one line), or None: a writer checks what it wrote with
     the readers' own check, so that a run never passes with a file that report and regress refuse."""
     try:
@@ -233,7 +234,7 @@ MAX_DEPTH = 32  # a result nests about ten deep
 MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path) -> Json:
     """read(path) as the plain document: the view of the report, regress and docs, which still read
     it by key."""
     return read(path).to_dict()
@@ -299,7 +300,7 @@ def _float(text: str) -> float:
     return x
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> Json:  # a JSON object as read: free-form
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -366,7 +367,7 @@ def validate(doc: Any, where: str = "result") -> None:
                 raise ResultError(f"{where}: scenarios.{name}.claims[{i}].point: {c['point']} names a point of {points}")
 
 
-def _check_samples(t: dict[str, Any], at: str) -> None:
+def _check_samples(t: Json, at: str) -> None:  # a timing as its file has it, not yet trusted
     for clock, v in (t.get("samples") or {}).items():
         counts = counts_of(t, clock)
         if clock != "device_events" and isinstance(t.get(clock), dict) and len(v) != t[clock]["n"]:

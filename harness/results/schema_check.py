@@ -12,6 +12,9 @@ import datetime as _dt
 import re
 from typing import Any
 
+# Free-form by nature: a JSON Schema node ({"type", "properties", "$ref", ...}), the JSON Schema vocabulary's keys
+Schema = dict[str, Any]
+
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
 _KNOWN = {"$schema", "$id", "$defs", "title", "description", "type", "const", "enum", "required", "properties",
           "additionalProperties", "propertyNames", "items", "maxItems", "minimum", "maximum", "minLength", "maxLength",
@@ -52,7 +55,7 @@ def _short(x: Any) -> str:
 
 
 class Checker:
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: Schema) -> None:
         self.root = schema
         self.patterns: dict[str, re.Pattern[str]] = {}
         self.known: set[int] = set()  # ids of the schema's nodes already vetted (they live as long as root)
@@ -60,18 +63,18 @@ class Checker:
     def check(self, x: Any) -> None:
         self._check(x, self.root, [])
 
-    def _resolve(self, ref: str) -> dict[str, Any]:
+    def _resolve(self, ref: str) -> Schema:
         assert ref.startswith("#/$defs/"), ref
         return self.root["$defs"][ref[len("#/$defs/"):]]
 
-    def ok(self, x: Any, s: dict[str, Any], path: list[Any]) -> bool:
+    def ok(self, x: Any, s: Schema, path: list[Any]) -> bool:
         try:
             self._check(x, s, path)
         except SchemaError:
             return False
         return True
 
-    def _check(self, x: Any, s: dict[str, Any], path: list[Any]) -> None:  # noqa: C901 - one keyword a branch
+    def _check(self, x: Any, s: Schema, path: list[Any]) -> None:  # noqa: C901 - one keyword a branch
         if id(s) not in self.known:  # each schema node is looked at once; where() only for an error
             unknown = set(s) - _KNOWN
             if unknown:

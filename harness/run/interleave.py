@@ -46,11 +46,12 @@ import numpy as np
 from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
-from harness.workers.worker import ProcessWorker, WorkerError, WorkerLost
+from harness.workers.protocol import Answer, Hello
+from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
 from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, _clock, judge_pairs
-from harness.results.model import Row
+from harness.results.model import Json, Row
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
 from harness.run.stops import Stopped
@@ -283,11 +284,11 @@ class Pair:
 
     k: int
     sides: list[Side]  # in running order
-    processes: list[dict[str, Any]]  # {framework: worker}, one per side, in running order
+    processes: list[dict[str, Handle]]  # {framework: worker}, one per side, in running order
     groups: SideGroups
 
 
-Answers = dict[tuple[str, int, str], list[list[dict[str, Any]]]]  # (scenario, point, fw) -> per side, per pair
+Answers = dict[tuple[str, int, str], list[list[Answer]]]  # (scenario, point, fw) -> per side, per pair
 
 
 @dataclass
@@ -306,7 +307,7 @@ class Schedule:
     groups_down: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None
-                    ) -> tuple[list[Pair], dict[str, dict[str, Any]]]:
+                    ) -> tuple[list[Pair], dict[str, dict[str, Hello]]]:
         """Pairs ks, every worker (of frameworks, default all) started side by side, and rank groups ready
         to start at the first rank scenario (of ranked, default frameworks); {side name: {framework: its
         hello}} where a framework is available only if every one of its workers started."""
@@ -319,7 +320,7 @@ class Schedule:
             pairs.append(Pair(k, sides, procs, SideGroups(sides, ranked, self.world_size, self.timeout_s)))
         work = [(p.sides[j].name, fw, w) for p in pairs for j, proc in enumerate(p.processes) for fw, w in proc.items()]
 
-        def hello(w: Any) -> dict[str, Any]:
+        def hello(w: Any) -> Hello:
             try:
                 return w.request("hello", timeout=max(self.timeout_s, STARTUP_TIMEOUT_S))
             except (WorkerError, WorkerLost) as e:
@@ -332,13 +333,13 @@ class Schedule:
         except BaseException:  # a stop while they start: none is left running without its parent's say
             self.close(pairs, 1.0)
             raise
-        env: dict[str, dict[str, Any]] = {s.name: {} for s in self.sides}
+        env: dict[str, dict[str, Hello]] = {s.name: {} for s in self.sides}
         for (name, fw, _), info in zip(work, infos):
             if fw not in env[name] or (env[name][fw]["available"] and not info["available"]):
                 env[name][fw] = info
         return pairs, env
 
-    def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[dict[str, Any]]],
+    def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[Params]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False,
                     subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: ()
@@ -452,7 +453,7 @@ def needed(open_points: dict[tuple[str, int], set[str]], rank_scenarios: set[str
     return at(False), at(True)
 
 
-def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
+def planned(cfg: Any, per_side: list[list[Answer]]) -> Any:
     """The timing config of a pair after the first processes.PLAN_AFTER at a point: per variant the repeats
     Kalibera and Jones' rule gives (harness/workers/processes.py plan), the larger of the two sides'. Each
     side's plan comes from its own processes alone (pooled, their variance between processes would hold
@@ -461,12 +462,6 @@ def planned(cfg: Any, per_side: list[list[dict[str, Any]]]) -> Any:
     plans = [dict(processes.plan(answers, cfg).plan) for answers in per_side]
     common = sorted(set(plans[0]) & set(plans[1]))
     return replace(cfg, plan=tuple((v, max(plans[0][v], plans[1][v])) for v in common)) if common else cfg
-
-
-def merge_side(answers: list[dict[str, Any]]) -> Any:
-    """One side's answers of a (scenario, point, framework) as processes.merge pools them, its rows as dicts."""
-    merged = processes.merge(answers)
-    return merged if isinstance(merged, dict) else ([r.to_dict() for r in merged[0]], merged[1])
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -529,11 +524,11 @@ class InterleavedRun:
         self.points = {s.name: s.points(plan.size, schedule.world_size) for s in self.scns}
         self.cfg = plan.cfg or preset(plan.size)
         self.answers: Answers = {}
-        self.machine: list[dict[str, Any]] = [{}, {}]
+        self.machine: list[Json] = [{}, {}]  # per side, model.Environment.machine (free-form)
         self.short: list[tuple[str, int]] = []  # points that the budget left with fewer than plan.pairs pairs
         self.left: list[tuple[str, int]] = []  # points that the budget (or a stop) left untimed
         self.stopped_by: str | None = None  # the signal that stopped the timing
-        self.env: dict[str, dict[str, Any]] | None = None
+        self.env: dict[str, dict[str, Hello]] | None = None
         self.running: list[str] = []
         self.subsets = False
         self.not_timed: dict[tuple[str, int, str], str] = {}
@@ -843,8 +838,8 @@ def _variant(merged: Any, variant: str) -> Row:
                 Row(scenario=None, framework="", variant=variant, status="error", reason="no such row"))
 
 
-def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]]], answers: Answers,
-              fw_env: dict[str, Any], machine: dict[str, Any], plan: Plan, started: Any, j: int,
+def _document(side: Side, scns: list[Any], points: dict[str, list[Params]], answers: Answers,
+              fw_env: dict[str, Hello], machine: Json, plan: Plan, started: Any, j: int,
               not_timed: dict[tuple[str, int, str], str] | None = None,
               not_run: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The side's processes as a result document (harness/run/runner.py's shape, without equivalence);
@@ -855,27 +850,31 @@ def _document(side: Side, scns: list[Any], points: dict[str, list[dict[str, Any]
     fws = list(fw_env)
     not_timed = not_timed or {}
     for scn in scns:
-        rows: list[dict[str, Any]] = []
+        rows: list[Row] = []
         for i, params in enumerate(points[scn.name]):
             for fw in fws:
                 a = answers.get((scn.name, i, fw), [[], []])[j]
                 cut = not_timed.get((scn.name, i, fw))
-                merged = merge_side(a) if a else {"status": "skipped", "reason": cut} if cut else {
+                merged = processes.merge(a) if a else {"status": "skipped", "reason": cut} if cut else {
                     "status": fw_env[fw].get("status", "skipped"), "reason": fw_env[fw].get("why", "not timed")}
                 base = {"scenario": scn.name, "framework": fw}
-                if isinstance(merged, dict):
-                    rows.extend(base | {"variant": v.name, "hazard": v.hazard} | merged for v in scn.variants)
+                if isinstance(merged, dict):  # a failure, every variant's: its keys as it said them, in that order
+                    rows.extend(Row.from_dict(base | {"variant": v.name, "hazard": v.hazard} | merged)
+                                for v in scn.variants)
                 else:
                     rows.extend(merged[0])
             for r in rows:
-                r.setdefault("point", i)
-                r.setdefault("label", params.get("label", ""))
-        out[scn.name] = {"timing_phase": processes.phase(rows, None),  # the side's own requests' round trips
+                if r.point is None:
+                    r.point = i
+                if r.label is None:
+                    r.label = params.get("label", "")
+        out[scn.name] = {"timing_phase": processes.phase(rows, None).to_dict(),  # the side's own requests' round trips
                          "title": scn.title, "concept": scn.concept, "metrics_doc": dict(scn.metrics_doc),
                          "variants": [{"name": v.name, "doc": v.doc, "hazard": v.hazard,
                                        "gpu_only": v.gpu_only if isinstance(v.gpu_only, bool) else list(v.gpu_only)}
                                       for v in scn.variants],
-                         "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": rows, "claims": [], "cross_framework": []}
+                         "points": [p | {"seed": plan.seed} for p in points[scn.name]], "rows": [r.to_dict() for r in rows],
+                         "claims": [], "cross_framework": []}
     opts = CompareOptions(scenarios=[s.name for s in scns], frameworks=fws, size=plan.size, examples=1, seed=plan.seed,
                           equivalence=False, argv=["python -m harness regress (interleaved)", side.name, side.label])
     doc = document(opts, started, fw_env, machine, out, not_run or [], not_placed("all"))

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from harness.measure import calibrate
+from harness.measure.calibrate import Calibration
 from harness.run import stops
 from harness.workers import cpus, point_cache, processes
 from harness.backends import backend_class, ceilings_framework
@@ -29,17 +30,18 @@ from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV, 
 from harness.run.equiv_phase import equivalence, examples
 from harness.check.judging import cross_check, judge_claims
 from harness.report.labels import NAMES
-from harness.measure.machine import host_env
-from harness.results.model import Row
+from harness.measure.machine import Facts, host_env
+from harness.results.model import Json, Phase, Row
 from harness.run.options import CompareOptions, UI
 from harness.run.parser import UsageError
 from harness.workers.ranks import Groups, Workers
 from harness.results.results import SCHEMA
 from harness.run.stops import Stopped
 from harness.measure.timing import preset
+from harness.workers.protocol import Hello
 from harness.workers.worker import WorkerError, WorkerLost, make_worker
 from scenarios import get as get_scenario
-from scenarios.spec import Scenario
+from scenarios.spec import Arrays, Params, Scenario
 from harness.workers.ranks import default_world_size
 from scenarios import ORDER
 
@@ -67,12 +69,12 @@ class Run:
                  checkpoint: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.opts, self.ui = opts, ui
         self.checkpoint = checkpoint  # called with the document so far after every scenario (run_compare)
-        self._host: dict[str, Any] | None = None  # host_env() for the checkpoints, asked at the first
+        self._host: Facts | None = None  # host_env() for the checkpoints, asked at the first
         self.processes: processes.Processes = []  # made in execute(); started by start()
         self.groups: Groups | None = None  # the rank groups, started by the first rank scenario
         self.available: list[str] = []  # the frameworks whose every timing process started
-        self.fw_env: dict[str, Any] = {}  # per framework: what its hello said (available, why, env, on_gpu)
-        self.machine: dict[str, Any] = {}  # the host's calibration and the GPU's ceilings
+        self.fw_env: dict[str, Hello] = {}  # per framework: what its hello said (available, why, env, on_gpu)
+        self.machine: Json = {}  # the host's calibration and the GPU's ceilings (free-form: model.Environment.machine)
         self.scenarios: list[Scenario] = [get_scenario(s) for s in opts.scenarios]
         self.done: dict[str, Any] = {}  # the result's scenarios, as each finishes
         self.stopped: str | None = None  # why the run stopped early (budget spent, a signal), or None
@@ -284,18 +286,18 @@ class Run:
             except (WorkerError, WorkerLost) as e:
                 ui.note(f"ceilings not measured: {e}")
 
-    def _calibrate(self, w: Any) -> dict[str, Any]:
+    def _calibrate(self, w: Any) -> Calibration:
         try:
             return w.request("calibrate", timeout=self.opts.timeout_s)
         except (WorkerError, WorkerLost) as e:
             return {"error": str(e)}
 
-    def _hello_all(self) -> dict[str, dict[str, Any]]:
+    def _hello_all(self) -> dict[str, Hello]:
         """Import each framework and pick its device in every worker, child processes side by side; a
         framework is available where every one of its workers started."""
         opts = self.opts
 
-        def hello(w: Any) -> dict[str, Any]:
+        def hello(w: Any) -> Hello:
             try:
                 return w.request("hello", timeout=opts.startup_timeout_s)
             except (WorkerError, WorkerLost) as e:  # broken (crashed, hung, raised): failed, not skipped
@@ -315,7 +317,7 @@ class Run:
                 raise
             finally:
                 ex.shutdown(wait=False)
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, Hello] = {}
         for (fw, _), info in zip(workers, infos):
             if fw not in out or (out[fw]["available"] and not info["available"]):
                 out[fw] = info
@@ -341,7 +343,7 @@ class Run:
             if eq["status"] == "failed":
                 ui.note(f"{scn.name}: EQUIVALENCE FAILED\n{eq['message']}")
             ui.advance()
-        rows: list[dict[str, Any]] = []
+        rows: list[Row] = []
         on_cpu = frozenset(fw for fw, e in w.env.items() if e.get("available") and not e.get("on_gpu"))
         # the seed is the requests' own (harness/workers/protocol.py); one point an operation at one rank
         points = scn.points(opts.size, self.groups.world_size if self.groups is not None else opts.world_size)
@@ -359,18 +361,19 @@ class Run:
                 for r in typed:
                     r.point, r.label = i, label
                     add_floor(scn, params, self.machine, r)
-                point_rows = [r.to_dict() for r in typed]  # claims, cross-checks and the document read dicts
                 xc = cross_check(scn, params, samples)
                 if xc is not None:
-                    entry["cross_framework"].append(xc | {"point": i, "label": label})
-                entry["claims"].extend(c | {"point": i, "label": label}
-                                       for c in judge_claims(scn, params, point_rows, on_cpu))
-                rows.extend(point_rows)
-            entry["timing_phase"] = processes.phase(rows, time.perf_counter() - t_timing)
-        entry["rows"] = rows
+                    xc.point, xc.label = i, label
+                    entry["cross_framework"].append(xc.to_dict())
+                for c in judge_claims(scn, params, typed, on_cpu):
+                    c.point, c.label = i, label
+                    entry["claims"].append(c.to_dict())
+                rows.extend(typed)
+            entry["timing_phase"] = processes.phase(rows, time.perf_counter() - t_timing).to_dict()
+        entry["rows"] = [r.to_dict() for r in rows]  # the document is plain data until it is written
         return entry
 
-    def rank_ceilings(self, scn: Scenario, points: list[dict[str, Any]], w: Workers) -> str | None:
+    def rank_ceilings(self, scn: Scenario, points: list[Params], w: Workers) -> str | None:
         """A rank scenario's raw floors, measured by the ranks of the backend that measures ceilings before its
         timing, into the machine ceilings (as the raw cudaMemcpy rates are at the start); why some or all are
         absent, or None."""
@@ -391,8 +394,8 @@ class Run:
         self.machine.update(got["ceilings"])
         return "; ".join(f"{k}: {why}" for k, why in got["not_measured"].items()) or None
 
-    def time_point(self, scn: Scenario, params: dict[str, Any],
-                   w: Workers) -> tuple[list[Row], list[tuple[str, dict[str, Any]]]]:
+    def time_point(self, scn: Scenario, params: Params,
+                   w: Workers) -> tuple[list[Row], list[tuple[str, Arrays]]]:
         """(every framework's rows at this point, [(framework, baseline output sample)])."""
         opts, ui, fw_env = self.opts, self.ui, w.env
         label = params.get("label", "")
@@ -402,7 +405,7 @@ class Run:
                                    opts.timeout_s, lambda fw, text: ui.step(f"{where} · {fw} · {text}"),
                                    lambda fw, text: ui.detail(f"{where} · {fw} · {text}"), seed=opts.seed)
         rows: list[Row] = []
-        samples: list[tuple[str, dict[str, Any]]] = []
+        samples: list[tuple[str, Arrays]] = []
         for fw in opts.frameworks:
             merged = processes.merge(got[fw]) if fw in got else {"status": fw_env[fw].get("status", "skipped"),
                                                                  "reason": fw_env[fw]["why"]}
@@ -443,9 +446,9 @@ class Run:
             self.checkpoint = None
 
 
-def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any], machine: dict[str, float],
+def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Hello], machine: Json,
              out_scenarios: dict[str, Any], not_run: list[dict[str, str]], placed: dict[str, Any],
-             host: dict[str, Any] | None = None) -> dict[str, Any]:
+             host: Facts | None = None) -> dict[str, Any]:
     """A result document of the schema's shape (a Run's, and each side's of an interleaved regress); host:
     host_env() where the caller already has it."""
     gpu = next((e["env"].get("gpu") for e in fw_env.values() if e.get("env", {}).get("gpu")), None)
@@ -464,7 +467,9 @@ def document(opts: CompareOptions, started: _dt.datetime, fw_env: dict[str, Any]
         "scenarios": out_scenarios,
         "complete": not not_run,
         "not_run": not_run,  # scenarios asked for but not run (budget spent, run stopped), with why
-        "timing_phase": processes.run_phase(out_scenarios),  # its wall time against the time inside timed calls
+        # its wall time against the time inside timed calls
+        "timing_phase": processes.run_phase([Phase.from_dict(s["timing_phase"]) for s in out_scenarios.values()
+                                             if isinstance(s.get("timing_phase"), dict)]).to_dict(),
         "host_speed": calibrate.host_series(machine, out_scenarios),  # the Python loop over the run
     }
 
@@ -476,7 +481,7 @@ def _fraction_in_effect() -> float | str:
         return str(e)
 
 
-def add_floor(scn: Scenario, params: dict[str, Any], machine: dict[str, float], row: Row) -> None:
+def add_floor(scn: Scenario, params: Params, machine: Json, row: Row) -> None:
     """The row's physical floor and its % of it; none for a hazard row, whose time is not the computation's."""
     if not row.timed or scn.floor is None or not machine or row.hazard:
         return

@@ -47,6 +47,7 @@ from harness.backends import FRAMEWORKS, backend_class
 from harness import backends
 from harness.workers import execute
 from scenarios import ORDER, get
+from scenarios.spec import Arrays
 
 ENV = "TRIPTYCH_FAULT"
 KINDS = ("import", "raise", "oom", "hang", "crash", "slow<percent>", "wrong")
@@ -176,7 +177,7 @@ def _trigger(mine: list[Fault], op: str, framework: str, scenario: str | None) -
             os.abort()
 
 
-def _spoil(mine: list[Fault], scenario: str | None, outputs: dict[str, Any]) -> dict[str, Any]:
+def _spoil(mine: list[Fault], scenario: str | None, outputs: dict[str, Arrays]) -> dict[str, Arrays]:
     """An equivalence request's {variant: outputs} with a planted "wrong" variant's first output off by
     one at its last element (copied, never the impl's own buffer)."""
     for f in mine:

@@ -14,25 +14,26 @@ from typing import Any, Callable
 import numpy as np
 
 from harness import backends
+from harness.backends.base import RankCeilings
 from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
-from harness.measure.calibrate import python_loop_s
+from harness.measure.calibrate import Calibration, python_loop_s
 from harness.check.equivalence import strided_sample
 from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
-from harness.results.model import Check, Row, Timing
+from harness.results.model import Check, Json, Row, Stats
 from harness.measure.profiling import profile_variant, row_name
-from harness.workers.protocol import Progress, Request
+from harness.workers.protocol import Answer, Hello, Progress, Request
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
-from harness.measure.timing import SELFCHECK, Stats, TimingConfig, measure
+from harness.measure.timing import SELFCHECK, TimingConfig, measure
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
 SAMPLE_ELEMS = 1 << 16  # per output, for cross-framework checks where the reference is too costly
 
 
-def hello(fw: str) -> dict[str, Any]:
+def hello(fw: str) -> Hello:
     b = backends.get(fw)
     ok, why = b.available()
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
@@ -48,14 +49,14 @@ def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
     return out
 
 
-def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[dict[str, Any]]:
+def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, progress: Progress) -> list[Json]:
     """time_point's rows alone, as the wire has them (tests)."""
     return time_point(fw, scenario, params, cfg, progress=progress)["rows"]
 
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None,
-               variants: tuple[str, ...] = ()) -> dict[str, Any]:
+               variants: tuple[str, ...] = ()) -> Answer:
     """Time every variant at the given params (only those named in variants, where any are, and the
     baseline too where the point has no reference: the others are checked against its outputs); check
     the timed outputs; in a row's first process
@@ -146,7 +147,7 @@ def _kernel_clock(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     progress(f"{v.name} · kernel clock")
     got = kernel_clock.measure(b, impl, variant_call(impl, v), inputs, params, scn.calls(params))
     if "samples" in got:
-        t.kernel, t.kernel_source = Stats.of(got["samples"]).to_dict(), got["source"]
+        t.kernel, t.kernel_source = Stats.of(got["samples"]), got["source"]
         t.samples["kernel"] = got["samples"]
     else:
         t.kernel_why = got["why"]
@@ -186,22 +187,21 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     vcfg = cfg.for_variant(v.name)
     if v.fresh_process:  # every call a new child: nothing to warm (spec.Variant)
         vcfg = replace(vcfg, warmup=0, warmup_s=0.0)
-    m = measure(lambda: fn(state), b, vcfg, before=poison, check=check, check_every=v.hazard,
-                agree=agree, calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
+    timing = measure(lambda: fn(state), b, vcfg, before=poison, check=check, check_every=v.hazard, agree=agree,
+                     calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
     syncs = _count_syncs(b, fn, state, poison) if census and not v.fresh_process else None
     state = None  # release device memory before the next variant
     b.free_memory()
-    timing = Timing.from_dict(m.to_dict())
-    if m.device_events is not None:  # CUDA events around every timed call: the kernel clock of this row
-        timing.kernel, timing.kernel_source = m.device_events.to_dict(), "CUDA events"
-        timing.samples["kernel"] = list(m.samples["device_events"])
+    if timing.device_events is not None:  # CUDA events around every timed call: the kernel clock of this row
+        timing.kernel, timing.kernel_source = replace(timing.device_events), "CUDA events"
+        timing.samples["kernel"] = list(timing.samples["device_events"])
     timing.metrics.update(check.metrics)
     timing.phase_s = time.perf_counter() - t_variant  # this process's whole share of the row
     return Row(
         scenario=scn.name, framework=b.name, variant=v.name, hazard=v.hazard,
-        status="ok" if m.wrong_repeats == 0 or v.hazard else "wrong",
+        status="ok" if timing.wrong_repeats == 0 or v.hazard else "wrong",
         timing=timing,
-        check=Check(checked=m.checked_repeats, wrong=m.wrong_repeats, worst=m.worst,
+        check=Check(checked=timing.checked_repeats, wrong=timing.wrong_repeats, worst=timing.worst,
                     max_rel_err=max(check.rel_errs) if check.rel_errs else None),
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
@@ -223,7 +223,7 @@ def ceilings(fw: str) -> dict[str, float]:
     return backends.get(fw).load().ceilings()
 
 
-def rank_ceilings(fw: str, points: list[Params]) -> dict[str, dict[str, Any]]:
+def rank_ceilings(fw: str, points: list[Params]) -> RankCeilings:
     """In a rank: the raw floor of a rank scenario's points, measured with every other rank."""
     b = backends.get(fw).load()
     out = b.rank_ceilings(points)
@@ -231,7 +231,7 @@ def rank_ceilings(fw: str, points: list[Params]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def calibrate(fw: str) -> dict[str, float]:
+def calibrate(fw: str) -> Calibration:
     return _calibrate(backends.get(fw).load())
 
 

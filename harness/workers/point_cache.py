@@ -22,11 +22,20 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from scenarios.spec import Arrays, Params, Scenario
+
+
+class Verdict(TypedDict):
+    """A check's outcome for outputs of one device digest (remember, recall; JSON in the run's cache): the
+    outputs' relative error, the verdict, and the scenario's output metrics where they were computed."""
+
+    err: float | None
+    verdict: str | None  # None: right; else what was wrong
+    metrics: NotRequired[dict[str, float]]
 
 ENV = "TRIPTYCH_POINT_CACHE"
 # The run's persistent compilation cache (JAX's, harness/backends/jax_backend.py): every JAX worker compiled
@@ -67,7 +76,7 @@ def _write(root: str, path: str, inputs: Arrays, expected: Arrays | None) -> Non
         return  # a scalar or an object array would not come back as it went in: each process makes its own
     tmp = tempfile.mkdtemp(dir=root, prefix=".part-")
     try:
-        meta: dict[str, Any] = {"inputs": list(inputs), "reference": None if expected is None else list(expected)}
+        meta: dict[str, list[str] | None] = {"inputs": list(inputs), "reference": None if expected is None else list(expected)}
         for part in ("inputs", "reference"):
             for i, a in enumerate((inputs if part == "inputs" else expected or {}).values()):
                 np.save(os.path.join(tmp, f"{part}-{i}.npy"), a, allow_pickle=False)
@@ -115,7 +124,7 @@ def _verdict_path(scn: Scenario, params: Params, variant: str, key: str) -> str 
     return os.path.join(root, f"verdicts-{_key(scn, params)}", f"{variant}-{key[:40]}.json")
 
 
-def recall(scn: Scenario, params: Params, variant: str, key: str | None) -> dict[str, Any] | None:
+def recall(scn: Scenario, params: Params, variant: str, key: str | None) -> Verdict | None:
     """What remember stored for these outputs at this point (checked against its reference), or None."""
     path = _verdict_path(scn, params, variant, key) if key else None
     if path is None or not os.path.isfile(path):
@@ -127,7 +136,7 @@ def recall(scn: Scenario, params: Params, variant: str, key: str | None) -> dict
         return None
 
 
-def remember(scn: Scenario, params: Params, variant: str, key: str | None, known: dict[str, Any]) -> None:
+def remember(scn: Scenario, params: Params, variant: str, key: str | None, known: Verdict) -> None:
     """Store a check's outcome ({"err", "verdict", "metrics"?}, JSON) for outputs of digest `key`."""
     path = _verdict_path(scn, params, variant, key) if key else None
     if path is None:

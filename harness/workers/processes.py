@@ -29,10 +29,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import CLOCKS, ROW_PARTS, Process, Row, Timing
+from harness.results.model import CLOCKS, ROW_PARTS, Json, Phase, Process, Row, Stats, Timing
 from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
-from harness.measure.timing import Stats
-from harness.workers.worker import WorkerError, WorkerLost
+from harness.workers.protocol import Answer
+from harness.workers.worker import Handle, WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
 # Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds),
@@ -43,10 +43,10 @@ SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "bef
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
-Timed = dict[str, Any]  # {"rows": [...], "sample": ...} from handlers.time_point, or a failure
+Timed = Answer  # a time request's answer (handlers.time_point), or its failure
 # The timing processes: per process {framework: worker (or rank group)}, in the order they time a point;
 # processes[0] also runs the equivalence. --processes says how many (CompareOptions.timing_processes).
-Processes = list[dict[str, Any]]
+Processes = list[dict[str, Handle]]
 
 
 def time_point(processes: Processes, frameworks: list[str], scn: Scenario, params: Params, cfg: Any,
@@ -126,7 +126,7 @@ def plan(answers: list[Timed], cfg: Any) -> Any:
     return replace(cfg, plan=tuple(decided)) if decided and is_dataclass(cfg) else cfg
 
 
-def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Timed:
+def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, np.ndarray] | None] | Timed:
     """One framework's rows (model.Row) with every process's repeats pooled (a variant's, from the
     processes that timed it: by_variant), and its baseline output sample; or the first failure, whose
     status and reason become every variant's. A failed request that named its variants (an interleaved
@@ -143,11 +143,11 @@ def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, Any] | None] | Tim
     return rows, timed[0]["sample"] if timed else None
 
 
-def by_variant(answers: list[Timed]) -> dict[str, list[dict[str, Any]]]:
+def by_variant(answers: list[Timed]) -> dict[str, list[Json]]:
     """{variant: its row from each process that timed it, in process order}, variants in the order they
     first appear: a process asked for some variants only (an interleaved run's later pairs) has no row for
     the others, and adds nothing to them."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Json]] = {}  # rows as the wire has them (Row.to_dict), made Rows once, by merge
     for a in answers:
         for row in a["rows"]:
             out.setdefault(row["variant"], []).append(row)
@@ -181,13 +181,13 @@ def pool_timing(timings: list[Timing]) -> Timing:
     # per clock, each process's samples: one a repeat, but a kernel clock read from traced runs (kernel_clock.py)
     n = {c: [len(m.samples[c]) for m in timings] for c in samples}
     # the pooled repeats' spread (quartiles, extremes), the processes' own median (noise.row_median)
-    stats = {c: Stats.of(samples[c]).to_dict() | {"median": row_median(split(samples[c], n[c]))}
+    stats = {c: replace(Stats.of(samples[c]), median=row_median(split(samples[c], n[c])))
              if c in samples else None for c in CLOCKS}
     slow, slowest = first.slowest_rank_samples, first.slowest_rank
     if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
         slow = {c: [x for m in timings for x in m.slowest_rank_samples[c]] for c in CLOCKS  # type: ignore[index]
                 if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
-        slowest = {c: Stats.of(v).to_dict() | ({"median": row_median(split(v, counts))} if len(v) == sum(counts) else {})
+        slowest = {c: replace(Stats.of(v), median=row_median(split(v, counts))) if len(v) == sum(counts) else Stats.of(v)
                    for c, v in slow.items()}
     processes = [Process(n=k, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
                          first_call_s=m.first_call_s, kernel_n=n["kernel"][i] if n.get("kernel", counts) != counts else None,
@@ -216,47 +216,45 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def phase(rows: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
+def phase(rows: list[Row], wall_s: float | None) -> Phase:
     """A scenario's timing phase: its wall time (every point's requests, messages, set-up, checks and
     trace included) and the seconds inside timed repeats, all processes together: the share of the
     phase that measured something. Rows without timed_s (failed, skipped) add nothing. Where the rest
     went: rows_s (the rows' own wall time in their processes), served_s (the requests in the workers:
     rows, input set-up, host loop, timelines), requests_s (their round trips, messages included); and
-    inside rows_s (ROW_PARTS: harness/measure/timing.py Measurement), warm_s (first calls and warm-up),
+    inside rows_s (ROW_PARTS: harness/measure/timing.py measure), warm_s (first calls and warm-up),
     before_s (set-up between repeats: poisoning), check_s (every check) and agree_s (rank agreement).
     wall_s None: the requests' round trips are the wall time (an interleaved run's side, whose requests
     the other side's interleave with)."""
-    timings = [r["timing"] for r in rows if isinstance(r.get("timing"), dict)]
-    timed = sum(t.get("timed_s", 0.0) for t in timings)
+    timings = [r.timing for r in rows if r.timing is not None]
+    timed = sum(t.timed_s or 0.0 for t in timings)
     # one per request: the rows of a request share its host loop's time stamp and its seconds. Not by a
     # process's position in a row: a later process that timed some of a point's rows only (an interleaved
     # run's) holds another position in each
     requests: dict[tuple[Any, ...], tuple[float, float]] = {}
     for r in rows:
-        t = r["timing"] if isinstance(r.get("timing"), dict) else {}
-        for i, p in enumerate(t.get("processes") or []):
-            if "request_s" in p and "served_s" in p:
-                key = (r.get("framework"), r.get("point", 0), p.get("host_loop_at", i), p["request_s"], p["served_s"])
-                requests[key] = (p["request_s"], p["served_s"])
+        for i, p in enumerate((r.timing.processes if r.timing is not None else None) or []):
+            if p.request_s is not None and p.served_s is not None:
+                at = p.host_loop_at if p.host_loop_at is not None else i
+                requests[(r.framework, r.point_index, at, p.request_s, p.served_s)] = (p.request_s, p.served_s)
     requests_s = sum(q for q, _ in requests.values())
     wall = requests_s if wall_s is None else wall_s
-    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
-           "rows_s": sum(t.get("phase_s", 0.0) for t in timings)}
+    out: Json = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None,
+                 "rows_s": sum(t.phase_s or 0.0 for t in timings)}
     for k in ROW_PARTS:
-        if any(k in t for t in timings):  # rows from before a part was recorded leave it out
-            out[k] = sum(t.get(k, 0.0) for t in timings)
+        if any(getattr(t, k) is not None for t in timings):  # rows from before a part was recorded leave it out
+            out[k] = sum(getattr(t, k) or 0.0 for t in timings)
     if requests:
         out["requests_s"] = requests_s
         out["served_s"] = sum(s for _, s in requests.values())
-    return out
+    return Phase.from_dict(out)  # in this order, a null share kept: the order phases were always written in
 
 
-def run_phase(scenarios: dict[str, Any]) -> dict[str, Any]:
-    """The run's timing phase: its scenarios' phases summed (phase())."""
-    parts = [s["timing_phase"] for s in scenarios.values() if isinstance(s.get("timing_phase"), dict)]
-    wall, timed = sum(p["wall_s"] for p in parts), sum(p["timed_s"] for p in parts)
-    out = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
+def run_phase(phases: list[Phase]) -> Phase:
+    """The run's timing phase: its scenarios' phases (phase()) summed."""
+    wall, timed = sum(p.wall_s or 0.0 for p in phases), sum(p.timed_s or 0.0 for p in phases)
+    out: Json = {"wall_s": wall, "timed_s": timed, "share": timed / wall if wall > 0 else None}
     for k in ("rows_s", "requests_s", "served_s", *ROW_PARTS):
-        if any(k in p for p in parts):
-            out[k] = sum(p.get(k, 0.0) for p in parts)
-    return out
+        if any(getattr(p, k) is not None for p in phases):
+            out[k] = sum(getattr(p, k) or 0.0 for p in phases)
+    return Phase.from_dict(out)

@@ -23,13 +23,51 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, NotRequired, TypedDict
+
+import numpy as np
 
 from harness import backends
+from harness.backends.base import Facts
+from harness.results.model import Json
 from harness.workers import faults, point_cache
 from harness.workers.signals import SIGNALS
 from harness.measure.timing import TimingConfig
 from scenarios.spec import Params
+
+# Free-form by nature: a message on a worker's pipe, plain data: a Request's fields, {"reply": a Reply's fields}
+# or {"progress": text} (what an older tree's worker reads and writes)
+Message = dict[str, Any]
+
+
+class Hello(TypedDict):
+    """A worker's hello (harness/workers/handlers.py hello; a rank group's, harness/workers/rank_main.py): available or
+    why not, on a GPU or not, the backend's own facts (Backend.env), its process id; subsets: a time request may
+    name its variants; kernel_optional: its timing config may leave the kernel clock out (an older tree's
+    worker says neither)."""
+
+    available: bool
+    why: str
+    on_gpu: bool
+    env: Facts
+    pid: NotRequired[int]  # none where the runner says the worker failed to start
+    subsets: NotRequired[bool]
+    kernel_optional: NotRequired[bool]
+    status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
+
+
+class Answer(TypedDict, total=False):
+    """A time request's answer (harness/workers/handlers.py time_point): its rows as the wire has them (each a
+    model.Row's to_dict: results travel as plain dicts) and the baseline's strided output sample where its
+    outputs were not checked against the reference, else None. The runner keeps a failed request in its
+    place (harness/workers/processes.py time_point): its status and reason, and the variants it named, where
+    it named some (an interleaved run's later pairs)."""
+
+    rows: list[Json]
+    sample: dict[str, np.ndarray] | None
+    status: str
+    reason: str
+    variants: list[str]
 
 OPS = ("hello", "equiv", "time", "ceilings", "calibrate", "selfcheck")
 STOPS = set(SIGNALS)
@@ -95,7 +133,7 @@ class Request:
         """The params as the scenario's functions read them: the seed among them."""
         return dict(self.params or {}) | ({} if self.seed is None else {"seed": self.seed})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Message:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["timing"] = None if self.timing is None else asdict(self.timing)
         if self.timing is not None and self.timing.kernel_clock:  # the default: the wire an older tree's worker reads
@@ -108,7 +146,7 @@ class Request:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Request":
+    def from_dict(cls, d: Message) -> "Request":
         timing = d.get("timing")
         return cls(**(d | {"timing": None if timing is None else TimingConfig.from_dict(timing),
                            "points": tuple(d.get("points") or ()), "variants": tuple(d.get("variants") or ())}))
@@ -130,12 +168,12 @@ class Reply:
         status, summary = failure(framework, e)
         return cls(False, status=status, error=summary, traceback=traceback.format_exc())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Message:
         # not asdict: that deep-copies the value, a point's outputs included
         return {"reply": {f.name: getattr(self, f.name) for f in fields(self)}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Reply":
+    def from_dict(cls, d: Message) -> "Reply":
         return cls(**d["reply"])
 
     def result(self, prefix: str = "") -> Any:
@@ -145,7 +183,7 @@ class Reply:
         return self.value
 
 
-def note(text: str) -> dict[str, Any]:
+def note(text: str) -> Message:
     """A progress note on the wire: what the worker is doing now, before its reply."""
     return {"progress": text}
 
@@ -190,7 +228,7 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
     if os.environ.get(faults.ENV):
         handle = faults.planted_into(framework, handle)
 
-    def send(msg: dict[str, Any]) -> None:
+    def send(msg: Message) -> None:
         try:
             conn.send(msg)
         except (OSError, EOFError) as e:  # BrokenPipeError, ConnectionResetError: the parent is gone

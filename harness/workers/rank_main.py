@@ -25,13 +25,14 @@ from harness.backends.base import Unavailable
 from harness.backends.dist import RankEnv, agree_stop, join, leave
 from harness.check.equivalence import compare_outputs
 from harness.workers.execute import run_variants
-from harness.workers.protocol import Progress, Request
+from harness.workers.protocol import Hello, Progress, Request
 from scenarios import get as get_scenario
+from scenarios.spec import Params
 
 PARENT_ENV, KEY_ENV = "TRIPTYCH_RANKS_PARENT", "TRIPTYCH_RANKS_KEY"
 
 
-def _hello(fw: str, env: RankEnv) -> dict[str, Any]:
+def _hello(fw: str, env: RankEnv) -> Hello:
     b = get_backend(fw)
     try:
         group = join(fw, b, env)
@@ -42,7 +43,7 @@ def _hello(fw: str, env: RankEnv) -> dict[str, Any]:
             "env": b.env() | {"group": group, "world_size": env.world_size}}
 
 
-def ranked(params: dict[str, Any], env: RankEnv) -> dict[str, Any]:
+def ranked(params: Params, env: RankEnv) -> Params:
     return params | {"rank": env.rank, "world_size": env.world_size}
 
 
@@ -52,7 +53,7 @@ class Rank:
     def __init__(self, fw: str, env: RankEnv) -> None:
         self.fw, self.env = fw, env
 
-    def point(self, req: Request) -> dict[str, Any]:
+    def point(self, req: Request) -> Params:
         return ranked(req.point(), self.env)
 
     def answer(self, req: Request, progress: Progress) -> Any:

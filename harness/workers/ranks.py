@@ -34,10 +34,10 @@ import numpy as np
 
 from harness.workers import protocol
 from harness.backends import rendezvous_env, rendezvous_ports
-from harness.workers.protocol import Progress, Request, WorkerError, WorkerLost, died
+from harness.workers.protocol import Hello, Progress, Request, WorkerError, WorkerLost, died
 from harness.workers.rank_main import KEY_ENV, PARENT_ENV
-from harness.measure.timing import Stats
-from harness.results.model import CLOCKS
+from harness.backends.base import RankCeilings
+from harness.results.model import CLOCKS, Json, Stats
 from harness.workers.worker import Handle
 from scenarios import get as get_scenario
 
@@ -91,7 +91,7 @@ class RankGroup(Handle):
         self.fw, self.world_size = fw, world_size
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Any] = []
-        self._hello: dict[str, Any] | None = None
+        self._hello: Hello | None = None
 
     @property
     def pids(self) -> list[int]:
@@ -233,7 +233,7 @@ class RankGroup(Handle):
         self.kill()
 
 
-def _per_repeat(rows: list[dict[str, Any]], clock: str, how: str) -> tuple[Stats, list[float]] | None:
+def _per_repeat(rows: list[Json], clock: str, how: str) -> tuple[Stats, list[float]] | None:
     """Per repeat, the slowest rank's time ("slowest") or the mean over ranks ("mean")."""
     samples = [r["timing"]["samples"].get(clock) for r in rows]
     if any(s is None for s in samples):
@@ -243,7 +243,7 @@ def _per_repeat(rows: list[dict[str, Any]], clock: str, how: str) -> tuple[Stats
     return Stats.of(per), per
 
 
-def merge_rows(rows: list[dict[str, Any]], world_size: int, rank_time: str = "slowest") -> dict[str, Any]:
+def merge_rows(rows: list[Json], world_size: int, rank_time: str = "slowest") -> Json:
     """One row from every rank's row of a variant: per repeat, the slowest rank's time, or with
     rank_time "mean" the mean over ranks (nccl-tests' default) and the slowest rank's beside it in
     timing["slowest_rank"] (its samples in timing["slowest_rank_samples"])."""
@@ -290,7 +290,7 @@ def merge_rows(rows: list[dict[str, Any]], world_size: int, rank_time: str = "sl
     return row
 
 
-def merge_ceilings(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def merge_ceilings(answers: list[RankCeilings]) -> RankCeilings:
     """Every rank's raw floors as one: per key the mean over ranks (as the collectives' rows, nccl-tests'
     -a 1), where every rank measured it; the reasons of what some rank did not measure."""
     keys = [k for k in answers[0]["ceilings"] if all(k in a["ceilings"] for a in answers)]
@@ -311,9 +311,9 @@ def default_world_size() -> int:
 class Workers(NamedTuple):
     """What runs a scenario: per timing process {framework: worker or rank group} (processes[0] also runs
     the equivalence), the frameworks available, and each framework's environment (what its hello said)."""
-    processes: list[dict[str, Any]]
+    processes: list[dict[str, Handle]]
     available: list[str]
-    env: dict[str, Any]
+    env: dict[str, Hello]
 
 
 class Groups:
@@ -328,12 +328,12 @@ class Groups:
         self.world_size = world_size or default_world_size()
         os.environ[WORLD_SIZE_ENV] = str(self.world_size)  # the rank scenarios' params draw it
         self.groups: list[dict[str, RankGroup]] = []
-        self.fw_env: dict[str, Any] = {}
+        self.fw_env: dict[str, Hello] = {}
         self.available: list[str] = []
-        self.hellos: list[dict[str, Any]] = []  # per timing process {framework: its group's hello}
+        self.hellos: list[dict[str, Hello]] = []  # per timing process {framework: its group's hello}
 
-    def for_scenario(self, scn: Any, processes: list[dict[str, Any]], available: list[str],
-                     fw_env: dict[str, Any]) -> Workers:
+    def for_scenario(self, scn: Any, processes: list[dict[str, Handle]], available: list[str],
+                     fw_env: dict[str, Hello]) -> Workers:
         """The runner's own timing processes, frameworks and environments for a scenario without ranks;
         for a rank scenario as many timing processes of rank groups as the runner has (processes[0] also
         runs the equivalence). A framework runs only if each of its groups started."""
@@ -357,7 +357,7 @@ class Groups:
         """The group of fw for timing process number process (a subclass picks another interpreter or tree)."""
         return RankGroup(fw, self.world_size)
 
-    def _hello(self, g: RankGroup) -> dict[str, Any]:
+    def _hello(self, g: RankGroup) -> Hello:
         try:
             return g.request("hello", timeout=self.timeout_s)
         except (WorkerError, WorkerLost) as e:

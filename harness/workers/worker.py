@@ -23,6 +23,7 @@ from typing import Any
 from harness.workers import protocol
 from harness.workers.handlers import answer
 from harness.workers.protocol import STOPS, Progress, Request, WorkerError, WorkerLost, died, failure
+from scenarios.spec import Params
 
 __all__ = ["Handle", "LocalWorker", "ProcessWorker", "Progress", "WorkerError", "WorkerLost", "failure", "make_worker"]
 
@@ -55,7 +56,7 @@ class Handle(ABC):
 
     fw: str
 
-    def request(self, op: str, scenario: str | None = None, params: dict[str, Any] | None = None,
+    def request(self, op: str, scenario: str | None = None, params: Params | None = None,
                 timing: Any = None, first: bool = True, *, seed: int | None = None, points: Any = (),
                 variants: tuple[str, ...] = (), timeout: float | None = None, progress: Progress | None = None) -> Any:
         """Ask this framework's worker; params are a point as the scenario reads it, its seed (if not
