@@ -7,7 +7,6 @@ renders it (markdown-it-py, CommonMark with tables: rich's own dependency).
 hand them over; only its exit status, stderr and the files it writes are observed."""
 from __future__ import annotations
 
-import html.parser
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 
 from harness.run import cli
 from tests.report_fixture import fake_doc, write_fake_result
+from tests.sweep_hostile import _Elements  # the HTML elements a page holds: one parser for the test and the sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,15 +62,6 @@ def _fields(doc: dict) -> dict[str, tuple]:
             "check worst": (next(r for r in pt["rows"] if r["hazard"] and r["check"]["wrong"])["check"], "worst"),
             "floor why": (scn, "floor_why"),
             "cross problem": (pt["cross_framework"][0], "problems"), "command": (doc, "command")}
-
-
-class _Elements(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[str, dict]] = []
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        self.found.append((tag, dict(attrs)))
 
 
 def _markup_from_the_file(page: str) -> list[str]:
