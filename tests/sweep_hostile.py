@@ -268,8 +268,9 @@ for _n, _e in BAD_CALIBRATIONS.items():
 
 def _count_case(what: str, value: Any, ok: bool) -> Callable[[Path], str | None]:
     def run(tmp: Path) -> str | None:
-        from harness.results.results import ResultError, load
+        from harness.results.results import ResultError
         from tests import synthetic
+        from tests.synthetic import load
 
         doc = synthetic.doc([synthetic.row("torch", v, synthetic.samples(1e-3)) for v in ("async", "sync_each")])
         if what == "processes":  # rows built apart: the synthetic document is checked as it is made

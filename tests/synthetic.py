@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.results.results import SCHEMA, validate
+from harness.results.results import SCHEMA, read, validate
 from harness.results.model import Stats
 from scenarios import get
 
@@ -75,3 +75,9 @@ def write(d: dict[str, Any], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(d))
     return path
+
+
+def load(path: Path | str) -> dict[str, Any]:
+    """A result file as the plain document (harness.results.results.read, then to_dict): what a test that checks
+    the file's format by key reads; the harness reads the typed Result."""
+    return read(path).to_dict()

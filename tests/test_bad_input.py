@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.results import files as writer, results
-from harness.results.results import ResultError, load, write_atomic
+from harness.results.results import ResultError, write_atomic
+from tests.synthetic import load
 from tests.synthetic import doc, row, samples, write
 
 ROOT = Path(__file__).resolve().parent.parent

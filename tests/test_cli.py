@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.results import load, read
+from harness.results.results import read
+from tests.synthetic import load
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,10 +17,9 @@ import pytest
 from harness.run import interleave
 from harness.run.interleave import Plan, Schedule, Side
 from harness.regress.regress import Paired, judge_pairs, regress
-from harness.results.results import load
 from harness.results.model import Stats
 from tests.conftest import backend_or_skip
-from tests.synthetic import doc, row
+from tests.synthetic import doc, load, row
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harness.run.progress import QuietUI
 from harness.report.report import summary_status
-from harness.results.results import load, validate, write_atomic
+from harness.results.results import validate, write_atomic
+from tests.synthetic import load
 from harness.run.runner import NOT_REACHED, CompareOptions, run_compare
 from tests.conftest import backend_or_skip
 

@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.results.results import load
+from tests.synthetic import load
 from tests.conftest import backend_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from harness.measure import timing
-from harness.results.results import ResultError, load, validate
+from harness.results.results import ResultError, validate
+from tests.synthetic import load
 from harness.measure.timing import TimingConfig
 from tests.conftest import backend_or_skip
 

@@ -16,9 +16,8 @@ from harness.measure.noise import ratio_ci_bootstrap
 from harness.regress.regress import regress
 from harness.regress.regress import RegressError, judge_timing, ratio_ci_iqr
 from harness.results.model import Stats
-from harness.results.results import load
 from tests.conftest import backend_or_skip
-from tests.synthetic import doc, row, samples, write
+from tests.synthetic import doc, load, row, samples, write
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,8 @@ import pytest
 from harness.report import html as report_html
 from harness.report.report import HIGH_SPREAD, render_terminal, scenario_table
 from harness.results.model import Result, ScenarioResult
-from harness.results.results import load, read
+from harness.results.results import read
+from tests.synthetic import load
 from tests.report_fixture import fake_doc, write_fake_result
 from tests.test_cli import run
 

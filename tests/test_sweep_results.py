@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from harness.run import cli
-from harness.results.results import ResultError, load
+from harness.results.results import ResultError
+from tests.synthetic import load
 from tests import synthetic
 from tests.report_fixture import fake_doc, timeline_png
 

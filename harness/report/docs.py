@@ -113,7 +113,7 @@ def _snippets(root: Path, s: Any) -> str:
 
 def _holds(path: Path) -> tuple[bool, set[str]] | None:
     """Whether a result file ran on a GPU and which scenarios it has rows for, from its JSON alone; None when
-    it cannot tell (not JSON, not shaped like a result), so that results.load names what is wrong."""
+    it cannot tell (not JSON, not shaped like a result), so that results.read names what is wrong."""
     try:
         doc = Result.from_dict(json.loads(read_regular(path, MAX_BYTES)))  # typed, not validated: a peek
         return bool(doc.environment.gpu), {n for n, s in doc.scenarios.items() if getattr(s, "rows", None)}

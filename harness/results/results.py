@@ -234,12 +234,6 @@ MAX_DEPTH = 32  # a result nests about ten deep
 MAX_DIGITS = 40  # an integer in a result (a seed, a count) has at most 20
 
 
-def load(path: str | Path) -> Json:
-    """read(path) as the plain document: the view of the report, regress and docs, which still read
-    it by key."""
-    return read(path).to_dict()
-
-
 def read(path: str | Path) -> Result:
     """The one loader: a result file parsed, upgraded to this version (upgrade), validated as a whole
     and typed; ResultError with one line naming what is wrong."""
