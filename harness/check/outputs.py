@@ -11,15 +11,23 @@ errors, the metrics computed from the outputs) is one thing with its own tests.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from harness.check.equivalence import bit_exact, compare_outputs, relative_error
-from harness.workers.point_cache import Verdict
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
 SAME_BYTES_SLICE = 1 << 20
+
+
+class Verdict(TypedDict):
+    """A check's outcome for outputs of one device digest (remember, recall; JSON in the run's cache): the
+    outputs' relative error, the verdict, and the scenario's output metrics where they were computed."""
+
+    err: float | None
+    verdict: str | None  # None: right; else what was wrong
+    metrics: NotRequired[dict[str, float]]
 
 
 class OutputCheck:

@@ -22,20 +22,13 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 import numpy as np
 
+from harness.check.outputs import Verdict  # what a check found, kept here for other processes
 from scenarios.spec import Arrays, Params, Scenario
 
-
-class Verdict(TypedDict):
-    """A check's outcome for outputs of one device digest (remember, recall; JSON in the run's cache): the
-    outputs' relative error, the verdict, and the scenario's output metrics where they were computed."""
-
-    err: float | None
-    verdict: str | None  # None: right; else what was wrong
-    metrics: NotRequired[dict[str, float]]
 
 ENV = "TRIPTYCH_POINT_CACHE"
 # The run's persistent compilation cache (JAX's, harness/backends/jax_backend.py): every JAX worker compiled
