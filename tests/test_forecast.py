@@ -47,6 +47,7 @@ def test_the_newest_result_of_this_gpu_and_size_with_every_row_in_two_processes_
     assert found is not None and found[0].name == "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json"
     assert forecast.earlier([tmp_path], ["sync_points"], ["torch", "cupy"], "full", H100) is None  # no cupy rows
     assert forecast.earlier([tmp_path], ["launch_overhead"], ["torch"], "full", H100) is None
+    assert forecast.earlier([tmp_path], ["event_sync"], [], "full", H100) is None  # no framework: no rows to go by
     assert forecast.gpu_slug(H100) == "nvidia-h100-80gb-hbm3" and forecast.gpu_slug(None) == "cpu"
 
 

@@ -70,7 +70,7 @@ def _holds(doc: Result, scenarios: list[str], frameworks: list[str]) -> bool:
         scn = doc.scenarios.get(name)  # scenarios: keyed by scenario name (data)
         timed = {r.framework for r in (scn.rows if scn is not None else [])
                  if r.timing is not None and len(r.timing.processes or []) >= 2}
-        if not set(frameworks) <= timed:
+        if not timed or not set(frameworks) <= timed:
             return False
     return True
 
@@ -105,7 +105,9 @@ def side_process_s(doc: Result, scenarios: list[str]) -> float:
     """One process of one side over every point: each scenario's timing phase over its processes."""
     total = 0.0
     for name in scenarios:
-        scn = doc.scenarios[name]
+        scn = doc.scenarios.get(name)  # scenarios: keyed by scenario name (data)
+        if scn is None:
+            raise ValueError(f"it has no {name}")
         procs = max((len(r.timing.processes or []) for r in scn.rows if r.timed), default=0)  # type: ignore[union-attr]
         if scn.timing_phase is None or not scn.timing_phase.wall_s or procs < 1:
             raise ValueError(f"{name} has no timing phase to go by")

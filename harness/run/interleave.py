@@ -603,6 +603,8 @@ class InterleavedRun:
         """Before the first point is timed: what the budget buys, from the newest earlier result of these
         scenarios on this GPU (harness/regress/forecast.py), or that there is none to go by."""
         plan, env = self.plan, self.env or {}
+        if not self.running:  # no framework started on both sides: nothing will be timed to forecast
+            return
         gpu = next((e["env"].get("gpu") for side in env.values() for e in side.values()  # hello: the backend's facts
                     if e.get("available") and (e.get("env") or {}).get("gpu")), None)
         found = forecast.earlier(plan.history, plan.scenarios, self.running, plan.size, gpu)
