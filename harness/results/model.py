@@ -225,7 +225,7 @@ class Timing(_Record):
     worst: str | None = None  # the first wrong repeat's description
     samples: dict[str, list[float]]  # every repeat's seconds per clock
     stopped: str | None = None  # one process's stop reason (before merging)
-    noise: Any  # one process: a number or null; merged: {clock: relative half-width or null}
+    noise: float | dict[str, float | None] | None  # one process: a number or null; merged: {clock: relative half-width or null}
     processes: list[Process] | None = None
     timed_s: float | None = None
     phase_s: float | None = None
@@ -304,8 +304,8 @@ class Timelines(_Record):
 class Profile(_Record):
     """A row's profiled repeat (compare --profile): its trace files relative to the result, or why none."""
 
-    trace: Any = None  # a file name; bytes in a run's document before they are written
-    xplane: Any = None
+    trace: str | bytes | None = None  # a file name; bytes in a run's document before they are written
+    xplane: str | bytes | None = None
     why: str | None = None
     tool: str | None = None
     extra: Json = _extra()
@@ -358,8 +358,8 @@ class Row(_Record):
     rank_device_done_median: list[float] | None = None
     point: int | None = None
     label: str | None = None
-    floor_s: Any = None  # seconds, or "inf"
-    pct_of_floor: Any = None
+    floor_s: float | str | None = None  # seconds, or "inf" (a floor of no finite time)
+    pct_of_floor: float | str | None = None  # likewise
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
@@ -385,7 +385,7 @@ class VariantInfo(_Record):
     name: str
     doc: str | None = None
     hazard: bool | None = None
-    gpu_only: Any = None
+    gpu_only: bool | list[str] | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
@@ -522,7 +522,7 @@ class Environment(_Record):
     host: Json
     frameworks: dict[str, FrameworkEnv]
     machine: Json
-    gpu_memory_fraction: Any = None  # a fraction, or why none is in effect
+    gpu_memory_fraction: float | str | None = None  # a fraction, or why none is in effect
     cpus: Cpus | None = None
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
