@@ -73,6 +73,16 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp / "home"), TMPDIR=str(tmp / "tmp"), **extra)
 
 
+def _compare(driver: str, isolation: str, tmp: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """A compare run through a driver script (a planted fault) into tmp/out: its process and the one result it
+    wrote, which no traceback preceded."""
+    r = subprocess.run([sys.executable, "-c", driver, *ARGS, "--isolation", isolation, "--out", str(tmp / "out")],
+                       cwd=ROOT, env=_env(tmp), capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    (path,) = (tmp / "out").glob("*.json")
+    return r, path
+
+
 def _read_back(path: Path, capsys) -> list[int]:
     """report's and regress's exit status on a written result."""
     codes = [cli.main(["report", str(path), "--out", str(path.parent / "report")]),
@@ -84,11 +94,7 @@ def _read_back(path: Path, capsys) -> list[int]:
 def test_a_run_that_passed_writes_a_file_its_tools_read(tmp_path, capsys):
     """The calibration of the host's speed failed in the only worker (stopped); everything else passed."""
     backend_or_skip("torch")
-    r = subprocess.run([sys.executable, "-c", STOPPED_CALIBRATION, *ARGS, "--isolation", "process", "--out",
-                        str(tmp_path / "out")], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
-                       timeout=300)
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    (path,) = (tmp_path / "out").glob("*.json")
+    r, path = _compare(STOPPED_CALIBRATION, "process", tmp_path)
     assert json.loads(path.read_text())["environment"]["machine"]["calibration"]["torch"][0].get("error")
     if r.returncode == 0:  # it says it passed: its own tools read it
         assert _read_back(path, capsys) == [0, 0], r.stdout[-1000:]
@@ -100,11 +106,7 @@ def test_a_result_its_readers_would_refuse_fails_the_run(tmp_path, capsys):
     """Whatever the run got wrong in its document, it is checked as report and regress check it before
     the run says it passed; the measurements are still written."""
     backend_or_skip("torch")
-    r = subprocess.run([sys.executable, "-c", DAMAGED_DOCUMENT, *ARGS, "--isolation", "none", "--out",
-                        str(tmp_path / "out")], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
-                       timeout=300)
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    (path,) = (tmp_path / "out").glob("*.json")
+    r, path = _compare(DAMAGED_DOCUMENT, "none", tmp_path)
     assert r.returncode == 1 and "does not pass its own schema" in r.stderr, (r.returncode, r.stderr[-2000:])
     assert r.stdout.strip().splitlines()[-1].startswith("NOT all checks passed"), r.stdout[-1000:]
     assert json.loads(path.read_text())["scenarios"]["event_sync"]["rows"]
