@@ -34,6 +34,7 @@ def _result(gpu: str | None, size: str, processes: int = 4, wall: float = 20.0, 
             rows.append(row(fw, v.name, times, scenario="sync_points", processes=processes))
     d = doc(rows, gpu=gpu, size=size, created=created)
     d["scenarios"]["sync_points"]["timing_phase"] = {"wall_s": wall, "timed_s": wall / 2, "share": 0.5}
+    d["command"] = ["python -m harness", "compare"]
     return d
 
 
@@ -43,6 +44,8 @@ def test_the_newest_result_of_this_gpu_and_size_with_every_row_in_two_processes_
     write(_result(H100, "smoke"), tmp_path / "20261203T000000Z_nvidia-h100-80gb-hbm3_smoke.json")  # another size
     write(_result(H100, "full", processes=1), tmp_path / "20261202T000000Z_nvidia-h100-80gb-hbm3_full.json")
     (tmp_path / "20261204T000000Z_nvidia-h100-80gb-hbm3_full.json").write_text("{not json")  # damaged: passed over
+    side = _result(H100, "full") | {"command": ["python -m harness", "regress", "--baseline-tree", "main"]}
+    write(side, tmp_path / "20261205T000000Z_nvidia-h100-80gb-hbm3_full.json")  # a regress's side file: not a compare
     found = forecast.earlier([tmp_path, tmp_path / "absent"], ["sync_points"], ["torch", "jax"], "full", H100)
     assert found is not None and found[0].name == "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json"
     assert forecast.earlier([tmp_path], ["sync_points"], ["torch", "cupy"], "full", H100) is None  # no cupy rows
@@ -75,7 +78,9 @@ def test_the_forecast_change_is_the_one_judge_pairs_would_find_at_that_spread():
         x = (x - x.mean()) / x.std(ddof=1) * math.sqrt(2) * s  # log ratios of exactly that spread
         assert forecast.change_at(s, n, 1e-3, 0.10) == pytest.approx(detectable([1.0] * n, np.exp(x).tolist(), 0.10, 1e-3))
     assert forecast.change_at(0.05, 1, 1e-3, 0.10) == math.inf
-    assert forecast.change_at(0.0, 6, 1e-3, 0.10) == pytest.approx(0.10)  # never below the effect floor
+    assert forecast.change_at(1e-4, 6, 1e-3, 0.10) == pytest.approx(0.10)  # never below the effect floor
+    for n in (6, 12):  # equal ratios: judge_pairs' sign test, as detectable has it
+        assert forecast.change_at(0.0, n, 1e-3, 0.10) == detectable([1.0] * n, [1.0] * n, 0.10, 1e-3)
     got = [forecast.change_at(0.05, n, 1e-4, 0.10) for n in range(2, 16)]
     assert all(a >= b for a, b in zip(got, got[1:])) and got[0] > got[-1]  # more pairs, a smaller change
 
@@ -117,3 +122,32 @@ def test_the_run_says_its_forecast_before_the_first_point_is_timed(tmp_path):
     assert any(t.startswith("forecast: at ") and "pairs a 10% change could be called different in" in t for t in said)
     said = _logged_run((tmp_path / "absent",))
     assert any(t.startswith("forecast: no earlier smoke result of these scenarios on this machine") for t in said)
+
+
+def test_a_pair_is_priced_by_the_running_frameworks_requests_after_the_first_process(tmp_path):
+    """The earlier run's round trips per framework and point, its later processes' (the first also counts syncs
+    and traces timelines); a regress of torch alone pays torch's requests, not the phase of all three."""
+    d = _result(H100, "full", processes=3)
+    for r in d["scenarios"]["sync_points"]["rows"]:
+        for i, p in enumerate(r["timing"]["processes"]):
+            p["request_s"] = {"torch": 1.0, "jax": 9.0}[r["framework"]] * (5 if i == 0 else 1)
+    write(d, tmp_path / "20261201T000000Z_nvidia-h100-80gb-hbm3_full.json")
+    found = forecast.earlier([tmp_path], ["sync_points"], ["torch"], "full", H100)
+    assert forecast.side_process_s(found[1], ["sync_points"], ["torch"]) == pytest.approx(1.0)
+    assert forecast.side_process_s(found[1], ["sync_points"], ["torch", "jax"]) == pytest.approx(10.0)
+    for r in d["scenarios"]["sync_points"]["rows"]:
+        r["timing"]["kernel_source"] = "jax.profiler (CUPTI span)" if r["framework"] == "jax" else "CUDA events"
+    write(d, tmp_path / "20261202T000000Z_nvidia-h100-80gb-hbm3_full.json")
+    found = forecast.earlier([tmp_path], ["sync_points"], ["torch", "jax"], "full", H100)
+    plan = SimpleNamespace(max_pairs=8, budget_s=100.0, threshold=0.10, clock="device_done")
+    assert forecast.forecast(found, ["sync_points"], ["torch", "jax"], plan, 4.0, 2, 0.01, traced=False).upper
+    assert not forecast.forecast(found, ["sync_points"], ["torch"], plan, 4.0, 2, 0.01, traced=False).upper
+    assert not forecast.forecast(found, ["sync_points"], ["torch", "jax"], plan, 4.0, 2, 0.01, traced=True).upper
+
+
+def test_a_forecast_that_cannot_be_made_is_a_line_not_a_failed_run(tmp_path, monkeypatch):
+    write(_result(None, "smoke", wall=2.0), tmp_path / "20261201T000000Z_cpu_smoke.json")
+    monkeypatch.setattr(forecast, "side_process_s", lambda *a: 1 / 0)
+    said = _logged_run((tmp_path,))
+    assert any(t.startswith("forecast: 20261201T000000Z_cpu_smoke.json gives none: ZeroDivisionError") for t in said)
+    assert "<timed>" in said

@@ -23,6 +23,7 @@ import numpy as np
 
 from harness.results.files import read_regular
 from harness.results.model import Result, Row
+from harness.regress.regress import EQUAL_RATIOS
 from harness.results.results import MAX_BYTES, ResultError, gpu_slug, read
 
 NEWEST = 12  # candidate files parsed at most: each is a whole JSON parse (seconds for a big one)
@@ -43,20 +44,27 @@ class Forecast:
     median_change: float  # the change the median row could call different at `pairs` (inf: none)
     threshold: float
     upper: bool = False  # the pair's price an upper bound: the earlier run traced a kernel clock this one does not
+    added: int = 2  # pairs a stage starts together (interleave.ADDED), sharing its start
 
 
 def earlier(folders: Iterable[Path], scenarios: list[str], frameworks: list[str], size: str,
             gpu: str | None) -> tuple[Path, Result] | None:
     """The newest compare result in folders of this GPU and size with timed rows of every scenario for every
     framework, each row in two processes or more; None where there is none. Only the NEWEST newest files
-    of the GPU and size (by name) are parsed."""
-    want = gpu_slug(gpu)
-    named = [p for f in folders if f.is_dir() for p in f.iterdir()
-             if (m := _NAME.match(p.name)) and m["gpu"] == want and m["size"] == size]  # the name's regex groups
+    of the GPU and size (by name) are parsed; an interleaved regress's side files, which share the names, are
+    passed over (their phases count only their own requests, and later pairs time unknown rows alone)."""
+    want, named = gpu_slug(gpu), []
+    for folder in folders:
+        try:
+            named += [p for p in folder.iterdir()
+                      if (m := _NAME.match(p.name)) and m["gpu"] == want and m["size"] == size]  # regex groups
+        except OSError:  # absent or unreadable: nothing there to go by
+            continue
     for path in sorted(named, key=lambda p: p.name, reverse=True)[:NEWEST]:
         try:
             # a quick look, typed but not validated, before read() validates the one it takes
-            if not _holds(Result.from_dict(json.loads(read_regular(path, MAX_BYTES))), scenarios, frameworks):
+            doc = Result.from_dict(json.loads(read_regular(path, MAX_BYTES)))
+            if (doc.command or [None, None])[1:2] != ["compare"] or not _holds(doc, scenarios, frameworks):
                 continue
             return path, read(path)
         except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError, ResultError):
@@ -101,18 +109,36 @@ def spreads(doc: Result, scenarios: list[str], frameworks: list[str], clock: str
     return out
 
 
-def side_process_s(doc: Result, scenarios: list[str]) -> float:
-    """One process of one side over every point: each scenario's timing phase over its processes."""
+def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str]) -> float:
+    """One process of one side over every point, for these frameworks: per framework and point, the round trip
+    of a request of the earlier run's processes after the first (the first also counts host syncs and traces
+    timelines, which a regress does not), or of its first where it had no other. Rows without round trips
+    (older files): the scenario's timing phase over its processes, for these frameworks' share of its rows."""
     total = 0.0
     for name in scenarios:
         scn = doc.scenarios.get(name)  # scenarios: keyed by scenario name (data)
         if scn is None:
             raise ValueError(f"it has no {name}")
-        procs = max((len(r.timing.processes or []) for r in scn.rows if r.timed), default=0)  # type: ignore[union-attr]
+        trips: dict[tuple[str, int], dict[int, float]] = {}
+        for r in scn.rows:
+            for i, p in enumerate(r.timing.processes or [] if r.timed and r.framework in frameworks else []):  # type: ignore[union-attr]
+                if p.request_s is not None:  # a request's rows share its round trip
+                    trips.setdefault((r.framework, r.point_index), {})[i] = p.request_s
+        if trips:
+            total += sum(float(np.mean([s for i, s in by.items() if i > 0] or list(by.values()))) for by in trips.values())
+            continue
+        timed = [r for r in scn.rows if r.timed]
+        procs = max((len(r.timing.processes or []) for r in timed), default=0)  # type: ignore[union-attr]
         if scn.timing_phase is None or not scn.timing_phase.wall_s or procs < 1:
             raise ValueError(f"{name} has no timing phase to go by")
-        total += scn.timing_phase.wall_s / procs
+        total += scn.timing_phase.wall_s / procs * sum(r.framework in frameworks for r in timed) / len(timed)
     return total
+
+
+def traced_kernel_clock(doc: Result, scenarios: list[str], frameworks: list[str]) -> bool:
+    """Whether the earlier run read a kernel clock from traces (not CUDA events) for any of these rows."""
+    return any(r.timing is not None and r.timing.kernel_source is not None and "events" not in r.timing.kernel_source
+               for name in scenarios for r in doc.scenarios[name].rows if r.framework in frameworks)
 
 
 def change_at(spread: float, pairs: int, alpha: float, threshold: float) -> float:
@@ -120,6 +146,8 @@ def change_at(spread: float, pairs: int, alpha: float, threshold: float) -> floa
     log ratio spread sqrt(2) times the processes' spread; at least the threshold; inf below two pairs."""
     if pairs < 2 or not 0 < alpha < 1 or not math.isfinite(spread):
         return math.inf
+    if math.sqrt(2) * spread <= EQUAL_RATIOS:  # equal ratios: judge_pairs' sign test, whose p depends on n alone
+        return threshold if 2.0 ** (1 - pairs) <= alpha else math.inf
     from scipy import stats  # heavy (~0.3 s): only the forecast needs it here
 
     need = float(stats.t.ppf(1 - alpha / 2, pairs - 1)) * math.sqrt(2) * spread / math.sqrt(pairs)
@@ -131,10 +159,10 @@ def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[
              added: int, fdr: float, traced: bool = True) -> Forecast:
     """The forecast from an earlier result (earlier()) for plan (interleave.Plan: pairs, max_pairs, budget_s,
     threshold, clock), a stage's measured start and ADDED pairs a stage; fdr already split over the looks.
-    traced: whether this run reads the traced kernel clock, as the earlier compare did; where it does not, the
+    traced: whether this run reads the traced kernel clock; where it does not and the earlier run did, the
     earlier run's price of a pair is an upper bound (Forecast.upper)."""
     path, doc = found
-    pair_s = 2 * side_process_s(doc, scenarios)
+    pair_s = 2 * side_process_s(doc, scenarios, frameworks)
     per_pair = pair_s + start_s / added
     if plan.budget_s is None:
         pairs = plan.max_pairs
@@ -146,13 +174,13 @@ def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[
     could = sum(c <= plan.threshold * (1 + 1e-9) for c in changes)
     median = float(np.median(changes)) if changes else math.inf
     return Forecast(str(path), pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold,
-                    upper=not traced)
+                    upper=not traced and traced_kernel_clock(doc, scenarios, frameworks), added=added)
 
 
 def render(f: Forecast) -> list[str]:
     """The forecast as the run's log lines."""
     buys = (f"the budget of {f.budget_s:g} s buys about {f.pairs} pair(s)" if f.budget_s is not None
-            else f"{f.pairs} pairs (--max-pairs) take about {f.pairs * (f.pair_s + f.start_s / 2) / 60:.0f} min")
+            else f"{f.pairs} pairs (--max-pairs) take about {f.pairs * (f.pair_s + f.start_s / f.added) / 60:.0f} min")
     change = "no change" if not math.isfinite(f.median_change) else f"a change of {100 * f.median_change:.0f}%"
     about = "at most" if f.upper else "about"
     lines = [f"forecast from {Path(f.source).name}: a pair takes {about} {f.pair_s:.0f} s and a stage's start "

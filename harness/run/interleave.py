@@ -607,16 +607,20 @@ class InterleavedRun:
             return
         gpu = next((e["env"].get("gpu") for side in env.values() for e in side.values()  # hello: the backend's facts
                     if e.get("available") and (e.get("env") or {}).get("gpu")), None)
-        found = forecast.earlier(plan.history, plan.scenarios, self.running, plan.size, gpu)
+        try:
+            found = forecast.earlier(plan.history, plan.scenarios, self.running, plan.size, gpu)
+        except Exception as e:  # noqa: BLE001 - likewise
+            self.schedule.log(f"forecast: none: {type(e).__name__}: {e}"[:300])
+            return
         if found is None:
             self.schedule.log(f"forecast: no earlier {plan.size} result of these scenarios on this "
                               f"{'GPU' if gpu else 'machine'} (two processes a row or more) to go by")
             return
         try:
-            f = forecast.forecast(found, plan.scenarios, self.running, plan, start_s, ADDED, self.fdr,
+            f = forecast.forecast(found, plan.scenarios, self.running, plan, start_s, min(ADDED, plan.pairs), self.fdr,
                                   traced=getattr(self.cfg, "kernel_clock", True))
-        except ValueError as e:
-            self.schedule.log(f"forecast: {found[0].name}: {e}")
+        except Exception as e:  # noqa: BLE001 - a forecast is advice beside the run, never a reason to lose it
+            self.schedule.log(f"forecast: {found[0].name} gives none: {type(e).__name__}: {e}"[:300])
             return
         for line in forecast.render(f):
             self.schedule.log(line)
