@@ -7,7 +7,8 @@ nothing but its output is at stake, else in a process of its own), make, signals
 disk. Each family's invariant is the issue's: quoted or refused, nothing written outside, readable by
 its own tools, bounded, exit 2 on nothing compared, a stop keeps the result, one line and the right
 status, a last place, meaningful bounds, text never markup. The cases are generated from lists of
-hostile values, not drawn at random: a run repeats exactly. docs/reliability.md has the count.
+hostile values, not drawn at random: a run repeats exactly. results/sweeps.md has the count, and what it
+found against older code.
 """
 from __future__ import annotations
 

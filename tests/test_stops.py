@@ -8,7 +8,7 @@ run only, a function that each version of the harness calls at that moment (star
 the first calibration, the first equivalence example, each timing round, closing the workers,
 naming the result, drawing the timelines, writing the report), and waits there until a signal
 arrives. Only the CLI, signals and the files on disk are observed, so these tests read the same
-against any version of the harness (docs/reliability.md: how they read against dc804b0's)."""
+against any version of the harness (results/sweeps.md: how they read against dc804b0's)."""
 from __future__ import annotations
 
 import contextlib
