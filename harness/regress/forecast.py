@@ -22,8 +22,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from harness.results.files import read_regular
-from harness.results.model import Result, Row
-from harness.regress.regress import EQUAL_RATIOS
+from harness.results.model import Result
+from harness.regress.regress import EQUAL_RATIOS, process_medians
 from harness.results.results import MAX_BYTES, ResultError, gpu_slug, read
 
 NEWEST = 12  # candidate files parsed at most: each is a whole JSON parse (seconds for a big one)
@@ -83,27 +83,12 @@ def _holds(doc: Result, scenarios: list[str], frameworks: list[str]) -> bool:
     return True
 
 
-def process_medians(row: Row, clock: str) -> list[float]:
-    """A row's per-process medians on a clock (each process's repeats, in order)."""
-    t = row.timing
-    if t is None or not t.processes:
-        return []
-    if clock == "device_done":
-        return [p.median for p in t.processes if p.median is not None]
-    samples = t.samples.get(clock) or []  # samples: keys are clock names (data)
-    counts = t.counts(clock) or []
-    if sum(counts) != len(samples):
-        return []
-    edges = np.cumsum([0, *counts])
-    return [float(np.median(samples[a:b])) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-
-
 def spreads(doc: Result, scenarios: list[str], frameworks: list[str], clock: str) -> list[float]:
     """Each timed row's spread between processes: the standard deviation of its log process medians."""
     out = []
     for name in scenarios:
         for row in doc.scenarios[name].rows:
-            meds = process_medians(row, clock) if row.timed and row.framework in frameworks else []
+            meds = (process_medians(row, clock) or []) if row.timed and row.framework in frameworks else []
             if len(meds) >= 2 and min(meds) > 0:
                 out.append(float(np.std(np.log(meds), ddof=1)))
     return out

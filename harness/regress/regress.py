@@ -196,6 +196,14 @@ def _clock(row: model.Row, clock: str) -> tuple[Stats | None, list[np.ndarray] |
     return t.clock(clock), split(samples, counts) if counts else [np.asarray(samples, dtype=np.float64)]
 
 
+def process_medians(row: model.Row, clock: str) -> list[float] | None:
+    """Each process's median of a row's repeats on a clock, in process order (_clock's split); None without them."""
+    st, parts = _clock(row, clock)
+    if st is None or parts is None:
+        return None
+    return [float(np.median(p)) for p in parts]
+
+
 def compare_row(scenario: str, scn_b: ScenarioResult, rb: model.Row, scn_c: ScenarioResult, rc: model.Row,
                 clock: str, threshold: float, confidence: float, host: float | None = None,
                 speeds: tuple[float, float] | None = None,

@@ -41,7 +41,6 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
 
 from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
@@ -50,7 +49,7 @@ from harness.workers.protocol import Answer, Hello
 from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
 from harness.regress import forecast
-from harness.regress.regress import FAILED, Paired, _clock, judge_pairs
+from harness.regress.regress import FAILED, Paired, judge_pairs, process_medians
 from harness.results.model import Json, Row
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
@@ -782,13 +781,6 @@ def _now() -> Any:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _process_medians(row: Row, clock: str) -> list[float] | None:
-    st, parts = _clock(row, clock)
-    if st is None or parts is None:
-        return None
-    return [float(np.median(p)) for p in parts]
-
-
 def _rows(answers: Answers, scns: list[Any], points: dict[str, list[Params]], clock: str
           ) -> tuple[list[Paired], list[tuple[str, str]]]:
     """The paired rows (harness/regress/regress.py Paired) from every side's answers; what cannot pair."""
@@ -826,7 +818,7 @@ def _rows(answers: Answers, scns: list[Any], points: dict[str, list[Params]], cl
                     r.why = f"outputs wrong in the {'candidate' if st[1] == 'wrong' else 'baseline'}"
                     rows.append(r)
                     continue
-                med = [_process_medians(g, clock) for g in got]
+                med = [process_medians(g, clock) for g in got]
                 if med[0] is None or med[1] is None:
                     nc.append((what, f"no {clock} clock"))
                     continue
