@@ -41,7 +41,6 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-
 from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
