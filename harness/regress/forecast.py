@@ -23,7 +23,7 @@ import numpy as np
 
 from harness.results.files import read_regular
 from harness.results.model import Result
-from harness.regress.regress import EQUAL_RATIOS, process_medians
+from harness.regress.regress import process_medians, smallest_change
 from harness.results.results import MAX_BYTES, ResultError, gpu_slug, read
 
 NEWEST = 12  # candidate files parsed at most: each is a whole JSON parse (seconds for a big one)
@@ -127,17 +127,9 @@ def traced_kernel_clock(doc: Result, scenarios: list[str], frameworks: list[str]
 
 
 def change_at(spread: float, pairs: int, alpha: float, threshold: float) -> float:
-    """The smallest change a paired t test at level alpha calls different after `pairs` pairs, each pair's
-    log ratio spread sqrt(2) times the processes' spread; at least the threshold; inf below two pairs."""
-    if pairs < 2 or not 0 < alpha < 1 or not math.isfinite(spread):
-        return math.inf
-    if math.sqrt(2) * spread <= EQUAL_RATIOS:  # equal ratios: judge_pairs' sign test, whose p depends on n alone
-        return threshold if 2.0 ** (1 - pairs) <= alpha else math.inf
-    from scipy import stats  # heavy (~0.3 s): only the forecast needs it here
-
-    need = float(stats.t.ppf(1 - alpha / 2, pairs - 1)) * math.sqrt(2) * spread / math.sqrt(pairs)
-    log = max(math.log1p(threshold), need)
-    return math.expm1(log) if log < 700 else math.inf
+    """The smallest change judge_pairs calls different after `pairs` pairs (regress.smallest_change), each pair's
+    log ratio spread sqrt(2) times the processes' spread (two independent processes)."""
+    return smallest_change(math.sqrt(2) * spread, pairs, threshold, alpha)
 
 
 def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[str], plan: Any, start_s: float,

@@ -504,17 +504,23 @@ def detectable(base: list[float], cand: list[float], threshold: float, alpha: fl
     n = min(len(base), len(cand))
     if n < 2 or not 0 < alpha < 1:
         return math.inf
-    from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
-
     with np.errstate(divide="ignore", invalid="ignore"):  # a median of 0 or inf: caught as not finite below
         x = np.log(np.asarray(cand[:n], dtype=np.float64) / np.asarray(base[:n], dtype=np.float64))
         sd = float(np.std(x, ddof=1))
-        need = float(stats.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n)
-    if not math.isfinite(need):  # a median of 0 or inf in a pair: nothing to go by
+    return smallest_change(sd, n, threshold, alpha)
+
+
+def smallest_change(sd: float, n: int, threshold: float, alpha: float) -> float:
+    """detectable's rule on a spread sd of n pairs' log ratios (measured, or forecast: harness/regress/forecast.py):
+    the paired t test's smallest change at level alpha, the sign test's where the ratios are equal, never below
+    the effect floor; inf below two pairs or where sd is not finite."""
+    if n < 2 or not 0 < alpha < 1 or not math.isfinite(sd):  # a median of 0 or inf in a pair: nothing to go by
         return math.inf
     if sd <= EQUAL_RATIOS:  # equal ratios: the sign test (paired_test), whose p depends on n alone
         return threshold if 2.0 ** (1 - n) <= alpha else math.inf
-    log = max(math.log1p(threshold), need)
+    from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
+
+    log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n))
     return math.expm1(log) if log < 700 else math.inf  # beyond a float: no change that pairs can show
 
 
