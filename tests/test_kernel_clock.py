@@ -3,12 +3,15 @@ activity trace on planted traces of both tools' layouts, read from a real jax.pr
 carried through a worker's row, the pooling of processes, the result's checks and the claims' resampling."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from harness.check.judging import _resampled
 from harness.measure import kernel_clock as K
 from harness.results.model import Stats
 from harness.results.model import Row, Timing
+from harness.measure.timing import preset
 from harness.workers.processes import pool_timing
 from tests.conftest import backend_or_skip
 
@@ -81,16 +84,19 @@ def test_jax_on_the_cpu_reads_xlas_ops_from_a_real_trace():
     scn = get("matmul_precision")
     p = scn.params_for_size("smoke") | {"seed": 3}
     impl = load_impl(scn.name, "jax")
-    got = K.measure(b, impl, variant_call(impl, scn.variant("matched_fp32")), scn.make_inputs(p), p, calls=2)
-    assert "samples" in got, got
+    calls = [(variant_call(impl, scn.variant(v)), 2) for v in ("matched_fp32", "framework_default")]
+    got, other = K.measure(b, impl, calls, scn.make_inputs(p), p)
+    assert "samples" in got and "samples" in other, (got, other)
     assert len(got["samples"]) == K.REPEATS and all(0 < s < 1 for s in got["samples"])
     assert got["source"] == "jax.profiler (XLA:CPU ops span)"
 
 
 class _TracedBackend:
-    """A GPU backend without events whose tracer returns a planted trace (each run 30 us, per 1 call)."""
+    """A GPU backend without events whose tracer plants a trace of what body did: every range it opened, on a
+    clock of 100 us a range, and in each run's range one kernel of 30 us (per 1 call)."""
 
     name, on_gpu, has_events, device = "fake", True, False, None
+    sessions = 0
 
     def synchronize(self, outputs=None):
         pass
@@ -98,11 +104,21 @@ class _TracedBackend:
     def free_memory(self):
         pass
 
-    def kernel_trace(self, before, run, repeats, mark, warm_s=0.0):
-        for _ in range(repeats):
-            before()
-            run()
-        return _xprof([(100 * i, 100 * i + 90, [(7, 100 * i + 10, 100 * i + 40)]) for i in range(repeats)]), "planted"
+    def kernel_trace(self, body):
+        type(self).sessions += 1
+        ev, clock = [], [0]
+
+        @contextlib.contextmanager
+        def annotate(name):
+            start = clock[0] = clock[0] + 100
+            yield
+            clock[0] += 100
+            ev.append({"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": start, "dur": clock[0] - start})
+            if name.startswith(K.MARK):
+                ev.append({"ph": "X", "name": "fusion", "pid": 2, "tid": 7, "ts": start + 10, "dur": 30})
+
+        body(annotate)
+        return {"traceEvents": _xprof([])["traceEvents"] + ev}, "planted"
 
 
 class _Impl:
@@ -131,7 +147,7 @@ def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_coun
     rows = []
     for _ in range(2):  # two processes of one row
         row = _timed_row()
-        handlers._kernel_clock(scn, scn.variant("async"), _TracedBackend(), _Impl, {}, {}, row, lambda t: None)
+        handlers._kernel_clocks(scn, _TracedBackend(), _Impl, {}, {}, [row], preset("full"), lambda t: None)
         assert row.timing.kernel.median == pytest.approx(30e-6) and row.timing.kernel_source == "planted"
         rows.append(row.timing)
     pooled = pool_timing(rows)
@@ -147,12 +163,12 @@ def test_a_row_whose_trace_fails_says_why_and_keeps_its_other_clocks():
     from scenarios import get
 
     class Failing(_TracedBackend):
-        def kernel_trace(self, before, run, repeats, mark, warm_s=0.0):
+        def kernel_trace(self, body):
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
     scn = get("async_dispatch")
     row = _timed_row()
-    handlers._kernel_clock(scn, scn.variant("async"), Failing(), _Impl, {}, {}, row, lambda t: None)
+    handlers._kernel_clocks(scn, Failing(), _Impl, {}, {}, [row], preset("full"), lambda t: None)
     assert row.timing.kernel is None and "CUPTI_ERROR_NOT_INITIALIZED" in row.timing.kernel_why
     assert pool_timing([row.timing, row.timing]).kernel_why == row.timing.kernel_why
 
@@ -202,7 +218,7 @@ def test_the_traced_runs_follow_warm_runs_inside_the_same_trace():
         b.synchronize(f(x))
 
     b.synchronize(f(x))
-    trace, _ = b.kernel_trace(lambda: None, run, 2, K.MARK, warm_s=0.05)
+    trace, _ = b.kernel_trace(lambda annotate: K.traced_runs(annotate, lambda: None, run, range(2), warm_s=0.05))
     first = K.windows(trace, 2)[0][0]
     warm = [a for a, _ in K.device_intervals(trace) if a < first]
     assert len(calls) > 2 and warm, "warm runs, traced before the first range"
@@ -242,9 +258,9 @@ def test_a_run_that_reads_no_kernel_clock_traces_nothing_and_says_why():
     traced = []
 
     class Counting(_TracedBackend):
-        def kernel_trace(self, *a, **kw):
+        def kernel_trace(self, body):
             traced.append(1)
-            return super().kernel_trace(*a, **kw)
+            return super().kernel_trace(body)
 
     scn = get("async_dispatch")
     for reads in (True, False):
@@ -257,3 +273,45 @@ def test_a_run_that_reads_no_kernel_clock_traces_nothing_and_says_why():
     assert "kernel_clock" not in wire["timing"]  # the default: what an older tree's TimingConfig reads
     off = Request.make("time", "jax", "async_dispatch", {}, replace(preset("full"), kernel_clock=False)).to_dict()
     assert Request.from_dict(off).timing.kernel_clock is False
+
+
+def test_a_requests_rows_share_one_trace_and_one_rows_failure_is_its_own():
+    """A profiler session's start and export cost about a second on a GPU: the rows of a point share one. A row
+    whose traced runs fail says why; the others keep their clocks."""
+    from harness.workers import handlers
+    from scenarios import get
+
+    class Broken(_Impl):
+        calls = 0
+
+        @staticmethod
+        def prepare(inputs, params, device):
+            Broken.calls += 1
+            if Broken.calls == 2:  # the second row's state: its rehearsal fails
+                raise MemoryError("out of memory")
+            return {}
+
+        run_sync_each = run_async_poll = staticmethod(lambda state: None)
+
+    scn = get("async_dispatch")
+    rows = [_timed_row() for _ in scn.variants]
+    for r, v in zip(rows, scn.variants):
+        r.variant = v.name
+    before = _TracedBackend.sessions
+    handlers._kernel_clocks(scn, _TracedBackend(), Broken, {}, {}, rows, preset("full"), lambda t: None)
+    assert _TracedBackend.sessions == before + 1
+    assert [r.timing.kernel is not None for r in rows] == [True, False] + [True] * (len(rows) - 2)
+    assert "MemoryError: out of memory" in rows[1].timing.kernel_why
+    assert all(r.timing.kernel.median == pytest.approx(30e-6) for r in rows if r.timing.kernel is not None)
+
+
+def test_a_row_without_device_work_in_its_own_range_has_no_clock_though_others_had_some():
+    """In a shared trace, "the tracer saw the device" must mean this row's range (its warm runs, its poison), not
+    another row's work: a row of no device work at all says so, as it did in a trace of its own."""
+    trace = _xprof([(0, 100, [(7, 10, 40)]), (200, 300, [])])
+    trace["traceEvents"] += [{"ph": "X", "name": f"{K.ROW}0", "pid": 1, "tid": 1, "ts": 0, "dur": 110},
+                             {"ph": "X", "name": f"{K.ROW}1", "pid": 1, "tid": 1, "ts": 150, "dur": 200}]
+    assert K.per_run_s(trace, range(0, 1), row=0) == pytest.approx([30e-6])
+    with pytest.raises(K.NoKernelClock, match="in this row's runs"):
+        K.per_run_s(trace, range(1, 2), row=1)
+    assert K.per_run_s(trace, 2) == pytest.approx([30e-6, 0.0])  # without rows: the whole trace's

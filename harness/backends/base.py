@@ -26,6 +26,8 @@ from scenarios.spec import Params
 Facts = dict[str, Any]
 # Free-form by nature: a Chrome trace as a framework's profiler writes it ({"traceEvents": [...], ...})
 ChromeTrace = dict[str, Any]
+# A host range of a name, as a profiler records it (torch.profiler.record_function, jax.profiler.TraceAnnotation)
+Annotate = Callable[[str], contextlib.AbstractContextManager[Any]]
 
 
 class MemoryCap(TypedDict):
@@ -277,11 +279,12 @@ class Backend(ABC):
         folder), or {"tool", "why"} where the framework writes no trace."""
         return _no_profile("", f"{self.name} has no profiler that writes a trace")
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
-        """(a Chrome trace of the device's activity, the tool that wrote it) over `repeats` runs: before(), then
-        run() inside a host range named mark + the run's index (harness/measure/kernel_clock.py reads it);
-        first, inside the same trace and outside those ranges, before() and run() again until warm_s have
-        passed. Raises Unavailable where this framework has no CUDA activity tracer here."""
+    def kernel_trace(self, body: Callable[[Annotate], None]) -> tuple[ChromeTrace, str]:
+        """(a Chrome trace of the device's activity, the tool that wrote it) over one session around body(annotate),
+        where annotate(name) is a context manager for a host range of that name which the trace holds on the
+        device intervals' clock (harness/measure/kernel_clock.py reads them). One session for all of a request's
+        rows: a session's start and its trace's export cost seconds. Raises Unavailable where this framework
+        has no CUDA activity tracer here."""
         raise Unavailable(f"{self.name} has no CUDA activity tracer here")
 
     def clock_kernels(self) -> dict[str, Callable[[], Any]]:

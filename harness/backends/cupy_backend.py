@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import (Backend, ChromeTrace, EventTimer, Facts, OwnBenchmark, ProfilerOutput, RankCeilings,
+from harness.backends.base import (Annotate, Backend, ChromeTrace, EventTimer, Facts, OwnBenchmark, ProfilerOutput, RankCeilings,
                                    TimelineRecorder, Unavailable, _no_profile, memory_fraction)
 from harness.backends.pins import pin
 from harness.backends.cuda_events import median_s as timed
@@ -112,10 +112,9 @@ class CupyBackend(Backend):
     def event_timer(self) -> EventTimer | None:
         return _CupyEvents(self.fw)
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
+    def kernel_trace(self, body: Callable[[Annotate], None]) -> tuple[ChromeTrace, str]:
         # CuPy has no CUDA activity tracer of its own; torch.profiler's CUPTI records CuPy's kernels too
-
-        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span) in CuPy's process"
+        return kineto_trace(body), "torch.profiler (CUPTI span) in CuPy's process"
 
     def timeline_recorder(self) -> TimelineRecorder:
         return _CupyTimeline(self.fw)

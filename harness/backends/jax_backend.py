@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import (Backend, ChromeTrace, Facts, ProfilerOutput, SyncCount, TimelineRecorder, TracedSpans,
-                                   Unavailable, memory_fraction, warm)
+from harness.backends.base import (Annotate, Backend, ChromeTrace, Facts, ProfilerOutput, SyncCount, TimelineRecorder, TracedSpans,
+                                   Unavailable, memory_fraction)
 from harness.backends.xla import use_cublas_gemms
 from harness.backends import nvtx
 
@@ -196,18 +196,14 @@ class JaxBackend(Backend):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
-        # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each run
-        # inside a TraceAnnotation, which the trace holds on the host's clock beside the device's intervals
+    def kernel_trace(self, body: Callable[[Annotate], None]) -> tuple[ChromeTrace, str]:
+        # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each
+        # TraceAnnotation is held on the host's clock beside the device's intervals
         os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")  # else CUPTI may serialize them
         folder = tempfile.mkdtemp(prefix="triptych-kernel-clock-")
         try:
-            with self.fw.profiler.trace(folder):
-                warm(before, run, warm_s)
-                for i in range(repeats):
-                    before()
-                    with self.fw.profiler.TraceAnnotation(f"{mark}{i}"):
-                        run()
+            with self.fw.profiler.trace(folder, profiler_options=self._lean_profile()):
+                body(self.fw.profiler.TraceAnnotation)
             files = sorted(Path(folder).glob("plugins/profile/*/*.trace.json.gz"))
             if not files:
                 raise Unavailable("jax.profiler wrote no *.trace.json.gz")
@@ -215,6 +211,17 @@ class JaxBackend(Backend):
                 return json.load(f), "jax.profiler (CUPTI span)" if self.on_gpu else "jax.profiler (XLA:CPU ops span)"
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _lean_profile(self) -> Any:
+        """jax.profiler's options for a kernel clock: no Python function tracer (on by default: every call of a
+        traced run's Python), host events at level 1 (TraceAnnotation's own level; XLA's runtime events are at 2)
+        and no HLO protos in the trace; None (the defaults) where this JAX has no ProfileOptions."""
+        make = getattr(self.fw.profiler, "ProfileOptions", None)
+        if make is None:
+            return None
+        opts = make()
+        opts.python_tracer_level, opts.host_tracer_level, opts.enable_hlo_proto = 0, 1, False
+        return opts
 
     def clock_kernels(self) -> dict[str, Callable[[], Any]]:
         jax, jnp = self.fw, self.fw.numpy

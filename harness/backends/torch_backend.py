@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import (Backend, ChromeTrace, EventTimer, Facts, OwnBenchmark, ProfilerOutput, SyncCount,
-                                   TimelineRecorder, Unavailable, memory_fraction, warm)
+from harness.backends.base import (Annotate, Backend, ChromeTrace, EventTimer, Facts, OwnBenchmark, ProfilerOutput, SyncCount,
+                                   TimelineRecorder, Unavailable, memory_fraction)
 
 
 class TorchBackend(Backend):
@@ -149,10 +149,10 @@ class TorchBackend(Backend):
             prof.export_chrome_trace(path)  # writes a file only: read back, the folder goes
             got["files"] = {".trace.json": Path(path).read_bytes()}
 
-    def kernel_trace(self, before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> tuple[ChromeTrace, str]:
+    def kernel_trace(self, body: Callable[[Annotate], None]) -> tuple[ChromeTrace, str]:
         if not self.on_gpu:
             raise Unavailable("no CUDA device: torch's kernels run on the CPU")
-        return kineto_trace(before, run, repeats, mark, warm_s), "torch.profiler (CUPTI span)"
+        return kineto_trace(body), "torch.profiler (CUPTI span)"
 
     def timeline_recorder(self) -> TimelineRecorder:
         if not self.on_gpu:
@@ -281,10 +281,10 @@ def _fmix32(h: Any) -> Any:
     return h ^ (h >> 16)
 
 
-def kineto_trace(before: Any, run: Any, repeats: int, mark: str, warm_s: float = 0.0) -> ChromeTrace:
-    """torch.profiler's Chrome trace of `repeats` runs, each run() inside record_function(mark + index) after
-    an untraced-range before(). CUPTI records every kernel and copy of the process, whichever library
-    launched it: CuPy's backend traces its own rows through this too (harness/measure/kernel_clock.py)."""
+def kineto_trace(body: Callable[[Annotate], None]) -> ChromeTrace:
+    """torch.profiler's Chrome trace of one session around body(record_function): CUPTI records every kernel and
+    copy of the process, whichever library launched it, so CuPy's backend traces its own rows through this too
+    (harness/measure/kernel_clock.py)."""
     try:
         from torch.profiler import ProfilerActivity, profile, record_function
     except ImportError as e:
@@ -292,11 +292,7 @@ def kineto_trace(before: Any, run: Any, repeats: int, mark: str, warm_s: float =
     with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
         warnings.simplefilter("ignore", UserWarning)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            warm(before, run, warm_s)
-            for i in range(repeats):
-                before()
-                with record_function(f"{mark}{i}"):
-                    run()
+            body(record_function)
     with tempfile.TemporaryDirectory(prefix="triptych-kernel-clock-") as d:
         path = os.path.join(d, "trace.json")
         prof.export_chrome_trace(path)

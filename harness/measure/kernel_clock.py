@@ -12,22 +12,26 @@ every step leaves the device idle between its kernels: that idle time is the loo
   after the point's timed ones (so that no profiler meets a timed call), each of `calls` back-to-back calls
   between one `before` and one wait, as a timed sample is. Inside the trace, WARM_S of the same runs come
   first: a power-capped GPU clocks down under a timed loop's load, and a run after an idle gap reads faster.
+  All the rows of a request share one profiler session (measure): a session's start and its trace's export
+  cost about a second on a GPU, once a row and process before (results/journal.md).
 - `selfcheck` traces its fixed kernels in every framework beside their events (trace_call): the cross-check,
   in processes of its own, since a torch.profiler session leaves the process's launches slower.
 
-Each run is wrapped in a host range named MARK + its index (Backend.kernel_trace); the trace's device
-intervals are given to the range in which they start (the device runs a call's work between its
-dispatch and the wait that ends the range), so that `before`'s own device work (a poison's copies) and
-the warm runs count for no run. Nothing here imports a framework.
+Each run is wrapped in a host range named MARK + its index in the session, and each row's warm and traced runs
+in one named ROW + the row's index (Backend.kernel_trace's annotate); the trace's device intervals are given to
+the range in which they start (the device runs a call's work between its dispatch and the wait that ends the
+range), so that `before`'s own device work (a poison's copies) and the warm runs count for no run. Nothing
+here imports a framework.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, TypedDict
+from typing import Any, Callable, Iterable, Sequence, TypedDict
 
-from harness.backends.base import ChromeTrace, Unavailable
+from harness.backends.base import Annotate, ChromeTrace, Unavailable, warm
 from harness.measure.timeline import rehearsed
 
-MARK = "triptych kernel clock "  # + the run's index: the host range around one traced run
+MARK = "triptych kernel clock "  # + the run's index in the session: the host range around one traced run
+ROW = "triptych kernel row "  # + the row's index in the session: the range around its warm and traced runs
 REPEATS = 3  # traced runs per row and process
 # Seconds of untraced runs inside the trace before the traced ones: the device's load of a timed loop. Why: a
 # card at its power cap clocks down under a loop, and a GEMM traced after an idle gap read about 15% under the
@@ -73,28 +77,33 @@ def device_intervals(trace: ChromeTrace) -> list[tuple[float, float]]:
     return [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in spans]
 
 
-def windows(trace: ChromeTrace, repeats: int) -> list[tuple[float, float]]:
-    """The host ranges MARK + 0 .. MARK + (repeats - 1), [start, end) in the trace's microseconds."""
+def windows(trace: ChromeTrace, runs: int | range, prefix: str = MARK) -> list[tuple[float, float]]:
+    """The host ranges prefix + i for i in runs (an int n: 0 .. n - 1), [start, end) in the trace's microseconds."""
+    wanted = range(runs) if isinstance(runs, int) else runs
     found: dict[int, tuple[float, float]] = {}
     for e in trace.get("traceEvents", []) if isinstance(trace, dict) else []:
         name = e.get("name") if isinstance(e, dict) else None
-        if (e.get("ph") == "X" and isinstance(name, str) and name.startswith(MARK) and name[len(MARK):].isdigit()
+        if (e.get("ph") == "X" and isinstance(name, str) and name.startswith(prefix) and name[len(prefix):].isdigit()
                 and e.get("cat") != "gpu_user_annotation"):  # Kineto's copy of the range on the device's lane
-            found.setdefault(int(name[len(MARK):]), (float(e["ts"]), float(e["ts"]) + float(e["dur"])))
-    missing = [i for i in range(repeats) if i not in found]
+            found.setdefault(int(name[len(prefix):]), (float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    missing = [i for i in wanted if i not in found]
     if missing:
-        raise NoKernelClock(f"the trace holds no range '{MARK}{missing[0]}' around a traced run")
-    return [found[i] for i in range(repeats)]
+        raise NoKernelClock(f"the trace holds no range '{prefix}{missing[0]}' around a traced run")
+    return [found[i] for i in wanted]
 
 
-def per_run_s(trace: ChromeTrace, repeats: int, calls: int = 1) -> list[float]:
+def per_run_s(trace: ChromeTrace, runs: int | range, calls: int = 1, row: int | None = None) -> list[float]:
     """Each traced run's device time per call, in seconds: the span of the device intervals that start inside
-    its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one
-    rank to nothing), where the trace saw the device's work elsewhere (a `before`'s); a trace with no device
-    work at all says nothing, and raises NoKernelClock."""
-    ranges, intervals = windows(trace, repeats), device_intervals(trace)
+    its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one rank to nothing)
+    where the trace saw the device's work elsewhere: in the row's range ROW + row where one is named (its warm
+    runs, a `before`'s copies), else anywhere; a trace with no device work there says nothing, and raises
+    NoKernelClock."""
+    ranges, intervals = windows(trace, runs), device_intervals(trace)
+    if row is not None:
+        (lo, hi), = windows(trace, range(row, row + 1), ROW)
+        intervals = [(a, b) for a, b in intervals if lo <= a < hi]
     if not intervals:
-        raise NoKernelClock("the trace holds no device work at all")
+        raise NoKernelClock("the trace holds no device work at all" + (" in this row's runs" if row is not None else ""))
     got: list[list[tuple[float, float]]] = [[] for _ in ranges]
     for a, b in intervals:
         for i, (lo, hi) in enumerate(ranges):
@@ -102,6 +111,23 @@ def per_run_s(trace: ChromeTrace, repeats: int, calls: int = 1) -> list[float]:
                 got[i].append((a, b))
                 break
     return [span_s(g) / 1e6 / calls for g in got]
+
+
+def traced_runs(annotate: Annotate, before: Callable[[], None], run: Callable[[], None], runs: range,
+                warm_s: float = WARM_S) -> None:
+    """Inside a trace session: before() and run() until warm_s have passed, then for each i of runs before()
+    and run() inside the range MARK + i."""
+    warm(before, run, warm_s)
+    for i in runs:
+        before()
+        with annotate(f"{MARK}{i}"):
+            run()
+
+
+def _why(e: Exception) -> Reading:
+    if isinstance(e, (NoKernelClock, Unavailable)):
+        return {"why": str(e)}
+    return {"why": f"the traced runs failed: {type(e).__name__}: {e}"[:300]}
 
 
 def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) -> Reading:
@@ -112,42 +138,63 @@ def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) ->
 
     try:
         backend.synchronize(call())  # warm: the first call's compile or handle creation stays out of the trace
-        trace, source = backend.kernel_trace(backend.synchronize, run, repeats, MARK, WARM_S)
+        trace, source = backend.kernel_trace(lambda annotate: traced_runs(annotate, backend.synchronize, run,
+                                                                          range(repeats)))
         return {"samples": per_run_s(trace, repeats), "source": source}
-    except (NoKernelClock, Unavailable) as e:
-        return {"why": str(e)}
     except Exception as e:  # noqa: BLE001 - a figure beside the others, never a reason to lose them
-        return {"why": f"the traced runs failed: {type(e).__name__}: {e}"[:300]}
+        return _why(e)
 
 
-def measure(backend: Any, impl: Any, call: Callable[[Any], Any], inputs: Any, params: Any, calls: int = 1,
-            repeats: int = REPEATS) -> Reading:
-    """The kernel clock of one variant in this process: {"samples": [seconds per call, one per traced run],
-    "source": the tool} or {"why": ...}; never raises (a missing clock is said, never a lost row). Runs on
-    fresh state (timeline.rehearsed), each traced run as a timed sample is: `before` (the impl's poison,
-    outside the run's range), `calls` calls, then the wait for their outputs."""
-    state = None
+def measure(backend: Any, impl: Any, variants: Sequence[tuple[Callable[[Any], Any], int]], inputs: Any, params: Any,
+            repeats: int = REPEATS) -> list[Reading]:
+    """The kernel clocks of a point's variants in this process, one profiler session for them all: per
+    (call, calls) of variants {"samples": [seconds per call, one per traced run], "source": the tool} or
+    {"why": ...}; never raises (a missing clock is said, never a lost row; one row's failure is its own).
+    Each runs on fresh state (timeline.rehearsed), each traced run as a timed sample is: `before` (the impl's
+    poison, outside the run's range), `calls` calls, then the wait for their outputs; its state is freed
+    before the next row's is made."""
+    failed: dict[int, Reading] = {}
+
+    def body(annotate: Annotate) -> None:
+        for j, (call, calls) in enumerate(variants):
+            try:
+                _trace_row(annotate, backend, impl, call, calls, inputs, params, j, repeats)
+            except Exception as e:  # noqa: BLE001 - the clock is a figure beside the row, never a reason to lose it
+                failed[j] = _why(e)
+            finally:
+                backend.free_memory()
+
     try:
-        state = rehearsed(backend, impl, call, inputs, params)
-        poison = getattr(impl, "poison", None)
+        trace, source = backend.kernel_trace(body)
+    except Exception as e:  # noqa: BLE001 - likewise: no session, no clock, every row keeps its others
+        return [_why(e) for _ in variants]
+    out: list[Reading] = []
+    for j, (_, calls) in enumerate(variants):
+        try:
+            out.append(failed.get(j) or {"samples": per_run_s(trace, range(j * repeats, (j + 1) * repeats), calls, row=j),
+                                         "source": source})
+        except NoKernelClock as e:
+            out.append(_why(e))
+    return out
 
-        def before() -> None:
-            if poison is not None:
-                poison(state)
-            backend.synchronize(state)
 
-        def run() -> None:
-            out = None
-            for _ in range(calls):
-                out = call(state)
-            backend.synchronize(out)
+def _trace_row(annotate: Annotate, backend: Any, impl: Any, call: Callable[[Any], Any], calls: int, inputs: Any,
+               params: Any, j: int, repeats: int) -> None:
+    """Row j's warm and traced runs inside the session, in the range ROW + j; its state lives in this frame alone,
+    so that the caller's free_memory finds it unreferenced."""
+    state = rehearsed(backend, impl, call, inputs, params)
+    poison = getattr(impl, "poison", None)
 
-        trace, source = backend.kernel_trace(before, run, repeats, MARK, WARM_S)
-        return {"samples": per_run_s(trace, repeats, calls), "source": source}
-    except (NoKernelClock, Unavailable) as e:
-        return {"why": str(e)}
-    except Exception as e:  # noqa: BLE001 - the clock is a figure beside the row, never a reason to lose it
-        return {"why": f"the traced runs failed: {type(e).__name__}: {e}"[:300]}
-    finally:
-        state = None
-        backend.free_memory()
+    def before() -> None:
+        if poison is not None:
+            poison(state)
+        backend.synchronize(state)
+
+    def run() -> None:
+        out = None
+        for _ in range(calls):
+            out = call(state)
+        backend.synchronize(out)
+
+    with annotate(f"{ROW}{j}"):
+        traced_runs(annotate, before, run, range(j * repeats, (j + 1) * repeats))

@@ -127,30 +127,33 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
 
 def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Params, rows: list[Row], cfg: TimingConfig,
                    progress: Progress) -> None:
-    """The timed rows' traced kernel clocks (a GPU framework without events), or why none where the run reads
-    none (cfg.kernel_clock False: an interleaved regress judged on another clock)."""
+    """The timed rows' kernel clocks where their framework has no CUDA events: traced runs of them all in one
+    profiler session (harness/measure/kernel_clock.py); or why none, where a row runs its calls in child
+    processes, or where the run reads none (cfg.kernel_clock False: an interleaved regress judged on another clock)."""
+    traced: list[Row] = []
     for row in rows:
-        if row.timed and cfg.kernel_clock:
-            _kernel_clock(scn, scn.variant(row.variant), b, impl, inputs, params, row, progress)
-        elif row.timed and row.timing is not None:
-            row.timing.kernel_why = "not read: this run judges another clock"
-
-
-def _kernel_clock(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, params: Params, row: Row,
-                  progress: Progress) -> None:
-    """The row's kernel clock where its framework has no CUDA events: traced runs (harness/measure/kernel_clock.py)."""
-    t = row.timing
-    assert t is not None
-    if v.fresh_process:
-        t.kernel_why = "each call does its work in a child process, which no trace of this one sees"
+        t = row.timing
+        if not row.timed or t is None:
+            continue
+        if not cfg.kernel_clock:
+            t.kernel_why = "not read: this run judges another clock"
+        elif scn.variant(row.variant).fresh_process:
+            t.kernel_why = "each call does its work in a child process, which no trace of this one sees"
+        else:
+            traced.append(row)
+    if not traced:
         return
-    progress(f"{v.name} · kernel clock")
-    got = kernel_clock.measure(b, impl, variant_call(impl, v), inputs, params, scn.calls(params))
-    if "samples" in got:
-        t.kernel, t.kernel_source = Stats.of(got["samples"]), got["source"]
-        t.samples["kernel"] = got["samples"]
-    else:
-        t.kernel_why = got["why"]
+    progress(f"kernel clock · {len(traced)} row(s) in one trace")
+    got = kernel_clock.measure(b, impl, [(variant_call(impl, scn.variant(r.variant)), scn.calls(params)) for r in traced],
+                               inputs, params)
+    for row, reading in zip(traced, got):
+        t = row.timing
+        assert t is not None
+        if "samples" in reading:
+            t.kernel, t.kernel_source = Stats.of(reading["samples"]), reading["source"]
+            t.samples["kernel"] = reading["samples"]
+        else:
+            t.kernel_why = reading["why"]
 
 
 def _settle_heap() -> None:
