@@ -220,7 +220,9 @@ class JaxBackend(Backend):
         if make is None:
             return None
         opts = make()
-        opts.python_tracer_level, opts.host_tracer_level, opts.enable_hlo_proto = 0, 1, False
+        for name, value in (("python_tracer_level", 0), ("host_tracer_level", 1), ("enable_hlo_proto", False)):
+            if hasattr(opts, name):  # a JAX without one of them keeps its default there
+                setattr(opts, name, value)
         return opts
 
     def clock_kernels(self) -> dict[str, Callable[[], Any]]:
