@@ -772,3 +772,25 @@ def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_ot
     monkeypatch.setitem(_cache, "pinned_transfer", scn)
     rows = one_process()
     assert sorted(compared) == sorted(later), (compared, later)
+
+
+def test_two_processes_of_a_row_time_it_apart_so_their_figures_differ():
+    """The process is the unit of a row's spread (Kalibera and Jones' plan, the regress's pairs, the row's
+    interval): a worker reused, forked with a shared cache of answers, or one answer served to two processes
+    would make their figures one, and the spread between processes would read as none. A real run on the
+    CPU: each process of a row has its own repeats, taken at its own time."""
+    from harness.measure.noise import split
+    from harness.run.progress import QuietUI
+    from harness.run.runner import CompareOptions, run_compare
+
+    doc = run_compare(CompareOptions(scenarios=["launch_overhead"], frameworks=["torch"], size="smoke", examples=1,
+                                     seed=1, equivalence=False, processes=2), QuietUI())
+    rows = [r for r in doc["scenarios"]["launch_overhead"]["rows"] if r["status"] == "ok"]
+    assert rows
+    for r in rows:
+        t = r["timing"]
+        procs = t["processes"]
+        assert len(procs) == 2, r["variant"]
+        first, second = split(t["samples"]["device_done"], [p["n"] for p in procs])
+        assert list(first) != list(second), f"{r['variant']}: two processes gave the same repeats"
+        assert procs[0]["host_loop_at"] != procs[1]["host_loop_at"], f"{r['variant']}: one host loop for two processes"
