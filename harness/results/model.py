@@ -14,8 +14,9 @@ keys are data (clock names, metric names, parameter names), not fields.
 
 Writing a record a run built: a field that is None is left out, except a field without a default
 (such as the seed or the GPU, written as null) and a field `_WITH` ties to another (a row's host_syncs
-is written, null or not, wherever its sync_method is: the census ran). A record read from a file
-writes its own keys, then any field set since.
+is written, null or not, wherever its sync_method is: the census ran); fields in the order declared, a
+subclass's among its base's where `_after` places them. A record read from a file writes its own keys,
+then any field set since.
 """
 from __future__ import annotations
 
@@ -40,8 +41,17 @@ class _Record:
 
     @classmethod
     def _layout(cls) -> None:
+        """_FIELDS in the order a record a run built writes them: as declared, but a subclass's field placed
+        among its base's (_after) goes there, and the fields declared after it follow it."""
         fs = [f for f in fields(cls) if f.name not in ("extra", "_keys")]  # type: ignore[arg-type]
-        cls._FIELDS = tuple(f.name for f in fs)
+        names: list[str] = []
+        at: int | None = None  # where the next field goes; None: at the end
+        for f in fs:
+            if "after" in f.metadata:
+                at = names.index(f.metadata["after"]) + 1
+            names.insert(len(names) if at is None else at, f.name)
+            at = None if at is None else at + 1
+        cls._FIELDS = tuple(names)
         cls._ALWAYS = frozenset(f.name for f in fs if f.default is MISSING and f.default_factory is MISSING)
 
     @classmethod
@@ -109,6 +119,11 @@ def _extra() -> Any:
 
 def _keys() -> Any:
     return field(default=None, repr=False, compare=False)
+
+
+def _after(name: str, **kw: Any) -> Any:
+    """A subclass's field written after its base's field `name` (_Record._layout): where the files always had it."""
+    return field(metadata={"after": name}, **kw)
 
 
 @dataclass(eq=False, kw_only=True)
