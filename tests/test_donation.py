@@ -9,7 +9,7 @@ import pytest
 from harness.check.equivalence import compare_outputs
 from harness.workers.execute import load_impl, skip_reason
 from harness.measure.metrics import collecting
-from harness.results.model import Row
+from harness.results.model import ProcessRow
 from harness.workers.processes import _merge_row
 from scenarios import get
 from scenarios.donation import HEAD
@@ -101,7 +101,7 @@ def test_a_hazard_row_merged_from_processes_sums_its_wrong_runs():
             "timing": {"samples": {"device_done": [1.0, 2.0]}, "metrics": {}, "checked_repeats": 20,
                        "wrong_repeats": 20, "worst": "", "stopped": "noise", "noise": 0.0, "first_call_s": 0.1}}
            for _ in range(2)]
-    row = _merge_row([Row.from_dict(r) for r in per])
+    row = _merge_row([ProcessRow.from_dict(r) for r in per])
     assert row.check.checked == row.check.wrong == 40
 
 

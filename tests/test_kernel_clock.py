@@ -10,7 +10,7 @@ import pytest
 from harness.check.judging import _resampled
 from harness.measure import kernel_clock as K
 from harness.results.model import Stats
-from harness.results.model import Row, Timing
+from harness.results.model import ProcessRow, ProcessTiming
 from harness.measure.timing import preset
 from harness.workers.processes import pool_timing
 from tests.conftest import backend_or_skip
@@ -133,10 +133,10 @@ class _Impl:
 
 def _timed_row():
     st = Stats.of([1e-3, 1.1e-3]).to_dict()
-    t = Timing(host_return=st, device_done=st, device_events=None, metrics={}, noise=0.01, checked_repeats=1, wrong_repeats=0,
+    t = ProcessTiming(host_return=st, device_done=st, device_events=None, metrics={}, noise=0.01, checked_repeats=1, wrong_repeats=0,
                stopped="noise", first_call_s=0.1,
                samples={"host_return": [1e-3, 1.1e-3], "device_done": [1e-3, 1.1e-3]})
-    return Row(scenario="async_dispatch", framework="jax", variant="async", status="ok", timing=t)
+    return ProcessRow(scenario="async_dispatch", framework="jax", variant="async", status="ok", timing=t)
 
 
 def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_counts():

@@ -14,7 +14,7 @@ from harness.workers import processes
 from harness.measure.calibrate import host_series
 from harness.check import outputs
 from harness.check.outputs import same_bytes
-from harness.results.model import Phase, Result, Row, Timing
+from harness.results.model import Phase, ProcessTiming, Result, Row
 from harness.measure.noise import host_sensitivity
 from harness.measure.timing import TimingConfig, measure
 from tests.test_timing import FakeAsyncBackend
@@ -77,8 +77,8 @@ def _process(median: float, host_loop: float, at: float, timed: float = 0.5, pha
 
 
 def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
-    t = processes.pool_timing([Timing.from_dict(_process(1e-3, 0.010, 1000.0, 0.5, 1.0)),
-                            Timing.from_dict(_process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1))]).to_dict()
+    t = processes.pool_timing([ProcessTiming.from_dict(_process(1e-3, 0.010, 1000.0, 0.5, 1.0)),
+                               ProcessTiming.from_dict(_process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1))]).to_dict()
     assert t["timed_s"] == 0.75 and t["phase_s"] == 3.0 and t["check_s"] == pytest.approx(0.2)
     assert [(p["timed_s"], p["phase_s"], p["host_loop_s"], p["host_loop_at"]) for p in t["processes"]] == [
         (0.5, 1.0, 0.010, 1000.0), (0.25, 2.0, 0.012, 1010.0)]
@@ -137,8 +137,8 @@ def test_host_sensitivity_finds_a_planted_dependence_on_the_host(elasticity):
     assert h["n"] == 8 and h["slope"] == pytest.approx(elasticity, abs=0.1)
     assert (h["r"] > 0.9) if elasticity else (abs(h["r"]) < 0.9)
     # The same through a pooled row: its processes' medians against their host loops.
-    t = processes.pool_timing([Timing.from_dict(_process(m, lp, 100.0 + i, seed=i))
-                            for i, (m, lp) in enumerate(zip(medians, loops))]).to_dict()
+    t = processes.pool_timing([ProcessTiming.from_dict(_process(m, lp, 100.0 + i, seed=i))
+                               for i, (m, lp) in enumerate(zip(medians, loops))]).to_dict()
     assert t["host_sensitivity"]["slope"] == pytest.approx(elasticity, abs=0.1)
 
 

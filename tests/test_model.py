@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.results import results
-from harness.results.model import CLOCKS, Check, Process, Result, Row, Timing, counts_of
+from harness.results.model import CLOCKS, Check, Process, ProcessRow, ProcessTiming, Result, Row, Timing, counts_of
 from harness.results.results import SCHEMA, ResultError, read, upgrade
 from tests import synthetic
 from harness.results.schema_check import Checker
@@ -89,6 +89,33 @@ def test_a_built_row_writes_the_fields_a_run_writes():
                                          "first_call_s": 0.1}]
     no_census = Row(scenario="s", framework="jax", variant="v", status="ok")
     assert "host_syncs" not in no_census.to_dict()
+
+
+def test_a_process_timing_and_a_merged_one_write_their_keys_where_the_one_timing_before_them_did():
+    """Each record's own fields stand among the shared ones (model._after) where a run always wrote them: a result
+    file's timing, and the wire that an older tree's parent reads, are written as before the two were one record."""
+    clocks = ["first_call_s", "host_return", "device_done", "device_events", "kernel", "kernel_source", "kernel_why",
+              "metrics", "checked_repeats", "wrong_repeats", "worst", "samples"]
+    spent = ["timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s"]
+    ranks = ["rank_time", "slowest_rank", "slowest_rank_samples"]
+    assert list(ProcessTiming._FIELDS) == [*clocks, "stopped", "noise", *spent,
+                                           "host_loop_s", "host_loop_at", "served_s", "request_s", *ranks]
+    assert list(Timing._FIELDS) == [*clocks, "noise", "processes", *spent, "host_sensitivity", *ranks]
+
+
+def test_a_workers_row_reads_as_its_process_timing_and_merges_into_a_row_of_the_same_keys():
+    """The wire's row (a ProcessRow) holds one process's timing, its noise a number; merged, it is a Row whose
+    keys keep the wire's order (the written file's), with the merged Timing in its place."""
+    wire = {"scenario": "s", "framework": "torch", "variant": "v", "status": "ok", "timing": {
+        "host_return": {"median": 1.0}, "device_done": {"median": 1.0}, "device_events": None, "metrics": {},
+        "samples": {}, "stopped": "noise", "noise": 0.01, "host_loop_s": 0.007}, "wall_s": 1.0}
+    per = ProcessRow.from_dict(wire)
+    assert isinstance(per.timing, ProcessTiming) and per.timing.noise == 0.01 and per.timing.stopped == "noise"
+    assert json.dumps(per.to_dict()) == json.dumps(wire)
+    merged = per.merged(Timing(host_return=per.timing.host_return, device_done=per.timing.device_done,
+                               device_events=None, metrics={}, samples={}, noise={}), wall_s=2.0)
+    assert type(merged) is Row and isinstance(merged.timing, Timing) and merged.wall_s == 2.0
+    assert list(merged.to_dict()) == list(wire) and merged.to_dict()["timing"]["noise"] == {}
 
 
 def test_a_loaded_row_that_is_changed_writes_its_new_fields_after_its_old_ones():

@@ -8,7 +8,7 @@ import pytest
 from harness.check.judging import judge_with_noise
 from harness.measure.noise import hierarchical_medians, median_rel_halfwidth, process_ratio_interval, ratio_interval, rel_halfwidth, split
 from harness.regress.regress import regress
-from harness.results.model import Timing
+from harness.results.model import ProcessTiming
 from harness.workers.processes import pool_timing
 from harness.results.model import Stats
 from scenarios.spec import Claim, Verdict
@@ -64,7 +64,7 @@ def test_the_process_interval_is_students_t_on_log_process_medians():
 
 def test_a_rows_processes_pool_into_one_timing():
     a, b = samples(1e-3, n=10, seed=1), samples(1.1e-3, n=14, seed=2)
-    t = pool_timing([Timing.from_dict(_timing(a)), Timing.from_dict(_timing(b, "time_cap"))]).to_dict()
+    t = pool_timing([ProcessTiming.from_dict(_timing(a)), ProcessTiming.from_dict(_timing(b, "time_cap"))]).to_dict()
     assert t["samples"]["device_done"] == a + b and t["device_done"]["n"] == 24
     assert t["device_done"]["median"] == pytest.approx((np.median(a) + np.median(b)) / 2)  # each process one vote
     assert t["device_done"]["q1"] == pytest.approx(float(np.percentile(a + b, 25)))  # the spread: every repeat
@@ -77,7 +77,7 @@ def test_a_process_that_ran_more_repeats_gets_no_more_say_in_the_rows_figure():
     """A process stops on time spent, so a faster one runs more repeats: pooled, its repeats would decide
     the median. Each process's median counts once, in the figure and in its bootstrap alike."""
     fast, slow = samples(1.0e-3, spread=0.01, n=100, seed=3), samples(1.5e-3, spread=0.01, n=50, seed=4)
-    t = pool_timing([Timing.from_dict(_timing(fast)), Timing.from_dict(_timing(slow))]).to_dict()
+    t = pool_timing([ProcessTiming.from_dict(_timing(fast)), ProcessTiming.from_dict(_timing(slow))]).to_dict()
     assert np.median(fast + slow) < 1.05e-3  # what the pooled repeats would say
     assert t["device_done"]["median"] == pytest.approx(1.25e-3, rel=0.01)
     draws = hierarchical_medians([np.asarray(fast), np.asarray(slow)], resamples=400)

@@ -103,7 +103,7 @@ def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
 
 
 def test_merge_by_the_mean_over_ranks_keeps_the_slowest_beside_and_pools_it():
-    from harness.results.model import Timing
+    from harness.results.model import ProcessTiming
     from harness.workers.processes import pool_timing
 
     m = merge_rows([_rank_row([1.0, 4.0, 2.0], 0), _rank_row([3.0, 2.0, 2.0], 0)], 2, "mean")
@@ -114,7 +114,7 @@ def test_merge_by_the_mean_over_ranks_keeps_the_slowest_beside_and_pools_it():
     other = merge_rows([_rank_row([5.0], 0), _rank_row([7.0], 0)], 2, "mean")["timing"]
     for t in (m["timing"], other):
         t |= {"checked_repeats": 1, "wrong_repeats": 0, "worst": "", "stopped": "noise", "noise": None}
-    pooled = pool_timing([Timing.from_dict(m["timing"]), Timing.from_dict(other)]).to_dict()
+    pooled = pool_timing([ProcessTiming.from_dict(m["timing"]), ProcessTiming.from_dict(other)]).to_dict()
     assert pooled["slowest_rank_samples"]["device_done"] == [3.0, 4.0, 2.0, 7.0]
     # each process one vote (noise.row_median): the medians 3 and 7 of the slowest rank, 2 and 6 of the mean
     assert pooled["slowest_rank"]["device_done"]["median"] == 5.0 and pooled["device_done"]["median"] == 4.0

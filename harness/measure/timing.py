@@ -28,7 +28,7 @@ import numpy as np
 from harness.backends.base import Backend, wall
 from harness.measure.metrics import collecting
 from harness.measure.noise import median_rel_halfwidth
-from harness.results.model import Json, Stats, Timing
+from harness.results.model import Json, ProcessTiming, Stats
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def measure(
     agree: Callable[[str | None], str | None] | None = None,
     calls: int = 1,
     name: str = "",
-) -> Timing:
+) -> ProcessTiming:
     """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
 
     ``before`` runs untimed before every call (poisoning preallocated outputs, refreshing state).
@@ -166,7 +166,7 @@ def measure(
     every clock of a repeat is per call.
     ``name``: the row's name; its warm-up and its repeats become the ranges "<name> warm-up" and
     "<name> repeats" (unnamed: no range).
-    The answer is the row's timing as one process measured it (model.Timing): each clock's Stats and its
+    The answer is the row's timing as one process measured it (model.ProcessTiming): each clock's Stats and its
     samples, the emitted metrics' medians, the checks' counts, why it stopped and how noisy its device_done
     median was then (None: no finite figure), and where measure()'s wall time went: timed_s inside the timed
     repeats (every call, start to synchronized end), loop_s the whole of measure() (first call, warm-up,
@@ -205,7 +205,7 @@ def _range(backend: Backend, name: str, part: str) -> Any:
 
 def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before: Callable[[], None] | None,
             check: Callable[[Any], str | None] | None, check_every: bool, first: float,
-            agree: Callable[[str | None], str | None] | None, calls: int = 1) -> Timing:
+            agree: Callable[[str | None], str | None] | None, calls: int = 1) -> ProcessTiming:
     timer = backend.event_timer()
     host: list[float] = []
     done: list[float] = []
@@ -259,7 +259,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         if stopped:
             break
     noise = median_rel_halfwidth(done)
-    return Timing(
+    return ProcessTiming(
         first_call_s=first,
         host_return=Stats.of(host),
         device_done=Stats.of(done),

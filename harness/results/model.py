@@ -1,8 +1,8 @@
 """The result document as typed records: a Result, its Environment (its Cpus) and each framework's FrameworkEnv, each
 ScenarioResult with its VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase and Timelines records, a Row, its
 Check, Profile and Timing, the Timing's Stats per clock and its list of Process entries, the run's NotRun and
-HostLoop entries
-(harness/results/schema/result.schema.json).
+HostLoop entries (harness/results/schema/result.schema.json); and what a worker process sends before the
+merge: a ProcessRow, whose ProcessTiming is that process's alone.
 
 Each record reads and writes itself (from_dict / to_dict) and keeps what it does not model: a key it
 has no field for stays in `extra`, and a record read from a file writes its keys back in the order it
@@ -14,8 +14,9 @@ keys are data (clock names, metric names, parameter names), not fields.
 
 Writing a record a run built: a field that is None is left out, except a field without a default
 (such as the seed or the GPU, written as null) and a field `_WITH` ties to another (a row's host_syncs
-is written, null or not, wherever its sync_method is: the census ran). A record read from a file
-writes its own keys, then any field set since.
+is written, null or not, wherever its sync_method is: the census ran); fields in the order declared, a
+subclass's among its base's where `_after` places them. A record read from a file writes its own keys,
+then any field set since.
 """
 from __future__ import annotations
 
@@ -40,8 +41,17 @@ class _Record:
 
     @classmethod
     def _layout(cls) -> None:
+        """_FIELDS in the order a record a run built writes them: as declared, but a subclass's field placed
+        among its base's (_after) goes there, and the fields declared after it follow it."""
         fs = [f for f in fields(cls) if f.name not in ("extra", "_keys")]  # type: ignore[arg-type]
-        cls._FIELDS = tuple(f.name for f in fs)
+        names: list[str] = []
+        at: int | None = None  # where the next field goes; None: at the end
+        for f in fs:
+            if "after" in f.metadata:
+                at = names.index(f.metadata["after"]) + 1
+            names.insert(len(names) if at is None else at, f.name)
+            at = None if at is None else at + 1
+        cls._FIELDS = tuple(names)
         cls._ALWAYS = frozenset(f.name for f in fs if f.default is MISSING and f.default_factory is MISSING)
 
     @classmethod
@@ -109,6 +119,11 @@ def _extra() -> Any:
 
 def _keys() -> Any:
     return field(default=None, repr=False, compare=False)
+
+
+def _after(name: str, **kw: Any) -> Any:
+    """A subclass's field written after its base's field `name` (_Record._layout): where the files always had it."""
+    return field(metadata={"after": name}, **kw)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -204,11 +219,11 @@ ROW_PARTS = ("warm_s", "before_s", "check_s", "agree_s")
 
 
 @dataclass(eq=False, kw_only=True)
-class Timing(_Record):
-    """A row's timing. From one worker process (harness/measure/timing.py measure builds it, handlers.time_point
-    adds the kernel clock and the process's fields): that process's stop reason and noise (a number or None)
-    and its per-process fields (host_loop_s, ...) at this level; once merged
-    (processes.pool_timing): every process's repeats pooled, `processes` in their order, noise per clock."""
+class _Timing(_Record):
+    """What one process's timing of a row (ProcessTiming) and the merged row's (Timing) both hold: each clock's
+    Stats and samples, the emitted metrics' medians, the checks' counts, where the row's wall time went
+    (harness/measure/timing.py measure) and a rank row's slowest rank (harness/workers/ranks.py). Why one base:
+    a merge starts from its first process's (Timing.pooled), and a clock is read alike on both."""
 
     first_call_s: float | None = None
     host_return: Stats
@@ -224,9 +239,6 @@ class Timing(_Record):
     wrong_repeats: int | None = None
     worst: str | None = None  # the first wrong repeat's description
     samples: dict[str, list[float]]  # every repeat's seconds per clock
-    stopped: str | None = None  # one process's stop reason (before merging)
-    noise: float | dict[str, float | None] | None  # one process: a number or null; merged: {clock: relative half-width or null}
-    processes: list[Process] | None = None
     timed_s: float | None = None
     phase_s: float | None = None
     loop_s: float | None = None
@@ -235,11 +247,6 @@ class Timing(_Record):
     warm_s: float | None = None
     before_s: float | None = None
     agree_s: float | None = None
-    host_loop_s: float | None = None
-    host_loop_at: float | None = None
-    served_s: float | None = None
-    request_s: float | None = None
-    host_sensitivity: Sensitivity | None = None
     rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
     slowest_rank: dict[str, Stats] | None = None
     slowest_rank_samples: dict[str, list[float]] | None = None
@@ -247,9 +254,8 @@ class Timing(_Record):
     _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
-        "processes": ("list", Process), "host_return": ("one", Stats), "device_done": ("one", Stats),
-        "device_events": ("one", Stats), "kernel": ("one", Stats), "slowest_rank": ("map", Stats),
-        "host_sensitivity": ("one", Sensitivity)}
+        "host_return": ("one", Stats), "device_done": ("one", Stats), "device_events": ("one", Stats),
+        "kernel": ("one", Stats), "slowest_rank": ("map", Stats)}
 
     @property
     def kernel_clock(self) -> Stats | None:
@@ -261,6 +267,41 @@ class Timing(_Record):
         """The Stats of one clock by its name (harness/results/model.py CLOCKS), or None."""
         got = getattr(self, name) if name in CLOCKS else None
         return got if isinstance(got, Stats) else Stats.from_dict(got) if isinstance(got, dict) else None
+
+
+@dataclass(eq=False, kw_only=True)
+class ProcessTiming(_Timing):
+    """One worker process's timing of a row: harness/measure/timing.py measure builds it, handlers.time_point adds
+    the kernel clock, the host's speed and its request's seconds in the worker and sends it in a ProcessRow, and
+    the parent adds the request's round trip (processes.round_trip). Why apart from Timing: why it stopped and its
+    one noise figure are a process's; processes.pool_timing keeps them per process (Process)."""
+
+    stopped: str | None = _after("samples", default=None)  # timing.py TimingConfig.stop's reason
+    noise: float | None  # its device_done median's relative half-width; null: no finite figure
+    host_loop_s: float | None = _after("agree_s", default=None)  # the host's Python loop beside it (calibrate.py)
+    host_loop_at: float | None = None  # when, wall-clock seconds
+    served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
+    request_s: float | None = None  # and its round trip, messages included (processes.round_trip)
+
+
+@dataclass(eq=False, kw_only=True)
+class Timing(_Timing):
+    """A row's timing as a result holds it, merged from its processes' (processes.pool_timing): every process's
+    repeats pooled, `processes` in their order, noise per clock, the seconds summed. A file from before rows
+    were timed in several processes has no processes (one_process) and no noise."""
+
+    noise: dict[str, float | None] | None = _after("samples")  # {clock: its median's relative half-width or null}
+    processes: list[Process] | None = None
+    host_sensitivity: Sensitivity | None = _after("agree_s", default=None)
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = _Timing._NESTED | {
+        "processes": ("list", Process), "host_sensitivity": ("one", Sensitivity)}
+
+    @classmethod
+    def pooled(cls, first: ProcessTiming, **merged: Any) -> "Timing":
+        """A merged row's timing: the fields it shares with its first process's timing as that one has them, and
+        `merged` (the pooled figures, processes.pool_timing) over them."""
+        return cls(**({k: getattr(first, k) for k in _Timing._FIELDS} | merged), extra=dict(first.extra))
 
     # -- what an older file lacks, said once (issue 50: readers ask these, not the keys) --
 
@@ -375,6 +416,22 @@ class Row(_Record):
     def point_index(self) -> int:
         """The index of the row's point in its scenario's points; 0 where the row names none."""
         return self.point or 0
+
+
+@dataclass(eq=False, kw_only=True)
+class ProcessRow(Row):
+    """A row as one worker process sends it (harness/workers/handlers.py time_point; a rank group's is its ranks'
+    rows made one, harness/workers/ranks.py): a Row whose timing is that process's. processes.merge makes one Row
+    of a variant's ProcessRows (merged)."""
+
+    timing: ProcessTiming | None = None  # type: ignore[assignment]
+
+    _NESTED: ClassVar[dict[str, tuple[str, type]]] = Row._NESTED | {"timing": ("one", ProcessTiming)}
+
+    def merged(self, timing: Timing | None, **changes: Any) -> Row:
+        """This row as a result holds it: its fields and its keys' order, with the merged `timing` and `changes`."""
+        return Row(**({k: getattr(self, k) for k in Row._FIELDS} | changes | {"timing": timing}), extra=self.extra,
+                   _keys=self._keys)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -558,6 +615,7 @@ class Result(_Record):
                                                        "not_run": ("list", NotRun), "host_speed": ("list", HostLoop)}
 
 
-for _cls in (Stats, Sensitivity, Process, Timing, Check, Row, VariantInfo, Equivalence, ClaimResult, CrossCheck, Phase,
-             Timelines, Profile, NotRun, HostLoop, ScenarioResult, FrameworkEnv, Cpus, Environment, Result):
+for _cls in (Stats, Sensitivity, Process, _Timing, ProcessTiming, Timing, Check, Row, ProcessRow, VariantInfo,
+             Equivalence, ClaimResult, CrossCheck, Phase, Timelines, Profile, NotRun, HostLoop, ScenarioResult,
+             FrameworkEnv, Cpus, Environment, Result):
     _cls._layout()

@@ -21,7 +21,7 @@ from harness.measure.calibrate import Calibration, python_loop_s
 from harness.check.equivalence import strided_sample
 from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
-from harness.results.model import Check, Json, Row, Stats
+from harness.results.model import Check, Json, ProcessRow, Stats
 from harness.measure.profiling import profile_variant, row_name
 from harness.workers.protocol import Answer, Hello, Progress, Request
 from harness.measure.timeline import trace_variant
@@ -64,7 +64,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     each row, which a second process would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}. Each row is
-    built here as a model.Row, and sent as its to_dict()."""
+    built here as a model.ProcessRow, and sent as its to_dict()."""
     t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
@@ -78,14 +78,14 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
     # changed speed during the run (a factor of two between processes and runs: docs/design/host_speed.md).
     host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
-    rows: list[Row] = []
+    rows: list[ProcessRow] = []
     sample = expected_digest = None
     for v in scn.variants:
         if variants and v.name not in variants and not (expected is None and v is scn.baseline):
             continue  # not asked for (an interleaved run's rows that are decided): no row
         why = skip_reason(scn, v, b, impl, params)
         if why:
-            rows.append(Row(scenario=scenario, framework=fw, variant=v.name, hazard=v.hazard, setup_s=setup_s,
+            rows.append(ProcessRow(scenario=scenario, framework=fw, variant=v.name, hazard=v.hazard, setup_s=setup_s,
                             status="skipped", reason=why))
             continue
         progress(v.name)
@@ -125,12 +125,12 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     return {"rows": [row.to_dict() for row in rows], "sample": sample}
 
 
-def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Params, rows: list[Row], cfg: TimingConfig,
-                   progress: Progress) -> None:
+def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Params, rows: list[ProcessRow],
+                   cfg: TimingConfig, progress: Progress) -> None:
     """The timed rows' kernel clocks where their framework has no CUDA events: traced runs of them all in one
     profiler session (harness/measure/kernel_clock.py); or why none, where a row runs its calls in child
     processes, or where the run reads none (cfg.kernel_clock False: an interleaved regress judged on another clock)."""
-    traced: list[Row] = []
+    traced: list[ProcessRow] = []
     for row in rows:
         t = row.timing
         if not row.timed or t is None:
@@ -170,7 +170,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
                   want: Arrays | None, cfg: TimingConfig, census: bool = True,
                   agree: Callable[[str | None], str | None] | None = None,
                   want_is_reference: bool = False,
-                  want_digest: str | None = None) -> tuple[Row, Arrays | None, str | None]:
+                  want_digest: str | None = None) -> tuple[ProcessRow, Arrays | None, str | None]:
     """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs where
     the check copied them, as it always does where there is nothing to check them against, else None: a
     device digest spared the copy; and, where there was nothing to check against, those outputs' device
@@ -200,7 +200,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         timing.samples["kernel"] = list(timing.samples["device_events"])
     timing.metrics.update(check.metrics)
     timing.phase_s = time.perf_counter() - t_variant  # this process's whole share of the row
-    return Row(
+    return ProcessRow(
         scenario=scn.name, framework=b.name, variant=v.name, hazard=v.hazard,
         status="ok" if timing.wrong_repeats == 0 or v.hazard else "wrong",
         timing=timing,

@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.results.model import CLOCKS, ROW_PARTS, Json, Phase, Process, Row, Stats, Timing
+from harness.results.model import (CLOCKS, ROW_PARTS, Json, Phase, Process, ProcessRow, ProcessTiming, Row, Stats,
+                                   Timing)
 from harness.measure.noise import host_sensitivity, rel_halfwidth, row_median, split
 from harness.workers.protocol import Answer
 from harness.workers.worker import Handle, WorkerError, WorkerLost
@@ -136,7 +137,7 @@ def merge(answers: list[Timed]) -> tuple[list[Row], dict[str, np.ndarray] | None
     if failed is not None and "variants" not in failed:
         return failed
     timed = [a for a in answers if "status" not in a]
-    rows = [_merge_row([Row.from_dict(r) for r in per]) for per in by_variant(timed).values()]
+    rows = [_merge_row([ProcessRow.from_dict(r) for r in per]) for per in by_variant(timed).values()]
     for f in (a for a in answers if "status" in a):  # each names its variants here
         rows = [replace(r, status=f["status"], reason=f["reason"], timing=None, check=None, wall_s=None)
                 if r.variant in f["variants"] else r for r in rows]
@@ -147,17 +148,17 @@ def by_variant(answers: list[Timed]) -> dict[str, list[Json]]:
     """{variant: its row from each process that timed it, in process order}, variants in the order they
     first appear: a process asked for some variants only (an interleaved run's later pairs) has no row for
     the others, and adds nothing to them."""
-    out: dict[str, list[Json]] = {}  # rows as the wire has them (Row.to_dict), made Rows once, by merge
+    out: dict[str, list[Json]] = {}  # rows as the wire has them (ProcessRow.to_dict), typed once, by merge
     for a in answers:
         for row in a["rows"]:
             out.setdefault(row["variant"], []).append(row)
     return out
 
 
-def _merge_row(per: list[Row]) -> Row:
+def _merge_row(per: list[ProcessRow]) -> Row:
     row = per[0]
     if row.timing is None:
-        return row
+        return row.merged(None)
     bad = next((r for r in per if r.status == "wrong"), None)
     if bad is not None:
         status, check = "wrong", bad.check
@@ -167,11 +168,11 @@ def _merge_row(per: list[Row]) -> Row:
                         wrong=sum(r.check.wrong for r in per),  # a hazard's wrong runs: every process's
                         max_rel_err=max((r.check.max_rel_err for r in per
                                          if r.check.max_rel_err is not None), default=None))
-    return replace(row, status=status, check=check, wall_s=sum(r.wall_s for r in per),
-                   timing=pool_timing([r.timing for r in per]))
+    return row.merged(pool_timing([r.timing for r in per]), status=status, check=check,
+                      wall_s=sum(r.wall_s for r in per))
 
 
-def pool_timing(timings: list[Timing]) -> Timing:
+def pool_timing(timings: list[ProcessTiming]) -> Timing:
     """Per-process timings (each one process's, as handlers.time_point sends them) as one: pooled samples
     and statistics, the processes' counts and stop reasons, and the between-process noise per clock."""
     first = timings[0]
@@ -195,19 +196,19 @@ def pool_timing(timings: list[Timing]) -> Timing:
                  for i, (k, m) in enumerate(zip(counts, timings))]
     summed = {k: sum(getattr(m, k) for m in timings) for k in SUMMED  # where the row's wall time went
               if all(getattr(m, k) is not None for m in timings)}
-    return replace(
-        first, _keys=None, extra=dict(first.extra), **stats, samples=samples,
+    return Timing.pooled(
+        first, **stats, samples=samples,
         slowest_rank_samples=slow, slowest_rank=slowest,
         checked_repeats=sum(m.checked_repeats for m in timings),
         wrong_repeats=sum(m.wrong_repeats for m in timings),
         worst=next((m.worst for m in timings if m.worst), ""),
         metrics={k: float(np.median([m.metrics[k] for m in timings if k in m.metrics])) for k in first.metrics},
         processes=processes,
-        **({k: None for k in PER_PROCESS} | summed),  # a process's own fields kept per process above
+        # a process's own seconds (timed_s, phase_s), kept per process above: the row has their sum, or none
+        **({k: None for k in PER_PROCESS if k in SUMMED} | summed),
         host_sensitivity=host_sensitivity([p.median for p in processes], [p.host_loop_s for p in processes]),
         noise={c: _finite(rel_halfwidth(split(samples[c], n[c]))) for c in samples},
-        kernel_why=None if "kernel" in samples else next((m.kernel_why for m in timings if m.kernel_why), None),
-        stopped=None)
+        kernel_why=None if "kernel" in samples else next((m.kernel_why for m in timings if m.kernel_why), None))
 
 
 def _finite(x: float) -> float | None:

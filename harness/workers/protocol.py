@@ -58,7 +58,7 @@ class Hello(TypedDict):
 
 class Answer(TypedDict, total=False):
     """A time request's answer (harness/workers/handlers.py time_point): its rows as the wire has them (each a
-    model.Row's to_dict: results travel as plain dicts) and the baseline's strided output sample where its
+    model.ProcessRow's to_dict: results travel as plain dicts) and the baseline's strided output sample where its
     outputs were not checked against the reference, else None. The runner keeps a failed request in its
     place (harness/workers/processes.py time_point): its status and reason, and the variants it named, where
     it named some (an interleaved run's later pairs)."""
