@@ -143,16 +143,29 @@ def backend_or_skip(fw: str) -> backends.Backend:
 class VirtualClock:
     """time.perf_counter and time.sleep on one virtual clock: each read advances it 1 us, a sleep by its
     length. A test of how the harness spends time then measures its rule, not how a loaded CI host
-    schedules sleeps (CI's 2 cores stretched a 10 ms sleep to 19 ms and failed a ratio)."""
+    schedules sleeps (CI's 2 cores stretched a 10 ms sleep to 19 ms and failed a ratio). Only the thread that
+    made it reads it: another thread (an earlier test's worker watching its parent, asleep 0.5 s a turn) gets
+    the real functions, and so cannot move this test's clock."""
 
     def __init__(self) -> None:
+        import threading
+        import time
+
         self.t = 0.0
+        self._owner = threading.get_ident()
+        self._get_ident = threading.get_ident
+        self._real = (time.perf_counter, time.sleep)
 
     def perf_counter(self) -> float:
+        if self._get_ident() != self._owner:
+            return self._real[0]()
         self.t += 1e-6
         return self.t
 
     def sleep(self, seconds: float) -> None:
+        if self._get_ident() != self._owner:
+            self._real[1](seconds)
+            return
         self.t += max(seconds, 0.0)
 
 

@@ -215,3 +215,24 @@ def test_a_noisy_call_repeats_longer_than_a_quiet_one():
     assert mq.stopped == "noise" and mq.noise <= 0.05
     assert mn.device_done.n > 2 * mq.device_done.n
     assert mn.stopped in ("noise", "max_repeats") and mn.to_dict()["stopped"] == mn.stopped
+
+
+def test_another_threads_sleep_does_not_move_the_virtual_clock(virtual_clock):
+    """An earlier test's worker thread (protocol.serve's parent watch, asleep 0.5 s a turn) lives on in the test
+    process: on the virtual clock its sleeps would return at once, and each push this test's time on by 0.5 s,
+    so that a repeat loop hit its time cap (seen on CI's two cores)."""
+    import threading
+    import time
+
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
+    t0, real = time.perf_counter(), time.monotonic()
+    while time.monotonic() - real < 0.1:
+        pass
+    stop.set()
+    assert time.perf_counter() - t0 < 0.01
