@@ -145,6 +145,27 @@ def test_a_pair_is_priced_by_the_running_frameworks_requests_after_the_first_pro
     assert not forecast.forecast(found, ["sync_points"], ["torch", "jax"], plan, 4.0, 2, 0.01, traced=True).upper
 
 
+def test_a_regress_that_reads_no_kernel_clock_is_priced_without_the_earlier_runs_traces(tmp_path):
+    """A result that kept each request's traced kernel clock (kernel_s) prices a pair without it for a regress that
+    reads none, and says "about"; one written before it was kept can only say "at most". On the H100 the forecast
+    said "at most 125 s" a pair, and pairs took 40-80 s (results/journal.md)."""
+    d = _result(H100, "full", processes=3)
+    for r in d["scenarios"]["sync_points"]["rows"]:
+        r["timing"]["kernel_source"] = "jax.profiler (CUPTI span)" if r["framework"] == "jax" else "CUDA events"
+        for p in r["timing"]["processes"]:
+            p["request_s"] = {"torch": 1.0, "jax": 9.0}[r["framework"]]
+            if r["framework"] == "jax":
+                p["kernel_s"] = 6.0
+    write(d, tmp_path / "20261203T000000Z_nvidia-h100-80gb-hbm3_full.json")
+    found = forecast.earlier([tmp_path], ["sync_points"], ["torch", "jax"], "full", H100)
+    both = ["torch", "jax"]
+    assert forecast.side_process_s(found[1], ["sync_points"], both, traced=False) == pytest.approx(4.0)
+    assert forecast.side_process_s(found[1], ["sync_points"], both, traced=True) == pytest.approx(10.0)
+    plan = SimpleNamespace(max_pairs=8, budget_s=100.0, threshold=0.10, clock="device_done")
+    f = forecast.forecast(found, ["sync_points"], both, plan, 4.0, 2, 0.01, traced=False)
+    assert not f.upper and f.pair_s == pytest.approx(8.0) and "about 8 s" in forecast.render(f)[0]
+
+
 def test_a_forecast_that_cannot_be_made_is_a_line_not_a_failed_run(tmp_path, monkeypatch):
     write(_result(None, "smoke", wall=2.0), tmp_path / "20261201T000000Z_cpu_smoke.json")
     monkeypatch.setattr(forecast, "side_process_s", lambda *a: 1 / 0)

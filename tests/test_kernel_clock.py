@@ -153,6 +153,7 @@ def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_coun
     pooled = pool_timing(rows)
     assert len(pooled.samples["kernel"]) == 2 * K.REPEATS
     assert [p.kernel_n for p in pooled.processes] == [K.REPEATS, K.REPEATS]  # not the 2 repeats of device_done
+    assert all(p.kernel_s is not None for p in pooled.processes)  # each process's trace seconds, for the forecast
     assert pooled.kernel.median == pytest.approx(30e-6) and "kernel" in pooled.noise
     draws = _resampled({"async": {"timing": pooled.to_dict()}}, 5)
     assert all(d["async"]["timing"]["kernel"]["median"] == pytest.approx(30e-6) for d in draws)
@@ -268,6 +269,7 @@ def test_a_run_that_reads_no_kernel_clock_traces_nothing_and_says_why():
         handlers._kernel_clocks(scn, Counting(), _Impl, {}, {}, [row], replace(preset("full"), kernel_clock=reads),
                                 lambda t: None)
         assert (row.timing.kernel is not None) == reads and len(traced) == (1 if reads else 1)
+        assert (row.timing.kernel_s is not None) == reads  # no trace, no seconds of one
         assert reads or row.timing.kernel_why == "not read: this run judges another clock"
     wire = Request.make("time", "jax", "async_dispatch", {}, preset("full")).to_dict()
     assert "kernel_clock" not in wire["timing"]  # the default: what an older tree's TimingConfig reads
@@ -302,6 +304,7 @@ def test_a_requests_rows_share_one_trace_and_one_rows_failure_is_its_own():
     assert _TracedBackend.sessions == before + 1
     assert [r.timing.kernel is not None for r in rows] == [True, False] + [True] * (len(rows) - 2)
     assert "MemoryError: out of memory" in rows[1].timing.kernel_why
+    assert len({r.timing.kernel_s for r in rows}) == 1 and rows[0].timing.kernel_s >= 0  # the request's, on every row
     assert all(r.timing.kernel.median == pytest.approx(30e-6) for r in rows if r.timing.kernel is not None)
 
 

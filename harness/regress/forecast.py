@@ -94,11 +94,12 @@ def spreads(doc: Result, scenarios: list[str], frameworks: list[str], clock: str
     return out
 
 
-def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str]) -> float:
+def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str], traced: bool = True) -> float:
     """One process of one side over every point, for these frameworks: per framework and point, the round trip
     of a request of the earlier run's processes after the first (the first also counts host syncs and traces
-    timelines, which a regress does not), or of its first where it had no other. Rows without round trips
-    (older files): the scenario's timing phase over its processes, for these frameworks' share of its rows."""
+    timelines, which a regress does not), or of its first where it had no other; without the request's traced
+    kernel clock (kernel_s) where this run reads none (traced False). Rows without round trips (older files):
+    the scenario's timing phase over its processes, for these frameworks' share of its rows."""
     total = 0.0
     for name in scenarios:
         scn = doc.scenarios.get(name)  # scenarios: keyed by scenario name (data)
@@ -108,7 +109,8 @@ def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str]) -> 
         for r in scn.rows:
             for i, p in enumerate(r.timing.processes or [] if r.timed and r.framework in frameworks else []):  # type: ignore[union-attr]
                 if p.request_s is not None:  # a request's rows share its round trip
-                    trips.setdefault((r.framework, r.point_index), {})[i] = p.request_s
+                    spared = 0.0 if traced else (p.kernel_s or 0.0)
+                    trips.setdefault((r.framework, r.point_index), {})[i] = max(p.request_s - spared, 0.0)
         if trips:
             total += sum(float(np.mean([s for i, s in by.items() if i > 0] or list(by.values()))) for by in trips.values())
             continue
@@ -121,8 +123,10 @@ def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str]) -> 
 
 
 def traced_kernel_clock(doc: Result, scenarios: list[str], frameworks: list[str]) -> bool:
-    """Whether the earlier run read a kernel clock from traces (not CUDA events) for any of these rows."""
+    """Whether the earlier run read a kernel clock from traces (not CUDA events) for any of these rows without
+    saying what its traces took (Process.kernel_s: files written before it was kept)."""
     return any(r.timing is not None and r.timing.kernel_source is not None and "events" not in r.timing.kernel_source
+               and any(p.kernel_s is None for p in r.timing.processes or [])
                for name in scenarios for r in doc.scenarios[name].rows if r.framework in frameworks)
 
 
@@ -137,9 +141,10 @@ def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[
     """The forecast from an earlier result (earlier()) for plan (interleave.Plan: pairs, max_pairs, budget_s,
     threshold, clock), a stage's measured start and ADDED pairs a stage; fdr already split over the looks.
     traced: whether this run reads the traced kernel clock; where it does not and the earlier run did, the
-    earlier run's price of a pair is an upper bound (Forecast.upper)."""
+    earlier run's price of a pair leaves out what its traces took, or is an upper bound where its file does not
+    say (Forecast.upper)."""
     path, doc = found
-    pair_s = 2 * side_process_s(doc, scenarios, frameworks)
+    pair_s = 2 * side_process_s(doc, scenarios, frameworks, traced)
     per_pair = pair_s + start_s / added
     if plan.budget_s is None:
         pairs = plan.max_pairs

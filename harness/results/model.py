@@ -191,6 +191,7 @@ class Process(_Record):
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
     request_s: float | None = None  # and its round trip, messages included
     kernel_n: int | None = None  # its kernel clock's samples, where they are not one a repeat (a trace's runs)
+    kernel_s: float | None = None  # its request's trace of the kernel clock, part of served_s (shared by its rows)
     extra: Json = _extra()
     _keys: tuple[str, ...] | None = _keys()
 
@@ -282,6 +283,7 @@ class ProcessTiming(_Timing):
     host_loop_at: float | None = None  # when, wall-clock seconds
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
     request_s: float | None = None  # and its round trip, messages included (processes.round_trip)
+    kernel_s: float | None = None  # its request's trace of the kernel clock, part of served_s (shared by its rows)
 
 
 @dataclass(eq=False, kw_only=True)
