@@ -145,7 +145,8 @@ class VirtualClock:
     length. A test of how the harness spends time then measures its rule, not how a loaded CI host
     schedules sleeps (CI's 2 cores stretched a 10 ms sleep to 19 ms and failed a ratio). Only the thread that
     made it reads it: another thread (an earlier test's worker watching its parent, asleep 0.5 s a turn) gets
-    the real functions, and so cannot move this test's clock."""
+    the real functions, and so cannot move this test's clock. So a duration taken across threads (a pool's) would
+    mix the two clocks: a test on this clock keeps its timing on one thread."""
 
     def __init__(self) -> None:
         import threading

@@ -318,3 +318,75 @@ def test_a_row_without_device_work_in_its_own_range_has_no_clock_though_others_h
     with pytest.raises(K.NoKernelClock, match="in this row's runs"):
         K.per_run_s(trace, range(1, 2), row=1)
     assert K.per_run_s(trace, 2) == pytest.approx([30e-6, 0.0])  # without rows: the whole trace's
+
+
+def test_a_jax_without_profile_options_traces_with_its_defaults():
+    """jax.profiler.trace took no profiler_options before ProfileOptions came (pyproject allows such a JAX): the
+    lean options are passed only where they exist, else every JAX row would say "TypeError"."""
+    import gzip
+    import json
+    import types
+    from pathlib import Path
+
+    from harness.backends.jax_backend import JaxBackend
+
+    @contextlib.contextmanager
+    def trace(log_dir):  # the older signature: no profiler_options
+        yield
+        run = Path(log_dir) / "plugins" / "profile" / "r"
+        run.mkdir(parents=True)
+        with gzip.open(run / "h.trace.json.gz", "wt") as f:
+            json.dump(_xprof([(0, 100, [(7, 10, 40)])]), f)
+
+    b = JaxBackend()
+    b.fw = types.SimpleNamespace(profiler=types.SimpleNamespace(trace=trace, TraceAnnotation=lambda name: contextlib.nullcontext()))
+    b.on_gpu = True
+    got, source = b.kernel_trace(lambda annotate: None)
+    assert K.per_run_s(got, 1) == pytest.approx([30e-6]) and source == "jax.profiler (CUPTI span)"
+
+
+def test_in_one_trace_a_row_of_no_device_work_says_so_and_each_rows_state_is_freed_before_the_next():
+    """Between rows that ran kernels, a row that ran none reads no clock ("in this row's runs"), as it did in a
+    trace of its own, not 0 from its neighbours' work; and each row's state is gone before the next row's is made
+    (the rows of a point would otherwise hold their device memory together)."""
+    import gc
+    import weakref
+
+    class State:
+        pass
+
+    made = []
+
+    class Impl(_Impl):
+        @staticmethod
+        def prepare(inputs, params, device):
+            assert all(w() is None for w in made), "an earlier row's state outlived its row"
+            s = State()
+            made.append(weakref.ref(s))
+            return s
+
+    class Quiet(_TracedBackend):
+        def free_memory(self):
+            gc.collect()
+
+        def kernel_trace(self, body):
+            ev, clock, row = [], [0], [None]
+
+            @contextlib.contextmanager
+            def annotate(name):
+                if name.startswith(K.ROW):
+                    row[0] = int(name[len(K.ROW):])
+                start = clock[0] = clock[0] + 100
+                yield
+                clock[0] += 100
+                ev.append({"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": start, "dur": clock[0] - start})
+                if name.startswith(K.MARK) and row[0] != 1:  # row 1's runs do no device work
+                    ev.append({"ph": "X", "name": "fusion", "pid": 2, "tid": 7, "ts": start + 10, "dur": 30})
+
+            body(annotate)
+            return {"traceEvents": _xprof([])["traceEvents"] + ev}, "planted"
+
+    got = K.measure(Quiet(), Impl, [(lambda s: None, 1)] * 3, {}, {})
+    assert "samples" in got[0] and "samples" in got[2], got
+    assert "in this row's runs" in got[1]["why"]
+    assert len(made) == 3

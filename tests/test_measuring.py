@@ -776,9 +776,10 @@ def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_ot
 
 def test_two_processes_of_a_row_time_it_apart_so_their_figures_differ():
     """The process is the unit of a row's spread (Kalibera and Jones' plan, the regress's pairs, the row's
-    interval): a worker reused, forked with a shared cache of answers, or one answer served to two processes
-    would make their figures one, and the spread between processes would read as none. A real run on the
-    CPU: each process of a row has its own repeats, taken at its own time."""
+    interval): a cache of answers shared by forked workers, or one answer served to two processes, would make
+    their figures one, and the spread between processes would read as none. A real run on the CPU: each
+    process of a row has its own repeats, taken at its own time. (A worker reused for both requests would
+    still pass here: that is the runner's own structure, one worker a process.)"""
     from harness.measure.noise import split
     from harness.run.progress import QuietUI
     from harness.run.runner import CompareOptions, run_compare

@@ -200,9 +200,13 @@ class JaxBackend(Backend):
         # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each
         # TraceAnnotation is held on the host's clock beside the device's intervals
         os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")  # else CUPTI may serialize them
+        # the trace's export keeps the earliest 1,000,000 events and drops the rest unsaid: a request's rows share
+        # one trace, and a row cut at its end would read low
+        os.environ.setdefault("TF_PROFILER_TRACE_VIEWER_MAX_EVENTS", "100000000")
         folder = tempfile.mkdtemp(prefix="triptych-kernel-clock-")
+        opts = self._lean_profile()
         try:
-            with self.fw.profiler.trace(folder, profiler_options=self._lean_profile()):
+            with self.fw.profiler.trace(folder, **({"profiler_options": opts} if opts is not None else {})):
                 body(self.fw.profiler.TraceAnnotation)
             files = sorted(Path(folder).glob("plugins/profile/*/*.trace.json.gz"))
             if not files:

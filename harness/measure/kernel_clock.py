@@ -12,8 +12,9 @@ every step leaves the device idle between its kernels: that idle time is the loo
   after the point's timed ones (so that no profiler meets a timed call), each of `calls` back-to-back calls
   between one `before` and one wait, as a timed sample is. Inside the trace, WARM_S of the same runs come
   first: a power-capped GPU clocks down under a timed loop's load, and a run after an idle gap reads faster.
-  All the rows of a request share one profiler session (measure): a session's start and its trace's export
-  cost about a second on a GPU, once a row and process before (results/journal.md).
+  All the rows of a request share one profiler session (measure), read once: a session's start, its trace's
+  export and its parse are paid once a request, not once a row (on an H100 the traced rows still cost about
+  0.8 s each, mostly not the session's: results/journal.md).
 - `selfcheck` traces its fixed kernels in every framework beside their events (trace_call): the cross-check,
   in processes of its own, since a torch.profiler session leaves the process's launches slower.
 
@@ -25,6 +26,7 @@ here imports a framework.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Any, Callable, Iterable, Sequence, TypedDict
 
 from harness.backends.base import Annotate, ChromeTrace, Unavailable, warm
@@ -77,40 +79,63 @@ def device_intervals(trace: ChromeTrace) -> list[tuple[float, float]]:
     return [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in spans]
 
 
-def windows(trace: ChromeTrace, runs: int | range, prefix: str = MARK) -> list[tuple[float, float]]:
-    """The host ranges prefix + i for i in runs (an int n: 0 .. n - 1), [start, end) in the trace's microseconds."""
-    wanted = range(runs) if isinstance(runs, int) else runs
+def ranges(trace: ChromeTrace, prefix: str = MARK) -> dict[int, tuple[float, float]]:
+    """Every host range named prefix + an index, {index: [start, end)} in the trace's microseconds."""
     found: dict[int, tuple[float, float]] = {}
     for e in trace.get("traceEvents", []) if isinstance(trace, dict) else []:
         name = e.get("name") if isinstance(e, dict) else None
-        if (e.get("ph") == "X" and isinstance(name, str) and name.startswith(prefix) and name[len(prefix):].isdigit()
+        if (isinstance(name, str) and e.get("ph") == "X" and name.startswith(prefix) and name[len(prefix):].isdigit()
                 and e.get("cat") != "gpu_user_annotation"):  # Kineto's copy of the range on the device's lane
             found.setdefault(int(name[len(prefix):]), (float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    return found
+
+
+def _pick(found: dict[int, tuple[float, float]], runs: int | range, prefix: str) -> list[tuple[float, float]]:
+    wanted = range(runs) if isinstance(runs, int) else runs
     missing = [i for i in wanted if i not in found]
     if missing:
         raise NoKernelClock(f"the trace holds no range '{prefix}{missing[0]}' around a traced run")
     return [found[i] for i in wanted]
 
 
+def windows(trace: ChromeTrace, runs: int | range, prefix: str = MARK) -> list[tuple[float, float]]:
+    """The host ranges prefix + i for i in runs (an int n: 0 .. n - 1), [start, end) in the trace's microseconds."""
+    return _pick(ranges(trace, prefix), runs, prefix)
+
+
+class Read:
+    """A trace read once (its runs' and rows' ranges, its device intervals by start), so that each row of a
+    session costs a lookup, not a pass over every event of every row (per_run_s)."""
+
+    def __init__(self, trace: ChromeTrace) -> None:
+        self.runs, self.rows = ranges(trace), ranges(trace, ROW)
+        self.intervals = sorted(device_intervals(trace))
+        self.starts = [a for a, _ in self.intervals]
+
+    def per_run_s(self, runs: int | range, calls: int = 1, row: int | None = None) -> list[float]:
+        """Each traced run's device time per call, in seconds: the span of the device intervals that start
+        inside its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one rank to
+        nothing) where the trace saw the device's work elsewhere: in the row's range ROW + row where one is
+        named (its warm runs, a `before`'s copies), else anywhere; a trace with no device work there says
+        nothing, and raises NoKernelClock."""
+        windows_, intervals = _pick(self.runs, runs, MARK), self.intervals
+        if row is not None:
+            (lo, hi), = _pick(self.rows, range(row, row + 1), ROW)
+            intervals = intervals[bisect.bisect_left(self.starts, lo):bisect.bisect_left(self.starts, hi)]
+        if not intervals:
+            raise NoKernelClock("the trace holds no device work at all" + (" in this row's runs" if row is not None else ""))
+        got: list[list[tuple[float, float]]] = [[] for _ in windows_]
+        for a, b in intervals:
+            for i, (lo, hi) in enumerate(windows_):
+                if lo <= a < hi:
+                    got[i].append((a, b))
+                    break
+        return [span_s(g) / 1e6 / calls for g in got]
+
+
 def per_run_s(trace: ChromeTrace, runs: int | range, calls: int = 1, row: int | None = None) -> list[float]:
-    """Each traced run's device time per call, in seconds: the span of the device intervals that start inside
-    its range, over `calls`. A run without any is 0 (JAX folds an in-place collective at one rank to nothing)
-    where the trace saw the device's work elsewhere: in the row's range ROW + row where one is named (its warm
-    runs, a `before`'s copies), else anywhere; a trace with no device work there says nothing, and raises
-    NoKernelClock."""
-    ranges, intervals = windows(trace, runs), device_intervals(trace)
-    if row is not None:
-        (lo, hi), = windows(trace, range(row, row + 1), ROW)
-        intervals = [(a, b) for a, b in intervals if lo <= a < hi]
-    if not intervals:
-        raise NoKernelClock("the trace holds no device work at all" + (" in this row's runs" if row is not None else ""))
-    got: list[list[tuple[float, float]]] = [[] for _ in ranges]
-    for a, b in intervals:
-        for i, (lo, hi) in enumerate(ranges):
-            if lo <= a < hi:
-                got[i].append((a, b))
-                break
-    return [span_s(g) / 1e6 / calls for g in got]
+    """Read.per_run_s of one trace read for one row."""
+    return Read(trace).per_run_s(runs, calls, row)
 
 
 def traced_runs(annotate: Annotate, before: Callable[[], None], run: Callable[[], None], runs: range,
@@ -161,17 +186,20 @@ def measure(backend: Any, impl: Any, variants: Sequence[tuple[Callable[[Any], An
                 _trace_row(annotate, backend, impl, call, calls, inputs, params, j, repeats)
             except Exception as e:  # noqa: BLE001 - the clock is a figure beside the row, never a reason to lose it
                 failed[j] = _why(e)
-            finally:
+            try:
                 backend.free_memory()
+            except Exception as e:  # noqa: BLE001 - a sticky device error: this row's, and the later rows' own
+                failed.setdefault(j, _why(e))
 
     try:
         trace, source = backend.kernel_trace(body)
-    except Exception as e:  # noqa: BLE001 - likewise: no session, no clock, every row keeps its others
-        return [_why(e) for _ in variants]
+        read = Read(trace)
+    except Exception as e:  # noqa: BLE001 - likewise: no trace, no clock; a row that failed first keeps its reason
+        return [failed.get(j) or _why(e) for j in range(len(variants))]
     out: list[Reading] = []
     for j, (_, calls) in enumerate(variants):
         try:
-            out.append(failed.get(j) or {"samples": per_run_s(trace, range(j * repeats, (j + 1) * repeats), calls, row=j),
+            out.append(failed.get(j) or {"samples": read.per_run_s(range(j * repeats, (j + 1) * repeats), calls, row=j),
                                          "source": source})
         except NoKernelClock as e:
             out.append(_why(e))

@@ -43,7 +43,7 @@ class Forecast:
     could: int  # of those, rows whose threshold change pairs would call different at `pairs`
     median_change: float  # the change the median row could call different at `pairs` (inf: none)
     threshold: float
-    upper: bool = False  # the pair's price an upper bound: the earlier run traced a kernel clock this one does not
+    upper: bool = False  # the price an upper bound: an older file traced a kernel clock, and kept no kernel_s
     added: int = 2  # pairs a stage starts together (interleave.ADDED), sharing its start
 
 
@@ -166,7 +166,7 @@ def render(f: Forecast) -> list[str]:
     change = "no change" if not math.isfinite(f.median_change) else f"a change of {100 * f.median_change:.0f}%"
     about = "at most" if f.upper else "about"
     lines = [f"forecast from {Path(f.source).name}: a pair takes {about} {f.pair_s:.0f} s and a stage's start "
-             f"{f.start_s:.0f} s, so {buys}" + (" or more (it traced a kernel clock that this run does not read)"
+             f"{f.start_s:.0f} s, so {buys}" + (" or more (an older file: it traced a kernel clock that this run does not read, and kept no kernel_s)"
                                                 if f.upper else ""),
              f"forecast: at {f.pairs} pairs a {100 * f.threshold:g}% change could be called different in {f.could} of "
              f"{f.rows} rows; the median row could call {change} different (each row's spread between processes "
