@@ -13,8 +13,7 @@ every step leaves the device idle between its kernels: that idle time is the loo
   between one `before` and one wait, as a timed sample is. Inside the trace, WARM_S of the same runs come
   first: a power-capped GPU clocks down under a timed loop's load, and a run after an idle gap reads faster.
   All the rows of a request share one profiler session (measure), read once: a session's start, its trace's
-  export and its parse are paid once a request, not once a row (on an H100 the traced rows still cost about
-  0.8 s each, mostly not the session's: results/journal.md).
+  export and its parse are paid once a request, not once a row.
 - `selfcheck` traces its fixed kernels in every framework beside their events (trace_call): the cross-check,
   in processes of its own, since a torch.profiler session leaves the process's launches slower.
 
