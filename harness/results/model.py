@@ -29,15 +29,25 @@ import numpy as np
 Json = dict[str, Any]
 
 
+def _extra() -> Any:
+    return field(default_factory=dict, repr=False)
+
+
+def _keys() -> Any:
+    return field(default=None, repr=False, compare=False)
+
+
+@dataclass(eq=False, kw_only=True)
 class _Record:
-    """from_dict / to_dict by the dataclass's fields; `_NESTED` names the fields that hold records."""
+    """from_dict / to_dict by the dataclass's fields; `_NESTED` names the fields that hold records. Every record
+    keeps the keys it does not know (extra) and, when read from a file, that file's keys in their order (_keys)."""
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {}  # field: ("one" | "list" | "map", record class)
     _WITH: ClassVar[dict[str, str]] = {}  # field written whenever the named field is not None
     _FIELDS: ClassVar[tuple[str, ...]]
     _ALWAYS: ClassVar[frozenset[str]]
-    extra: Json
-    _keys: tuple[str, ...] | None
+    extra: Json = _extra()
+    _keys: tuple[str, ...] | None = _keys()
 
     @classmethod
     def _layout(cls) -> None:
@@ -113,14 +123,6 @@ def _plain(v: Any, how: str) -> Any:
     return {n: x.to_dict() if isinstance(x, _Record) else x for n, x in v.items()}
 
 
-def _extra() -> Any:
-    return field(default_factory=dict, repr=False)
-
-
-def _keys() -> Any:
-    return field(default=None, repr=False, compare=False)
-
-
 def _after(name: str, **kw: Any) -> Any:
     """A subclass's field written after its base's field `name` (_Record._layout): where the files always had it."""
     return field(metadata={"after": name}, **kw)
@@ -140,8 +142,6 @@ class Stats(_Record):
     max: float | None = None
     n: int | None = None
     iqr: float | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
     @property
     def spread(self) -> float:
@@ -171,8 +171,6 @@ class Sensitivity(_Record):
     slope: float | None
     r: float | None
     n: int
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -192,8 +190,6 @@ class Process(_Record):
     request_s: float | None = None  # and its round trip, messages included
     kernel_n: int | None = None  # its kernel clock's samples, where they are not one a repeat (a trace's runs)
     kernel_s: float | None = None  # its request's trace of the kernel clock, part of served_s (shared by its rows)
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 # A row's clocks (harness/measure/timing.py, harness/measure/kernel_clock.py), each a Stats and its samples
@@ -251,8 +247,6 @@ class _Timing(_Record):
     rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
     slowest_rank: dict[str, Stats] | None = None
     slowest_rank_samples: dict[str, list[float]] | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
         "host_return": ("one", Stats), "device_done": ("one", Stats), "device_events": ("one", Stats),
@@ -327,8 +321,6 @@ class Check(_Record):
     worst: str | None
     max_rel_err: float | None  # of the checked repeats; null for a hazard or without a reference
     against: str | None = None  # "reference", "baseline" or "none"
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 # Read by the report (issue 50): what were plain mappings with result keys of their own.
@@ -339,8 +331,6 @@ class Timelines(_Record):
 
     png: str | None = None
     trace: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -351,8 +341,6 @@ class Profile(_Record):
     xplane: str | bytes | None = None
     why: str | None = None
     tool: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -361,8 +349,6 @@ class NotRun(_Record):
 
     scenario: str
     why: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -374,8 +360,6 @@ class HostLoop(_Record):
     framework: str | None = None
     scenario: str | None = None
     point: int | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -403,8 +387,6 @@ class Row(_Record):
     label: str | None = None
     floor_s: float | str | None = None  # seconds, or "inf" (a floor of no finite time)
     pct_of_floor: float | str | None = None  # likewise
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"timing": ("one", Timing), "check": ("one", Check),
                                                        "profile": ("one", Profile)}
@@ -445,8 +427,6 @@ class VariantInfo(_Record):
     doc: str | None = None
     hazard: bool | None = None
     gpu_only: bool | list[str] | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -457,8 +437,6 @@ class Equivalence(_Record):
     examples: int | None = None
     frameworks: list[str] | None = None
     message: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -475,8 +453,6 @@ class ClaimResult(_Record):
     not_decidable: str | None = None  # "cpu": a claim about a GPU's machinery on a CPU
     point: int | None = None
     label: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -489,8 +465,6 @@ class CrossCheck(_Record):
     problems: list[str] | None = None
     point: int | None = None
     label: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -508,8 +482,6 @@ class Phase(_Record):
     before_s: float | None = None
     check_s: float | None = None
     agree_s: float | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -529,8 +501,6 @@ class ScenarioResult(_Record):
     timing_phase: Phase | None = None
     rows: list[Row]
     wall_s: float | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
         "rows": ("list", Row), "variants": ("list", VariantInfo), "equivalence": ("one", Equivalence),
@@ -555,8 +525,6 @@ class FrameworkEnv(_Record):
     pid: int | None = None
     subsets: bool | None = None
     status: str | None = None  # how it failed at start-up (a row's status); none: skipped
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -565,8 +533,6 @@ class Cpus(_Record):
 
     mode: str  # auto | all | list | unsupported
     why: str | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
 
 @dataclass(eq=False, kw_only=True)
@@ -583,8 +549,6 @@ class Environment(_Record):
     machine: Json
     gpu_memory_fraction: float | str | None = None  # a fraction, or why none is in effect
     cpus: Cpus | None = None
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"frameworks": ("map", FrameworkEnv), "cpus": ("one", Cpus)}
 
@@ -608,8 +572,6 @@ class Result(_Record):
     timing_phase: Phase | None = None
     host_speed: list[HostLoop] | None = None
     row_median: str | None = None  # "processes": rows' medians are their processes' (older files pooled the repeats)
-    extra: Json = _extra()
-    _keys: tuple[str, ...] | None = _keys()
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {"environment": ("one", Environment),
                                                        "scenarios": ("map", ScenarioResult),
