@@ -282,9 +282,9 @@ class Backend(ABC):
     def kernel_trace(self, body: Callable[[Annotate], None]) -> tuple[ChromeTrace, str]:
         """(a Chrome trace of the device's activity, the tool that wrote it) over one session around body(annotate),
         where annotate(name) is a context manager for a host range of that name which the trace holds on the
-        device intervals' clock (harness/measure/kernel_clock.py reads them). One session for all of a request's
-        rows: a session's start and its trace's export cost seconds. Raises Unavailable where this framework
-        has no CUDA activity tracer here."""
+        device intervals' clock (harness/measure/kernel_clock.py reads them): one session for all of a request's
+        rows, so that its start, export and parse are paid once. Raises Unavailable where this framework has no
+        CUDA activity tracer here."""
         raise Unavailable(f"{self.name} has no CUDA activity tracer here")
 
     def clock_kernels(self) -> dict[str, Callable[[], Any]]:
