@@ -75,9 +75,16 @@ def test_a_run_without_device_work_is_zero_where_the_trace_saw_the_device():
     assert K.per_run_s(_xprof([(0, 100, []), (200, 300, [])], extra=[(150, 190)]), 2) == [0.0, 0.0]
 
 
-def test_jax_on_the_cpu_reads_xlas_ops_from_a_real_trace():
-    """The real tool end to end: jax.profiler's trace of XLA:CPU's ops, three runs of two calls each."""
+@pytest.mark.parametrize("path", ["xspace", "trace.json"])
+def test_jax_on_the_cpu_reads_xlas_ops_from_a_real_trace(path, monkeypatch):
+    """The real tool end to end: jax.profiler's trace of XLA:CPU's ops, three runs of two calls each, read in
+    memory from the session's XSpace or, where this JAX has no such session, from the trace.json it writes."""
     b = backend_or_skip("jax")
+    if path == "trace.json":
+        monkeypatch.setattr(b, "_session", lambda opts: None)
+    else:
+        session = b._session(None)
+        assert session is not None and session.stop(), "this JAX reads no XSpace in memory"
     from harness.workers.execute import load_impl, variant_call
     from scenarios import get
 
@@ -347,6 +354,28 @@ def test_a_jax_without_profile_options_traces_with_its_defaults():
     b.on_gpu = True
     got, source = b.kernel_trace(lambda annotate: None)
     assert K.per_run_s(got, 1) == pytest.approx([30e-6]) and source == "jax.profiler (CUPTI span)"
+
+
+def test_an_xspace_keeps_the_streams_work_and_the_clocks_ranges_and_drops_the_rest():
+    """chrome_trace on a planted GPU XSpace (ProfileData's shape): the kernel clock reads it as it reads the
+    export's trace.json, and the host's other events (hundreds of thousands in a request) are not carried."""
+    from types import SimpleNamespace as NS
+
+    from harness.backends.base import KERNEL_RANGES
+    from harness.backends.jax_backend import chrome_trace
+
+    def ev(name, start_us, dur_us, **stats):
+        return NS(name=name, start_ns=start_us * 1e3, duration_ns=dur_us * 1e3, stats=list(stats.items()))
+
+    host = NS(name="/host:CPU", lines=[NS(name="python", events=[
+        ev(K.MARK + "0", 0, 100), ev("PjitFunction(f)", 1, 5), ev(K.MARK + "1", 100, 100), ev("ParseArguments", 101, 1)])])
+    gpu = NS(name="/device:GPU:0", lines=[
+        NS(name="Stream #13(compute)", events=[ev("fusion", 10, 30), ev("gemm", 50, 20), ev("fusion", 110, 40)]),
+        NS(name="XLA Ops", events=[ev("fusion", 0, 500)])])  # not a stream's: spans all runs, kept out
+    got = chrome_trace(NS(planes=[host, gpu]), KERNEL_RANGES)
+    assert K.per_run_s(got, 2) == pytest.approx([60e-6, 40e-6])
+    names = [e["name"] for e in got["traceEvents"] if e["ph"] == "X"]
+    assert "PjitFunction(f)" not in names and "ParseArguments" not in names and len(names) == 5
 
 
 def test_in_one_trace_a_row_of_no_device_work_says_so_and_each_rows_state_is_freed_before_the_next():

@@ -26,6 +26,9 @@ from scenarios.spec import Params
 Facts = dict[str, Any]
 # Free-form by nature: a Chrome trace as a framework's profiler writes it ({"traceEvents": [...], ...})
 ChromeTrace = dict[str, Any]
+# The start of every range name that Backend.kernel_trace's annotate is given (harness/measure/kernel_clock.py): a
+# backend may keep only these of the host's events
+KERNEL_RANGES = "triptych kernel "
 # A host range of a name, as a profiler records it (torch.profiler.record_function, jax.profiler.TraceAnnotation)
 Annotate = Callable[[str], contextlib.AbstractContextManager[Any]]
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from harness.backends import digest
-from harness.backends.base import (Annotate, Backend, ChromeTrace, Facts, ProfilerOutput, SyncCount, TimelineRecorder, TracedSpans,
+from harness.backends.base import (KERNEL_RANGES, Annotate, Backend, ChromeTrace, Facts, ProfilerOutput, SyncCount, TimelineRecorder, TracedSpans,
                                    Unavailable, memory_fraction)
 from harness.backends.xla import use_cublas_gemms
 from harness.backends import nvtx
@@ -200,11 +200,21 @@ class JaxBackend(Backend):
         # jax.profiler collects the device's activity through CUPTI on a GPU (XLA's ops on the CPU); each
         # TraceAnnotation is held on the host's clock beside the device's intervals
         os.environ.setdefault("TF_GPU_CUPTI_FORCE_CONCURRENT_KERNEL", "1")  # else CUPTI may serialize them
-        # the trace's export keeps the earliest 1,000,000 events and drops the rest unsaid: a request's rows share
-        # one trace, and a row cut at its end would read low
+        source = "jax.profiler (CUPTI span)" if self.on_gpu else "jax.profiler (XLA:CPU ops span)"
+        opts = self._lean_profile()
+        session = self._session(opts)
+        if session is not None:
+            # the session's XSpace, read in memory: no trace.json written, gzipped and parsed back, which was
+            # most of a request's kernel clock (results/journal.md, 2026-12-07)
+            try:
+                body(self.fw.profiler.TraceAnnotation)
+            finally:
+                space = session.stop()
+            return chrome_trace(self.fw.profiler.ProfileData.from_serialized_xspace(space), KERNEL_RANGES), source
+        # the public path: the export's trace.json keeps the earliest 1,000,000 events and drops the rest unsaid,
+        # and a request's rows share one trace, so that a row cut at its end would read low
         os.environ.setdefault("TF_PROFILER_TRACE_VIEWER_MAX_EVENTS", "100000000")
         folder = tempfile.mkdtemp(prefix="triptych-kernel-clock-")
-        opts = self._lean_profile()
         try:
             with self.fw.profiler.trace(folder, **({"profiler_options": opts} if opts is not None else {})):
                 body(self.fw.profiler.TraceAnnotation)
@@ -212,9 +222,23 @@ class JaxBackend(Backend):
             if not files:
                 raise Unavailable("jax.profiler wrote no *.trace.json.gz")
             with gzip.open(files[-1], "rt") as f:
-                return json.load(f), "jax.profiler (CUPTI span)" if self.on_gpu else "jax.profiler (XLA:CPU ops span)"
+                return json.load(f), source
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _session(self, opts: Any) -> Any:
+        """A started profiler session whose stop() hands back its XSpace, where this JAX has one and
+        ProfileData to read it (jax.profiler's own stop_and_get_fdo_profile does the same); None: the public
+        jax.profiler.trace, which writes its trace to a folder. The session is jaxlib's: jax.profiler's own
+        start_trace is not told, so that one of them running raises here as it would there."""
+        try:
+            from jax._src.lib import _profiler  # noqa: PLC0415 - jaxlib's binding, not public API
+        except ImportError:
+            return None
+        if not hasattr(self.fw.profiler, "ProfileData") or not hasattr(_profiler, "ProfilerSession"):
+            return None
+        self.fw.devices()  # the backends exist before the session, as start_trace makes sure
+        return _profiler.ProfilerSession(opts) if opts is not None else _profiler.ProfilerSession()
 
     def _lean_profile(self) -> Any:
         """jax.profiler's options for a kernel clock: no Python function tracer (on by default: every call of a
@@ -331,6 +355,36 @@ def _captured_fd2() -> Iterator[dict[str, str]]:
             os.close(saved)
             tmp.seek(0)
             box["text"] = tmp.read().decode(errors="replace")
+
+
+def chrome_trace(data: Any, keep: str) -> ChromeTrace:
+    """A jax.profiler.ProfileData (an XSpace read in memory) as the Chrome trace that jax.profiler's export would
+    have written, in the parts harness/measure/kernel_clock.py reads: a process a plane (process_name its
+    name, e.g. /device:GPU:0), a thread a line (thread_name its name, e.g. a stream's), a complete event ("X",
+    ts and dur in microseconds on the session's one clock) an event. Of the host's events only the ranges named
+    keep + ... are kept, and, where no plane is a GPU's, XLA:CPU's ops (their hlo_op stat): a request's warm runs
+    leave hundreds of thousands of events, and one Python object each of all of them was most of the read."""
+    planes = list(data.planes)
+    gpu = any(p.name.startswith("/device:GPU") for p in planes)
+    events: list[dict[str, Any]] = []
+    for pid, plane in enumerate(planes):
+        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": plane.name}})
+        device = plane.name.startswith("/device:GPU")
+        for tid, line in enumerate(plane.lines):
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": line.name}})
+            if device and "Stream" not in line.name:
+                continue
+            for e in line.events:
+                name = e.name
+                if device or name.startswith(keep):
+                    args = {}
+                elif not gpu and "hlo_op" in (args := dict(e.stats)):
+                    args = {"hlo_op": args["hlo_op"]}
+                else:
+                    continue
+                events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": e.start_ns / 1e3,
+                               "dur": e.duration_ns / 1e3, "args": args})
+    return {"traceEvents": events}
 
 
 def spans_from_chrome_trace(trace: ChromeTrace) -> TracedSpans:

@@ -28,11 +28,11 @@ from __future__ import annotations
 import bisect
 from typing import Any, Callable, Iterable, Sequence, TypedDict
 
-from harness.backends.base import Annotate, ChromeTrace, Unavailable, warm
+from harness.backends.base import KERNEL_RANGES, Annotate, ChromeTrace, Unavailable, warm
 from harness.measure.timeline import rehearsed
 
-MARK = "triptych kernel clock "  # + the run's index in the session: the host range around one traced run
-ROW = "triptych kernel row "  # + the row's index in the session: the range around its warm and traced runs
+MARK = KERNEL_RANGES + "clock "  # + the run's index in the session: the host range around one traced run
+ROW = KERNEL_RANGES + "row "  # + the row's index in the session: the range around its warm and traced runs
 REPEATS = 3  # traced runs per row and process
 # Seconds of untraced runs inside the trace before the traced ones: the device's load of a timed loop. Why: a
 # card at its power cap clocks down under a loop, and a GEMM traced after an idle gap read about 15% under the
