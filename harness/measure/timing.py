@@ -118,6 +118,17 @@ SELFCHECK = TimingConfig(warmup=2, min_repeats=20, max_repeats=1000, min_time_s=
 
 Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
 
+# A hazard's repeats checked, each counted right or wrong: all of the first HAZARD_CHECKS, then the 16th, 32nd, ...
+# Why a sample: a hazard's check cost up to 60 times its timed call (donation, a GPU run of 2026-12-06), and
+# checking every repeat spent the time cap on checks; a share of wrong runs needs a sample, not every run.
+HAZARD_CHECKS = 8
+
+
+def sampled(n: int) -> bool:
+    """Is the n-th repeat (from 1) of a hazard variant checked? The first HAZARD_CHECKS, then every power of two;
+    the loop checks its last repeat too."""
+    return n <= HAZARD_CHECKS or n & (n - 1) == 0
+
 
 def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], None] | None,
                 timer: Any, calls: int = 1) -> Repeat:
@@ -158,7 +169,7 @@ def measure(
 
     ``before`` runs untimed before every call (poisoning preallocated outputs, refreshing state).
     ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
-    first timed repeat and the last, or on every repeat with ``check_every`` (hazard variants).
+    first timed repeat and the last, and with ``check_every`` (hazard variants) on the repeats `sampled` names.
     ``agree(stop)`` turns this process's stopping answer into the group's (ranks: rank 0's, so that
     every rank runs the same warm-up calls and repeats; harness/backends/dist.py), after each timed
     warm-up call and each repeat, outside the loop's clock.
@@ -244,7 +255,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
             t0 = wall()
             stopped = agree(stopped)
             t_agree += wall() - t0  # the group's broadcast is not the variant's loop time
-        if check is not None and (check_every or len(done) == 1 or stopped):
+        if check is not None and ((check_every and sampled(len(done))) or len(done) == 1 or stopped):
             checked += 1
             t0 = wall()
             problem = check(out)
