@@ -242,10 +242,11 @@ def _measured(root: Path, scn: ScenarioResult, rel: str, talking: frozenset[str]
             if not v.hazard:
                 notes += _gaps(rows, fws, v.name, label)
     out.append("\n".join(lines))
-    if notes:
-        out.append("\n".join(f"- {_cell(n)}" for n in notes[:GAP_LINES])
-                   + (f"\n- and {len(notes) - GAP_LINES} more gaps or wrong hazards: [the report]"
-                      f"(../{report.as_posix()})" if len(notes) > GAP_LINES else ""))
+    if notes:  # the first few, and a link to the rest; all of them where the run wrote no report (--no-report)
+        keep = GAP_LINES if link else len(notes)
+        out.append("\n".join(f"- {_cell(n)}" for n in notes[:keep])
+                   + (f"\n- and {len(notes) - keep} more gaps or wrong hazards: [the report]"
+                      f"(../{report.as_posix()})" if len(notes) > keep else ""))
     last = str(points[shown[0]].get("label") or "")  # a point's params: data
     return out + _claims_table(scn, fws, frozenset(), last if len(points) > 1 else None)
 
