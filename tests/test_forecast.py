@@ -99,7 +99,7 @@ def test_wider_spreads_between_processes_make_fewer_rows_able_to_find_the_thresh
     assert not any("fewer scenarios" in line for line in forecast.render(tight))
 
 
-def _logged_run(history: tuple[Path, ...]) -> list[str]:
+def _logged_run(history: tuple[Path, ...], max_pairs: int = 2) -> list[str]:
     host, said = Host(1.0), []
 
     class Logged(FakeWorker):
@@ -110,7 +110,8 @@ def _logged_run(history: tuple[Path, ...]) -> list[str]:
 
     sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s: Logged(fw, s, host),
                      log=said.append)
-    interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2, budget_s=300.0, history=history))
+    interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=max_pairs, budget_s=300.0,
+                               history=history))
     return said
 
 
@@ -122,6 +123,34 @@ def test_the_run_says_its_forecast_before_the_first_point_is_timed(tmp_path):
     assert any(t.startswith("forecast: at ") and "pairs a 10% change could be called different in" in t for t in said)
     said = _logged_run((tmp_path / "absent",))
     assert any(t.startswith("forecast: no earlier smoke result of these scenarios on this machine") for t in said)
+
+
+def test_with_nothing_to_go_by_the_run_says_what_its_budget_buys_after_its_first_pairs(tmp_path):
+    """No earlier result: the forecast comes from the first stage's own price and spreads, before any added pair,
+    and only where pairs could be added."""
+    said = _logged_run((tmp_path / "absent",), max_pairs=6)
+    first = next(i for i, t in enumerate(said) if t.startswith("forecast from this run's first 2 pairs: a pair takes"))
+    assert said.index("<timed>") < first  # after the first stage's requests
+    assert any(t.startswith("forecast: at ") for t in said[first:])
+    later = [i for i, t in enumerate(said) if "pair 3" in t]
+    assert not later or first < later[0]
+    assert not any("this run's first" in t for t in _logged_run((tmp_path / "absent",), max_pairs=2))
+
+
+def test_the_first_pairs_forecast_prices_a_pair_by_the_stage_and_spreads_by_both_sides():
+    plan = Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=10, budget_s=100.0)
+    e = math.exp
+    # two rows: one spread 0.1 on the log scale on both sides, one quiet; a stage of 2 pairs took 26 s, 6 s starting
+    rows = [[[1.0, e(0.1 * math.sqrt(2))], [2.0, 2.0 * e(0.1 * math.sqrt(2))]], [[1.0, 1.0], [1.0, 1.0 + 1e-9]]]
+    f = forecast.from_first_pairs(rows, 2, 26.0, 6.0, plan, 2, 0.05)
+    assert f.pair_s == pytest.approx(10.0) and f.pairs == 7  # 100 s // (10 + 6 / 2)
+    assert f.rows == 2 and f.source == "this run's first 2 pairs"
+    alpha = 0.05 / 2
+    assert f.could == sum(forecast.change_at(s, 7, alpha, 0.10) <= 0.10 for s in (0.1, 0.0))
+    # one row whose sides spread 0.1 and 0.2: its spread is the root of their mean variance
+    one = forecast.from_first_pairs([[[1.0, e(0.1 * math.sqrt(2))], [1.0, e(0.2 * math.sqrt(2))]]], 2, 26.0, 6.0,
+                                    plan, 2, 0.05)
+    assert one.median_change == pytest.approx(forecast.change_at(math.sqrt(0.025), 7, 0.05, 0.10))
 
 
 def test_a_pair_is_priced_by_the_running_frameworks_requests_after_the_first_process(tmp_path):

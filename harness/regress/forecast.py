@@ -144,19 +144,41 @@ def forecast(found: tuple[Path, Result], scenarios: list[str], frameworks: list[
     earlier run's price of a pair leaves out what its traces took, or is an upper bound where its file does not
     say (Forecast.upper)."""
     path, doc = found
-    pair_s = 2 * side_process_s(doc, scenarios, frameworks, traced)
+    return _bought(str(path), 2 * side_process_s(doc, scenarios, frameworks, traced), start_s,
+                   spreads(doc, scenarios, frameworks, plan.clock), plan, added, fdr,
+                   upper=not traced and traced_kernel_clock(doc, scenarios, frameworks))
+
+
+def from_first_pairs(medians: Iterable[list[list[float]]], pairs: int, stage_s: float, start_s: float, plan: Any,
+                     added: int, fdr: float) -> Forecast:
+    """The forecast from this run's own first stage, where no earlier result could give one: `pairs` pairs over
+    every point took stage_s seconds, start_s of them starting their workers; medians holds, per row, each
+    side's process medians on the run's clock, one a pair. A row's spread between processes is the root of its
+    two sides' mean variance of log medians. Why: a run with nothing to go by would otherwise say what it could
+    find only at its end (2026-12-07: a control run on a GPU with an empty --out)."""
+    sp = []
+    for sides in medians:
+        var = [float(np.var(np.log(m), ddof=1)) for m in sides if len(m) >= 2 and min(m) > 0]
+        if var:
+            sp.append(math.sqrt(float(np.mean(var))))
+    return _bought(f"this run's first {pairs} pairs", max(stage_s - start_s, 0.0) / pairs, start_s, sp, plan, added,
+                   fdr)
+
+
+def _bought(source: str, pair_s: float, start_s: float, sp: list[float], plan: Any, added: int, fdr: float,
+            upper: bool = False) -> Forecast:
+    """What the budget buys at this price of a pair and these rows' spreads between processes."""
     per_pair = pair_s + start_s / added
     if plan.budget_s is None:
         pairs = plan.max_pairs
     else:
         pairs = max(0, min(plan.max_pairs, int(plan.budget_s // per_pair)))
-    sp = spreads(doc, scenarios, frameworks, plan.clock)
     alpha = fdr / max(len(sp), 1)
     changes = [change_at(s, pairs, alpha, plan.threshold) for s in sp]
     could = sum(c <= plan.threshold * (1 + 1e-9) for c in changes)
     median = float(np.median(changes)) if changes else math.inf
-    return Forecast(str(path), pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold,
-                    upper=not traced and traced_kernel_clock(doc, scenarios, frameworks), added=added)
+    return Forecast(source, pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold,
+                    upper=upper, added=added)
 
 
 def render(f: Forecast) -> list[str]:

@@ -41,6 +41,8 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
@@ -569,9 +571,12 @@ class InterleavedRun:
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
                 self.cfg = replace(self.cfg, kernel_clock=False)
-            self._forecast(schedule.now() - t_start)
+            start_s = schedule.now() - t_start
+            said = self._forecast(start_s)
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
                                              self.answers, plan.seed, stop=self.spent)
+            if not said and not self.left and plan.max_pairs > len(stages[0]):  # nothing to go by before: its own
+                self._forecast_from(len(stages[0]), schedule.now() - t_start, start_s)
             for ks in stages[1:]:
                 if self.left or self.short:
                     break
@@ -597,28 +602,52 @@ class InterleavedRun:
             schedule.log("closing the workers")
             schedule.close(pairs, 1.0 if self.stopped_by else 10.0)  # a stopped run's busy worker is not waited for
 
-    def _forecast(self, start_s: float) -> None:
+    def _forecast(self, start_s: float) -> bool:
         """Before the first point is timed: what the budget buys, from the newest earlier result of these
-        scenarios on this GPU (harness/regress/forecast.py), or that there is none to go by."""
+        scenarios on this GPU (harness/regress/forecast.py), or that there is none to go by; True where it
+        said what the budget buys."""
         plan, env = self.plan, self.env or {}
         if not self.running:  # no framework started on both sides: nothing will be timed to forecast
-            return
+            return True
         gpu = next((e["env"].get("gpu") for side in env.values() for e in side.values()  # hello: the backend's facts
                     if e.get("available") and (e.get("env") or {}).get("gpu")), None)
         try:
             found = forecast.earlier(plan.history, plan.scenarios, self.running, plan.size, gpu)
         except Exception as e:  # noqa: BLE001 - likewise
             self.schedule.log(f"forecast: none: {type(e).__name__}: {e}"[:300])
-            return
+            return False
         if found is None:
             self.schedule.log(f"forecast: no earlier {plan.size} result of these scenarios on this "
-                              f"{'GPU' if gpu else 'machine'} (two processes a row or more) to go by")
-            return
+                              f"{'GPU' if gpu else 'machine'} (two processes a row or more) to go by: it comes "
+                              "after the first pairs")
+            return False
         try:
             f = forecast.forecast(found, plan.scenarios, self.running, plan, start_s, min(ADDED, plan.pairs), self.fdr,
                                   traced=getattr(self.cfg, "kernel_clock", True))
         except Exception as e:  # noqa: BLE001 - a forecast is advice beside the run, never a reason to lose it
             self.schedule.log(f"forecast: {found[0].name} gives none: {type(e).__name__}: {e}"[:300])
+            return False
+        for line in forecast.render(f):
+            self.schedule.log(line)
+        return True
+
+    def _forecast_from(self, pairs: int, stage_s: float, start_s: float) -> None:
+        """After the first stage, where nothing earlier gave a forecast: what the budget buys, from these pairs'
+        own price and each row's spread between its processes (forecast.from_first_pairs)."""
+        clock = self.plan.clock
+        medians: dict[tuple[str, int, str, str], list[list[float]]] = {}
+        for (name, i, fw), per_side in self.answers.items():
+            for side, answers in enumerate(per_side):
+                for got in answers:
+                    for r in got.get("rows") or () if "status" not in got else ():
+                        times = ((r.get("timing") or {}).get("samples") or {}).get(clock)
+                        if r.get("status") == "ok" and times:
+                            medians.setdefault((name, i, fw, r["variant"]), [[], []])[side].append(float(np.median(times)))
+        try:
+            f = forecast.from_first_pairs(medians.values(), pairs, stage_s, start_s, self.plan, min(ADDED, self.plan.pairs),
+                                          self.fdr)
+        except Exception as e:  # noqa: BLE001 - advice beside the run, never a reason to lose it
+            self.schedule.log(f"forecast: this run's first pairs give none: {type(e).__name__}: {e}"[:300])
             return
         for line in forecast.render(f):
             self.schedule.log(line)
