@@ -85,6 +85,7 @@ def test_jax_on_the_cpu_reads_xlas_ops_from_a_real_trace(path, monkeypatch):
     else:
         session = b._session(None)
         assert session is not None and session.stop(), "this JAX reads no XSpace in memory"
+        b._unregister()
     from harness.workers.execute import load_impl, variant_call
     from scenarios import get
 
@@ -354,6 +355,33 @@ def test_a_jax_without_profile_options_traces_with_its_defaults():
     b.on_gpu = True
     got, source = b.kernel_trace(lambda annotate: None)
     assert K.per_run_s(got, 1) == pytest.approx([30e-6]) and source == "jax.profiler (CUPTI span)"
+
+
+def test_a_session_beside_a_running_trace_is_refused_and_a_failed_body_leaves_none_running(monkeypatch):
+    """jaxlib's session does not refuse a second one until its stop, after the whole request: jax.profiler's own
+    state says whether a trace runs. The body's own error is the one raised, and the next request traces."""
+    b = backend_or_skip("jax")
+    import tempfile
+
+    from harness.backends.base import Unavailable
+
+    with b.fw.profiler.trace(tempfile.mkdtemp()):
+        with pytest.raises(Unavailable, match="already running"):
+            b.kernel_trace(lambda annotate: None)
+    with pytest.raises(ZeroDivisionError):
+        b.kernel_trace(lambda annotate: 1 / 0)
+    trace, _ = b.kernel_trace(lambda annotate: None)
+    assert "traceEvents" in trace
+    b.fw.profiler.start_trace(tempfile.mkdtemp())  # jax.profiler's own trace starts: nothing left registered
+    b.fw.profiler.stop_trace()
+
+    class Broken:  # a session whose stop fails too: the body's error is still the one told
+        def stop(self):
+            raise RuntimeError("stop failed")
+
+    monkeypatch.setattr(b, "_session", lambda opts: Broken())
+    with pytest.raises(ZeroDivisionError):
+        b.kernel_trace(lambda annotate: 1 / 0)
 
 
 def test_an_xspace_keeps_the_streams_work_and_the_clocks_ranges_and_drops_the_rest():

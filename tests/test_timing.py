@@ -135,7 +135,8 @@ def test_checks_first_and_last_or_every_repeat():
 
 
 def test_a_hazard_checks_its_first_repeats_then_the_powers_of_two_and_the_last():
-    """A hazard's share of wrong runs comes from a sample: repeats 1-8, 16, 32 and the last (40) of 40."""
+    """A hazard's share of wrong runs comes from a sample: repeats 1-8, every 7th after them and the last (40) of
+    40: odd and even repeats alike, so that a hazard wrong every other call shows in its share."""
     b = FakeAsyncBackend(latency=0.0)
     seen = []
 
@@ -147,7 +148,7 @@ def test_a_hazard_checks_its_first_repeats_then_the_powers_of_two_and_the_last()
     call = lambda: m_done.append(1) or b.enqueue()  # noqa: E731 - the calls so far: the first call, then one a repeat
     m = measure(call, b, TimingConfig(warmup=0, min_repeats=40, max_repeats=40, min_time_s=0), check=check,
                 check_every=True)
-    assert m.checked_repeats == 11 and [n - 1 for n in seen] == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 40]
+    assert m.checked_repeats == 13 and [n - 1 for n in seen] == [1, 2, 3, 4, 5, 6, 7, 8, 14, 21, 28, 35, 40]
 
 
 def test_before_runs_untimed_before_every_call():

@@ -204,12 +204,18 @@ class JaxBackend(Backend):
         opts = self._lean_profile()
         session = self._session(opts)
         if session is not None:
-            # the session's XSpace, read in memory: no trace.json written, gzipped and parsed back, which was
-            # most of a request's kernel clock (results/journal.md, 2026-12-07)
+            # the session's XSpace, read in memory: no trace.json written, gzipped and parsed back (results/journal.md,
+            # 2026-12-07: 1.2-2.5 s a request before, on an H100)
             try:
-                body(self.fw.profiler.TraceAnnotation)
-            finally:
+                try:
+                    body(self.fw.profiler.TraceAnnotation)
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the body's error is the one to tell, not the stop's
+                        session.stop()
+                    raise
                 space = session.stop()
+            finally:
+                self._unregister()
             return chrome_trace(self.fw.profiler.ProfileData.from_serialized_xspace(space), KERNEL_RANGES), source
         # the public path: the export's trace.json keeps the earliest 1,000,000 events and drops the rest unsaid,
         # and a request's rows share one trace, so that a row cut at its end would read low
@@ -227,18 +233,35 @@ class JaxBackend(Backend):
             shutil.rmtree(folder, ignore_errors=True)
 
     def _session(self, opts: Any) -> Any:
-        """A started profiler session whose stop() hands back its XSpace, where this JAX has one and
-        ProfileData to read it (jax.profiler's own stop_and_get_fdo_profile does the same); None: the public
-        jax.profiler.trace, which writes its trace to a folder. The session is jaxlib's: jax.profiler's own
-        start_trace is not told, so that one of them running raises here as it would there."""
+        """A started profiler session whose stop() hands back its XSpace, where this JAX has one and ProfileData
+        to read it (jax.profiler's own stop_and_get_fdo_profile does the same); None: the public
+        jax.profiler.trace, which writes its trace to a folder. jaxlib's session does not refuse a second one
+        (that fails only at its stop, after the whole request), so jax.profiler's own state decides: a trace of
+        jax.profiler running raises Unavailable, and this session is registered there until _unregister, so that
+        a jax.profiler.start_trace meanwhile raises as it would beside one of its own."""
         try:
+            from jax._src import profiler as state  # noqa: PLC0415 - jax.profiler's own bookkeeping, not public API
             from jax._src.lib import _profiler  # noqa: PLC0415 - jaxlib's binding, not public API
         except ImportError:
             return None
-        if not hasattr(self.fw.profiler, "ProfileData") or not hasattr(_profiler, "ProfilerSession"):
+        if (not hasattr(self.fw.profiler, "ProfileData") or not hasattr(_profiler, "ProfilerSession")
+                or not hasattr(state, "_profile_state")):
             return None
         self.fw.devices()  # the backends exist before the session, as start_trace makes sure
-        return _profiler.ProfilerSession(opts) if opts is not None else _profiler.ProfilerSession()
+        with state._profile_state.lock:
+            if state._profile_state.profile_session is not None:
+                raise Unavailable("a jax.profiler trace is already running in this process")
+            session = _profiler.ProfilerSession(opts) if opts is not None else _profiler.ProfilerSession()
+            state._profile_state.profile_session = session
+        return session
+
+    @staticmethod
+    def _unregister() -> None:
+        """jax.profiler's state told that _session's session has ended."""
+        from jax._src import profiler as state  # noqa: PLC0415 - as in _session
+
+        with state._profile_state.lock:
+            state._profile_state.profile_session = None
 
     def _lean_profile(self) -> Any:
         """jax.profiler's options for a kernel clock: no Python function tracer (on by default: every call of a

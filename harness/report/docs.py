@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.backends import FRAMEWORKS, backend_class, in_prose
 from harness.report.report import fmt_s, points_of, sig, timed
+from harness.measure.timing import HAZARD_CHECKS, HAZARD_EVERY
 from harness.results.files import read_regular, write_files
 from harness.report.labels import NAMES, kernel_of, kernel_said
 from harness.results.model import Json, Result, Row, ScenarioResult
@@ -430,8 +431,8 @@ def scenario_index() -> str:
         "tests/test_docs.py fails when this file is stale. -->",
         "One concept of the GPU host/device paradigm each, in the order of every report and of the "
         "[porting guide](porting.md). A *hazard* variant is wrong by design some of the time (a missing wait): "
-        "it is left out of the equivalence check, and a sample of its timed runs (all of the first eight, then the 16th, "
-        "32nd, ... and the last) is checked and counted.",
+        "it is left out of the equivalence check, and a sample of its timed runs (all of the first "
+        f"{HAZARD_CHECKS}, then every {HAZARD_EVERY}th, and the last) is checked and counted.",
         "\n".join(lines),
         "A default `make compare` leaves these out; `--scenarios` names them to run them:\n\n" + opt_in,
         f"Each scenario's three implementations are `impls/<scenario>/{{{','.join(FRAMEWORKS)}}}_impl.py`; they "
