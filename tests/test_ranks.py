@@ -4,6 +4,7 @@ time; a dead or hung rank taking its whole group down with no process left behin
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,37 @@ def test_a_failing_rank_ends_its_whole_group(monkeypatch, kind, status, words):
     np.testing.assert_array_equal(out["by_rank"]["mark"], [0, 1])
     g.close()
     assert set(rank_children()) == others
+
+
+def test_a_peers_error_that_comes_before_a_ranks_death_shows_is_told_as_the_death(monkeypatch):
+    """On a loaded host rank 0's failed collective answered before rank 1's SIGABRT showed (make test, 2026-12-07):
+    the group said "error" for what was a crash. The death, seen within the grace, is the cause."""
+    import multiprocessing
+    import signal as sig
+
+    from harness.workers import ranks
+    from harness.workers.protocol import Reply
+
+    class Proc:  # rank 1 dies a moment after rank 0's error has arrived
+        def __init__(self, pid, dies_at):
+            self.pid, self.dies_at = pid, dies_at
+
+        def poll(self):
+            return -sig.SIGABRT if self.dies_at is not None and time.monotonic() >= self.dies_at else None
+
+        def wait(self, timeout=None):
+            return self.poll()
+
+    monkeypatch.setattr(ranks.os, "killpg", lambda pid, s: None)
+    g = RankGroup("torch", 2)
+    parent0, child0 = multiprocessing.Pipe()
+    parent1, _child1 = multiprocessing.Pipe()
+    g._procs = [Proc(10 ** 7, None), Proc(10 ** 7 + 1, time.monotonic() + 0.3)]
+    g._conns = [parent0, parent1]
+    child0.send(Reply(False, status="error", error="RuntimeError: Connection closed by peer").to_dict())
+    with pytest.raises(WorkerLost) as e:
+        g._ask(Request("equiv", "torch"), timeout=5)
+    assert e.value.status == "crashed" and "rank 1" in str(e.value) and "SIGABRT" in str(e.value)
 
 
 def test_a_groups_own_fault_rank_decides_which_rank_gets_its_fault(monkeypatch):

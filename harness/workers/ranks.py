@@ -79,6 +79,9 @@ def rank_env(rank: int, world_size: int, ports: list[int]) -> dict[str, str]:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
+DEATH_GRACE_S = 1.0  # how long a rank's error waits for a peer's death to show, which would be its cause
+
+
 class RankGroup(Handle):
     # The interpreter, working folder and extra environment of the ranks: this harness's by default,
     # another code tree's or interpreter's in an interleaved regress (harness/run/interleave.py).
@@ -140,12 +143,18 @@ class RankGroup(Handle):
         if lost:
             self._hello |= {"available": False, "why": lost.split(": ", 1)[1]}
 
-    def _raise_if_dead(self) -> None:
-        for r, p in enumerate(self._procs):
-            code = p.poll()
-            if code is not None:
-                self.kill()
-                raise WorkerLost(f"rank {r}: " + died(self.fw, code).replace("worker", "rank"), "crashed")
+    def _raise_if_dead(self, grace: float = 0.0) -> None:
+        """WorkerLost ("crashed") where a rank has ended, looking for up to `grace` seconds."""
+        end = time.monotonic() + grace
+        while True:
+            for r, p in enumerate(self._procs):
+                code = p.poll()
+                if code is not None:
+                    self.kill()
+                    raise WorkerLost(f"rank {r}: " + died(self.fw, code).replace("worker", "rank"), "crashed")
+            if time.monotonic() >= end:
+                return
+            time.sleep(0.02)
 
     def _ask(self, req: Request, timeout: float | None) -> list[Any]:
         for c in self._conns:
@@ -167,6 +176,9 @@ class RankGroup(Handle):
                 if msg.ok:
                     answers[r] = msg.value
                     continue
+                # a rank that died fails its peers' collective first, and their error can come before the death
+                # shows: the death is the cause, and is said so (a loaded host took longer than the peer's error)
+                self._raise_if_dead(DEATH_GRACE_S)
                 self.kill()  # the others may wait for this rank inside a collective
                 msg.result(f"rank {r}: ")
             self._raise_if_dead()
