@@ -40,3 +40,62 @@ def test_matches_reference_and_other_frameworks(scenario, framework, variant):
         check_example(scenario, params, reference, outputs)
 
     prop()
+
+
+def _answers(scn, params):
+    """What a correct framework's worker answers: every checked variant's outputs, the reference's own."""
+    ref = scn.reference(scn.make_inputs(params), params)
+    return {v.name: ref for v in scn.checked_variants}
+
+
+def test_an_examples_frameworks_run_side_by_side_and_each_worker_is_asked_once_at_a_time():
+    """concurrent: the frameworks' calls of an example meet (a barrier that calls taking turns would break), and
+    no framework is asked while its previous call still runs."""
+    import threading
+
+    from harness.check.equivalence import run_equivalence
+    from scenarios import get
+
+    scn, fws = get("donation"), ["a", "b", "c"]
+    meet, lock, busy, most = threading.Barrier(len(fws), timeout=20), threading.Lock(), {fw: 0 for fw in fws}, [0]
+
+    def execute(fw, params):
+        with lock:
+            busy[fw] += 1
+            most[0] = max(most[0], busy[fw])
+        try:
+            meet.wait()
+            return _answers(scn, params)
+        finally:
+            with lock:
+                busy[fw] -= 1
+
+    eq = run_equivalence(scn, execute, fws, 3, seed=1, concurrent=True)
+    assert eq.status == "passed", eq.message
+    assert most[0] == 1 and not any(busy.values())
+
+
+def test_a_failing_framework_fails_the_example_once_the_others_have_answered():
+    """The first failure in framework order is the example's, and the slower frameworks' calls have ended by
+    then: the next example (hypothesis shrinking) never finds a worker still busy."""
+    import threading
+    import time
+
+    from harness.check.equivalence import run_equivalence
+    from scenarios import get
+
+    scn, started, ended, lock = get("donation"), [0], [0], threading.Lock()
+
+    def execute(fw, params):
+        if fw == "a":
+            raise RuntimeError("impl a raised")
+        with lock:
+            started[0] += 1
+        time.sleep(0.05)
+        with lock:
+            ended[0] += 1
+        return _answers(scn, params)
+
+    eq = run_equivalence(scn, execute, ["a", "b"], 3, seed=1, concurrent=True)
+    assert eq.status == "failed" and "impl a raised" in eq.message
+    assert started[0] == ended[0] > 0

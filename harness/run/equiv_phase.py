@@ -46,7 +46,10 @@ def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], o
             fw, why = next(iter(lost.items()))
             raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
 
-        eq = run_equivalence(scn, execute, remaining, examples(scn, opts), seed=opts.seed)
+        # side by side where each framework's worker is a process of its own; in one process (--isolation none)
+        # the frameworks take turns, as they share its interpreter
+        eq = run_equivalence(scn, execute, remaining, examples(scn, opts), seed=opts.seed,
+                             concurrent=opts.isolation == "process")
         stopped()  # a stop that hypothesis reported as a failure is a stop
         if not lost:
             break
