@@ -47,9 +47,10 @@ def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], o
             raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
 
         # side by side where each framework's worker is a process of its own; in one process (--isolation none)
-        # the frameworks take turns, as they share its interpreter
+        # the frameworks take turns, as they share its interpreter, and so do rank groups: two frameworks'
+        # collectives at once on the same GPUs are not what their ranks were written for
         eq = run_equivalence(scn, execute, remaining, examples(scn, opts), seed=opts.seed,
-                             concurrent=opts.isolation == "process")
+                             concurrent=opts.isolation == "process" and not scn.ranks)
         stopped()  # a stop that hypothesis reported as a failure is a stop
         if not lost:
             break
