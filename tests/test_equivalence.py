@@ -99,3 +99,42 @@ def test_a_failing_framework_fails_the_example_once_the_others_have_answered():
     eq = run_equivalence(scn, execute, ["a", "b"], 3, seed=1, concurrent=True)
     assert eq.status == "failed" and "impl a raised" in eq.message
     assert started[0] == ended[0] > 0
+
+
+def test_a_stop_while_the_reference_is_made_does_not_wait_for_the_workers():
+    """Ctrl-C (or the runner's stop) in the parent leaves at once: the runner kills the busy workers. Only an
+    ordinary error waits for the example's calls."""
+    import dataclasses
+    import threading
+
+    from harness.check.equivalence import run_equivalence
+    from scenarios import get
+
+    release, finished = threading.Event(), threading.Event()
+
+    def execute(fw, params):
+        release.wait(20)  # a worker still busy when the stop comes
+        finished.set()
+        return {}
+
+    def stopped(inputs, params):
+        raise KeyboardInterrupt
+
+    scn = dataclasses.replace(get("donation"), reference=stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_equivalence(scn, execute, ["a"], 2, seed=1, concurrent=True)
+    assert not finished.is_set()
+    release.set()
+
+
+@pytest.mark.parametrize("name,isolation,together", [("async_dispatch", "process", True),
+                                                     ("async_dispatch", "none", False),
+                                                     ("collectives", "process", False),
+                                                     ("memory_pools", "process", False),
+                                                     ("cold_start", "process", False)])
+def test_side_by_side_only_for_workers_of_their_own_without_ranks_or_children(name, isolation, together):
+    from harness.run.equiv_phase import side_by_side
+    from harness.run.options import CompareOptions
+    from scenarios import get
+
+    assert side_by_side(get(name), CompareOptions([name], ["torch"], "full", 5, 1, isolation=isolation)) is together

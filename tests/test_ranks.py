@@ -204,6 +204,7 @@ def test_a_peers_error_that_comes_before_a_ranks_death_shows_is_told_as_the_deat
     with pytest.raises(WorkerLost) as e:
         g._ask(Request("equiv", "torch"), timeout=5)
     assert e.value.status == "crashed" and "rank 1" in str(e.value) and "SIGABRT" in str(e.value)
+    assert "Connection closed by peer" in str(e.value)  # the peer's error, kept after the death
 
 
 def test_a_groups_own_fault_rank_decides_which_rank_gets_its_fault(monkeypatch):

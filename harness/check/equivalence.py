@@ -335,8 +335,10 @@ def run_equivalence(
         try:
             inputs = scenario.make_inputs(params)
             reference = scenario.reference(inputs, params)
-        finally:
+        except Exception:
             wait(calls)  # no worker is left answering while the next example asks it again
+            raise  # a stop (BaseException) does not wait: the runner kills the busy workers
+        wait(calls)
         return reference, {(fw, v): got for fw, call in zip(frameworks, calls) for v, got in call.result().items()}
 
     @hypothesis_settings(max_examples, shrink=scenario.max_examples is None)

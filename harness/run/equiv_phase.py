@@ -23,6 +23,15 @@ def examples(scn: Scenario, opts: CompareOptions) -> int:
     return min(opts.examples, scn.max_examples or opts.examples)
 
 
+def side_by_side(scn: Scenario, opts: CompareOptions) -> bool:
+    """Whether an example's frameworks run at once: where each framework's worker is a process of its own. In
+    one process (--isolation none) they share its interpreter. Rank groups' collectives on the same GPUs, and
+    variants whose child processes start a framework with its defaults (JAX preallocating 75% of the GPU,
+    memory_pools, cold_start), were written for a GPU that the harness's other processes leave idle."""
+    return (opts.isolation == "process" and not scn.ranks
+            and not any(v.fresh_process for v in scn.checked_variants))
+
+
 def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], opts: CompareOptions,
                 stopped: Callable[[], None]) -> dict[str, Any]:
     """Equivalence of the frameworks' checked variants. A framework whose worker is lost (hung, died,
@@ -43,14 +52,11 @@ def equivalence(scn: Scenario, workers: dict[str, Any], frameworks: list[str], o
                         raise  # an impl that raises on some params: hypothesis shrinks to the smallest
                     lost[fw] = f"{e.status}: {e}"
             # Sticky: while hypothesis shrinks, no example waits for a lost worker again.
-            fw, why = next(iter(lost.items()))
+            fw, why = next(iter(list(lost.items())))  # a copy: another framework's call may add to it meanwhile
             raise _FrameworkLost(f"{scn.name}/{fw}: {why}")
 
-        # side by side where each framework's worker is a process of its own; in one process (--isolation none)
-        # the frameworks take turns, as they share its interpreter, and so do rank groups: two frameworks'
-        # collectives at once on the same GPUs are not what their ranks were written for
         eq = run_equivalence(scn, execute, remaining, examples(scn, opts), seed=opts.seed,
-                             concurrent=opts.isolation == "process" and not scn.ranks)
+                             concurrent=side_by_side(scn, opts))
         stopped()  # a stop that hypothesis reported as a failure is a stop
         if not lost:
             break

@@ -573,10 +573,11 @@ class InterleavedRun:
                 self.cfg = replace(self.cfg, kernel_clock=False)
             start_s = schedule.now() - t_start
             said = self._forecast(start_s)
+            t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
                                              self.answers, plan.seed, stop=self.spent)
             if not said and not self.left and plan.max_pairs > len(stages[0]):  # nothing to go by before: its own
-                self._forecast_from(len(stages[0]), schedule.now() - t_start, start_s)
+                self._forecast_from(len(stages[0]), schedule.now() - t_points + start_s, start_s)
             for ks in stages[1:]:
                 if self.left or self.short:
                     break

@@ -143,15 +143,17 @@ class RankGroup(Handle):
         if lost:
             self._hello |= {"available": False, "why": lost.split(": ", 1)[1]}
 
-    def _raise_if_dead(self, grace: float = 0.0) -> None:
-        """WorkerLost ("crashed") where a rank has ended, looking for up to `grace` seconds."""
+    def _raise_if_dead(self, grace: float = 0.0, besides: str = "") -> None:
+        """WorkerLost ("crashed") where a rank has ended, looking for up to `grace` seconds; `besides`: what a
+        peer said meanwhile, kept after the death."""
         end = time.monotonic() + grace
         while True:
             for r, p in enumerate(self._procs):
                 code = p.poll()
                 if code is not None:
                     self.kill()
-                    raise WorkerLost(f"rank {r}: " + died(self.fw, code).replace("worker", "rank"), "crashed")
+                    raise WorkerLost(f"rank {r}: " + died(self.fw, code).replace("worker", "rank") + besides,
+                                     "crashed")
             if time.monotonic() >= end:
                 return
             time.sleep(0.02)
@@ -178,7 +180,7 @@ class RankGroup(Handle):
                     continue
                 # a rank that died fails its peers' collective first, and their error can come before the death
                 # shows: the death is the cause, and is said so (a loaded host took longer than the peer's error)
-                self._raise_if_dead(DEATH_GRACE_S)
+                self._raise_if_dead(DEATH_GRACE_S, f" (then rank {r}: {msg.error})")
                 self.kill()  # the others may wait for this rank inside a collective
                 msg.result(f"rank {r}: ")
             self._raise_if_dead()
