@@ -4,6 +4,8 @@ carried through a worker's row, the pooling of processes, the result's checks an
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -171,6 +173,40 @@ def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_coun
     assert all(d["async"]["timing"]["kernel"]["median"] == pytest.approx(30e-6) for d in draws)
 
 
+def test_a_rows_first_processes_alone_trace_and_the_row_pools_theirs():
+    """At four processes, JAX's kernel clock comes from the first two (processes.KERNEL_PROCESSES): the row's
+    figure is their medians' median, each later process counts 0 traced runs, and the file's checks and the
+    forecast read it so. A first process whose trace failed still leaves the row without a clock."""
+    from harness.measure.noise import split
+    from harness.regress import forecast
+    from harness.results.model import counts_of
+    from harness.workers import handlers
+    from harness.workers.processes import KERNEL_PROCESSES
+    from scenarios import get
+
+    scn, timings = get("async_dispatch"), []
+    for i in range(4):
+        row = _timed_row()
+        cfg = preset("full") if i < KERNEL_PROCESSES else replace(preset("full"), kernel_clock=False)
+        handlers._kernel_clocks(scn, _TracedBackend(), _Impl, {}, {}, [row], cfg, lambda t: None)
+        timings.append(row.timing)
+    pooled = pool_timing(timings)
+    assert len(pooled.samples["kernel"]) == KERNEL_PROCESSES * K.REPEATS
+    assert [p.kernel_n for p in pooled.processes] == [K.REPEATS] * KERNEL_PROCESSES + [0, 0]
+    d = pooled.to_dict()
+    assert counts_of(d, "kernel") == [K.REPEATS, K.REPEATS, 0, 0]
+    assert len(split(d["samples"]["kernel"], counts_of(d, "kernel"))) == KERNEL_PROCESSES
+    assert pooled.kernel.median == pytest.approx(30e-6)
+    for p in pooled.processes[:KERNEL_PROCESSES]:
+        p.kernel_s = 0.5
+    row = SimpleNamespace(framework="jax", timing=pooled)
+    doc = SimpleNamespace(scenarios={"async_dispatch": SimpleNamespace(rows=[row])})
+    assert not forecast.traced_kernel_clock(doc, ["async_dispatch"], ["jax"])  # the later processes traced none
+    failed = [replace(timings[0], samples={k: v for k, v in timings[0].samples.items() if k != "kernel"},
+                      kernel=None, kernel_why="the traced runs failed")] + timings[1:]
+    assert "kernel" not in pool_timing(failed).samples
+
+
 def test_a_row_whose_trace_fails_says_why_and_keeps_its_other_clocks():
     from harness.workers import handlers
     from scenarios import get
@@ -282,7 +318,7 @@ def test_a_run_that_reads_no_kernel_clock_traces_nothing_and_says_why():
                                 lambda t: None)
         assert (row.timing.kernel is not None) == reads and len(traced) == (1 if reads else 1)
         assert (row.timing.kernel_s is not None) == reads  # no trace, no seconds of one
-        assert reads or row.timing.kernel_why == "not read: this run judges another clock"
+        assert reads or row.timing.kernel_why == "not traced in this process: its request asked for no kernel clock"
     wire = Request.make("time", "jax", "async_dispatch", {}, preset("full")).to_dict()
     assert "kernel_clock" not in wire["timing"]  # the default: what an older tree's TimingConfig reads
     off = Request.make("time", "jax", "async_dispatch", {}, replace(preset("full"), kernel_clock=False)).to_dict()

@@ -4,6 +4,7 @@ host_sensitivity, and the per-process budget decided from the variance at each l
 Jones). Each test fails where the recording or the rule is taken out."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -205,9 +206,10 @@ def test_processes_after_the_first_two_run_the_planned_repeats():
     processes.time_point(procs, ["torch"], get("async_dispatch"), {}, cfg, 10, lambda *a: None, lambda *a: None)
     assert log[0] is cfg and log[1] is cfg  # the first two on the preset's budget
     assert all(dict(c.plan) == {"sync_each": 5} for c in log[2:])  # between-process noise: few repeats
+    assert all(not c.kernel_clock for c in log[2:])  # and no traced kernel clock (processes.KERNEL_PROCESSES)
     planned = log[2].for_variant("sync_each")
     assert (planned.min_repeats, planned.max_repeats, planned.plan) == (3, 5, ())
-    assert log[2].for_variant("async") == cfg.for_variant("async")
+    assert log[2].for_variant("async") == dataclasses.replace(cfg, kernel_clock=False).for_variant("async")
     b = FakeAsyncBackend(latency=1e-4)
     assert measure(b.enqueue, b, planned).device_done.n == 5
 

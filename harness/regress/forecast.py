@@ -126,7 +126,7 @@ def traced_kernel_clock(doc: Result, scenarios: list[str], frameworks: list[str]
     """Whether the earlier run read a kernel clock from traces (not CUDA events) for any of these rows without
     saying what its traces took (Process.kernel_s: files written before it was kept)."""
     return any(r.timing is not None and r.timing.kernel_source is not None and "events" not in r.timing.kernel_source
-               and any(p.kernel_s is None for p in r.timing.processes or [])
+               and any(p.kernel_s is None and p.kernel_n != 0 for p in r.timing.processes or [])  # 0: traced none
                for name in scenarios for r in doc.scenarios[name].rows if r.framework in frameworks)
 
 

@@ -188,7 +188,7 @@ class Process(_Record):
     phase_s: float | None = None  # its whole wall time for the row
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
     request_s: float | None = None  # and its round trip, messages included
-    kernel_n: int | None = None  # its kernel clock's samples, where they are not one a repeat (a trace's runs)
+    kernel_n: int | None = None  # its kernel clock's samples, where they are not one a repeat (a trace's runs; 0: none traced)
     kernel_s: float | None = None  # its request's trace of the kernel clock, part of served_s (shared by its rows)
 
 
@@ -206,7 +206,8 @@ def counts_of(timing: dict[str, Any], clock: str) -> list[int] | None:
 def _per_process(procs: list[Any], clock: str, get: Any) -> list[int] | None:
     if not procs:
         return None
-    key = "kernel_n" if clock == "kernel" and all(get(p, "kernel_n") for p in procs) else "n"
+    # kernel_n 0: a process that traced no kernel clock (processes.KERNEL_PROCESSES)
+    key = "kernel_n" if clock == "kernel" and all(get(p, "kernel_n") is not None for p in procs) else "n"
     return [int(get(p, key)) for p in procs]
 
 

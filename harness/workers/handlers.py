@@ -135,8 +135,8 @@ def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Par
         t = row.timing
         if not row.timed or t is None:
             continue
-        if not cfg.kernel_clock:
-            t.kernel_why = "not read: this run judges another clock"
+        if not cfg.kernel_clock:  # a regress judged on another clock, or a row's later process (processes.py)
+            t.kernel_why = "not traced in this process: its request asked for no kernel clock"
         elif scn.variant(row.variant).fresh_process:
             t.kernel_why = "each call does its work in a child process, which no trace of this one sees"
         else:

@@ -43,6 +43,10 @@ from scenarios.spec import Params, Scenario
 PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", "request_s", "kernel_s")
 SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
+# Processes of a row that trace a kernel clock where the framework has no CUDA events (JAX): a trace cost a JAX
+# row 0.4-0.8 s a process on an H100 (results/journal.md, 2026-12-07), and a device-paced clock varies little
+# between processes; CUDA events, which cost nothing, time every process.
+KERNEL_PROCESSES = 2
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
 Timed = Answer  # a time request's answer (handlers.time_point), or its failure
@@ -64,6 +68,8 @@ def time_point(processes: Processes, frameworks: list[str], scn: Scenario, param
                 continue
             step(fw, f"timing (process {i + 1} of {len(processes)})")
             todo = plan(got[fw], cfg) if i >= PLAN_AFTER else cfg
+            if i >= KERNEL_PROCESSES and is_dataclass(todo) and getattr(todo, "kernel_clock", False):
+                todo = replace(todo, kernel_clock=False)  # the traced kernel clock: the row's first processes' alone
             t0 = time.perf_counter()
             try:
                 got[fw].append(proc[fw].request("time", scn.name, params, todo, i == 0, seed=seed, timeout=timeout,
@@ -178,10 +184,11 @@ def pool_timing(timings: list[ProcessTiming]) -> Timing:
     and statistics, the processes' counts and stop reasons, and the between-process noise per clock."""
     first = timings[0]
     samples = {c: [x for m in timings for x in m.samples.get(c, [])] for c in CLOCKS
-               if all(m.samples.get(c) for m in timings)}
+               if all(m.samples.get(c) for m in timings)
+               or (c == "kernel" and all(bool(m.samples.get(c)) == (i < KERNEL_PROCESSES) for i, m in enumerate(timings)))}
     counts = [len(m.samples["device_done"]) for m in timings]
     # per clock, each process's samples: one a repeat, but a kernel clock read from traced runs (kernel_clock.py)
-    n = {c: [len(m.samples[c]) for m in timings] for c in samples}
+    n = {c: [len(m.samples.get(c, ())) for m in timings] for c in samples}  # a kernel clock's untraced processes: 0
     # the pooled repeats' spread (quartiles, extremes), the processes' own median (noise.row_median)
     stats = {c: replace(Stats.of(samples[c]), median=row_median(split(samples[c], n[c])))
              if c in samples else None for c in CLOCKS}
