@@ -207,6 +207,35 @@ def test_a_rows_first_processes_alone_trace_and_the_row_pools_theirs():
     assert "kernel" not in pool_timing(failed).samples
 
 
+def test_readers_of_a_clock_traced_in_the_first_processes_pair_each_median_with_its_own_process():
+    """helper-14's review: the file regress's host check, the forecast's price of a traced request, a rank row's
+    slowest rank and the exported line all read a kernel clock that the later processes did not trace."""
+    from harness.regress import forecast
+    from harness.regress.env import host_procs
+    from harness.workers import handlers
+    from harness.workers.processes import KERNEL_PROCESSES
+    from scenarios import get
+
+    scn, timings = get("async_dispatch"), []
+    for i in range(4):
+        row = _timed_row()
+        cfg = preset("full") if i < KERNEL_PROCESSES else replace(preset("full"), kernel_clock=False)
+        handlers._kernel_clocks(scn, _TracedBackend(), _Impl, {}, {}, [row], cfg, lambda t: None)
+        t = row.timing
+        t.host_loop_s, t.request_s = 0.01 * (i + 1), [2.0, 1.5, 1.0, 1.0][i]
+        t.kernel_s = 0.5 if i < KERNEL_PROCESSES else None
+        t.slowest_rank_samples = {c: list(v) for c, v in t.samples.items()}
+        timings.append(t)
+    pooled = pool_timing(timings)
+    row = SimpleNamespace(framework="jax", timed=True, point_index=0, timing=pooled)
+    assert [h for h, _ in host_procs(row, [1.0, 1.1], "kernel")] == [0.01, 0.02]
+    doc = SimpleNamespace(scenarios={"async_dispatch": SimpleNamespace(rows=[row], timing_phase=None)})
+    # after the first process: 1.5, and 1.0 + the traced processes' 0.5 twice; without the trace: 1.0 each
+    assert forecast.side_process_s(doc, ["async_dispatch"], ["jax"], traced=True) == pytest.approx(1.5)
+    assert forecast.side_process_s(doc, ["async_dispatch"], ["jax"], traced=False) == pytest.approx(1.0)
+    assert pooled.slowest_rank["kernel"].n == KERNEL_PROCESSES * K.REPEATS
+
+
 def test_a_row_whose_trace_fails_says_why_and_keeps_its_other_clocks():
     from harness.workers import handlers
     from scenarios import get

@@ -296,9 +296,13 @@ def stand_in(doc: Result) -> float | None:
     return float(np.median(loops)) if loops else None
 
 
-def host_procs(row: Row, medians: list[float] | None) -> list[tuple[float, float]]:
-    """(host loop s, process median) for every process of a row that recorded its host loop."""
+def host_procs(row: Row, medians: list[float] | None, clock: str = "device_done") -> list[tuple[float, float]]:
+    """(host loop s, process median) for every process of a row that recorded its host loop; medians: one for
+    each process with samples of `clock` (a kernel clock traced in a row's first processes only has fewer)."""
     procs = (row.timing.processes if row.timing else None) or []
+    counts = row.timing.counts(clock) if row.timing else None
+    if counts and len(counts) == len(procs):
+        procs = [p for p, k in zip(procs, counts) if k]
     if medians is None or len(medians) != len(procs):
         return []
     return [(float(p.host_loop_s), m) for p, m in zip(procs, medians)

@@ -110,7 +110,10 @@ def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str], tra
             for i, p in enumerate(r.timing.processes or [] if r.timed and r.framework in frameworks else []):  # type: ignore[union-attr]
                 if p.request_s is not None:  # a request's rows share its round trip
                     spared = 0.0 if traced else (p.kernel_s or 0.0)
-                    trips.setdefault((r.framework, r.point_index), {})[i] = max(p.request_s - spared, 0.0)
+                    # a later process that traced none (kernel_n 0), where this run traces in every pair: what the
+                    # row's traced processes spent on it is added back
+                    owed = traced_s(r.timing) if traced and p.kernel_n == 0 else 0.0  # type: ignore[arg-type]
+                    trips.setdefault((r.framework, r.point_index), {})[i] = max(p.request_s - spared + owed, 0.0)
         if trips:
             total += sum(float(np.mean([s for i, s in by.items() if i > 0] or list(by.values()))) for by in trips.values())
             continue
@@ -120,6 +123,12 @@ def side_process_s(doc: Result, scenarios: list[str], frameworks: list[str], tra
             raise ValueError(f"{name} has no timing phase to go by")
         total += scn.timing_phase.wall_s / procs * sum(r.framework in frameworks for r in timed) / len(timed)
     return total
+
+
+def traced_s(timing: Any) -> float:
+    """The mean seconds of a row's request traces in the processes that traced its kernel clock (0: none known)."""
+    spent = [p.kernel_s for p in timing.processes or [] if p.kernel_n != 0 and p.kernel_s is not None]
+    return float(np.mean(spent)) if spent else 0.0
 
 
 def traced_kernel_clock(doc: Result, scenarios: list[str], frameworks: list[str]) -> bool:

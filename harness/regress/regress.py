@@ -268,7 +268,7 @@ def _judge_time(row: Row, rb: model.Row, rc: model.Row, clock: str, threshold: f
     eff = None
     if xb is not None and xc is not None:
         mb, mc = [float(np.median(p)) for p in xb], [float(np.median(p)) for p in xc]
-        own_b, own_c = host_procs(rb, mb), host_procs(rc, mc)
+        own_b, own_c = host_procs(rb, mb, clock), host_procs(rc, mc, clock)
         if own_b and own_c:
             eff = host_effect(own_b, own_c, speeds)
         elif speeds and not host and (own_b or stand[0]) and (own_c or stand[1]):

@@ -89,7 +89,7 @@ def _clock_line(base: Line, row: Row, clock: str) -> Line:
         why = row.reason if not row.timed else (row.timing.kernel_why if clock == "kernel" else None)
         return replace(base, clock=clock, reason=why or ("" if not row.timed else f"no {clock} clock in this row"))
     return replace(base, clock=clock, median=s.median, q1=s.q1, q3=s.q3, unit=UNIT,
-                   processes=len(row.timing.processes or ()) or 1, samples=s.n)
+                   processes=sum(1 for k in row.timing.counts(clock) or () if k) or 1, samples=s.n)
 
 
 def csv_lines(result: Result) -> Iterator[Line]:

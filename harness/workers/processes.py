@@ -194,9 +194,13 @@ def pool_timing(timings: list[ProcessTiming]) -> Timing:
              if c in samples else None for c in CLOCKS}
     slow, slowest = first.slowest_rank_samples, first.slowest_rank
     if all(m.slowest_rank_samples is not None for m in timings):  # a rank row timed as the mean over ranks
-        slow = {c: [x for m in timings for x in m.slowest_rank_samples[c]] for c in CLOCKS  # type: ignore[index]
-                if all(m.slowest_rank_samples.get(c) for m in timings)}  # type: ignore[union-attr]
-        slowest = {c: replace(Stats.of(v), median=row_median(split(v, counts))) if len(v) == sum(counts) else Stats.of(v)
+        slow = {c: [x for m in timings for x in m.slowest_rank_samples.get(c, ())] for c in CLOCKS  # type: ignore[union-attr]
+                if all(m.slowest_rank_samples.get(c) for m in timings)  # type: ignore[union-attr]
+                or (c == "kernel" and all(bool(m.slowest_rank_samples.get(c)) == (i < KERNEL_PROCESSES)  # type: ignore[union-attr]
+                                          for i, m in enumerate(timings)))}
+        # each clock split by its own per-process counts (a traced kernel clock's differ from the repeats')
+        slowest = {c: replace(Stats.of(v), median=row_median(split(v, [len(m.slowest_rank_samples.get(c, ()))  # type: ignore[union-attr]
+                                                                    for m in timings])))
                    for c, v in slow.items()}
     processes = [Process(n=k, stopped=m.stopped, noise=m.noise, median=float(np.median(m.samples["device_done"])),
                          first_call_s=m.first_call_s, kernel_n=n["kernel"][i] if n.get("kernel", counts) != counts else None,
