@@ -173,6 +173,22 @@ def test_a_worker_row_gets_the_clock_and_the_processes_pool_it_by_their_own_coun
     assert all(d["async"]["timing"]["kernel"]["median"] == pytest.approx(30e-6) for d in draws)
 
 
+def _four_processes() -> list:
+    """A row's timings from four processes, as processes.time_point asks them: the first KERNEL_PROCESSES trace
+    the planted kernel clock, the later ones trace none."""
+    from harness.workers import handlers
+    from harness.workers.processes import KERNEL_PROCESSES
+    from scenarios import get
+
+    timings = []
+    for i in range(4):
+        row = _timed_row()
+        cfg = preset("full") if i < KERNEL_PROCESSES else replace(preset("full"), kernel_clock=False)
+        handlers._kernel_clocks(get("async_dispatch"), _TracedBackend(), _Impl, {}, {}, [row], cfg, lambda t: None)
+        timings.append(row.timing)
+    return timings
+
+
 def test_a_rows_first_processes_alone_trace_and_the_row_pools_theirs():
     """At four processes, JAX's kernel clock comes from the first two (processes.KERNEL_PROCESSES): the row's
     figure is their medians' median, each later process counts 0 traced runs, and the file's checks and the
@@ -180,16 +196,9 @@ def test_a_rows_first_processes_alone_trace_and_the_row_pools_theirs():
     from harness.measure.noise import split
     from harness.regress import forecast
     from harness.results.model import counts_of
-    from harness.workers import handlers
     from harness.workers.processes import KERNEL_PROCESSES
-    from scenarios import get
 
-    scn, timings = get("async_dispatch"), []
-    for i in range(4):
-        row = _timed_row()
-        cfg = preset("full") if i < KERNEL_PROCESSES else replace(preset("full"), kernel_clock=False)
-        handlers._kernel_clocks(scn, _TracedBackend(), _Impl, {}, {}, [row], cfg, lambda t: None)
-        timings.append(row.timing)
+    timings = _four_processes()
     pooled = pool_timing(timings)
     assert len(pooled.samples["kernel"]) == KERNEL_PROCESSES * K.REPEATS
     assert [p.kernel_n for p in pooled.processes] == [K.REPEATS] * KERNEL_PROCESSES + [0, 0]
@@ -212,20 +221,13 @@ def test_readers_of_a_clock_traced_in_the_first_processes_pair_each_median_with_
     slowest rank and the exported line all read a kernel clock that the later processes did not trace."""
     from harness.regress import forecast
     from harness.regress.env import host_procs
-    from harness.workers import handlers
     from harness.workers.processes import KERNEL_PROCESSES
-    from scenarios import get
 
-    scn, timings = get("async_dispatch"), []
-    for i in range(4):
-        row = _timed_row()
-        cfg = preset("full") if i < KERNEL_PROCESSES else replace(preset("full"), kernel_clock=False)
-        handlers._kernel_clocks(scn, _TracedBackend(), _Impl, {}, {}, [row], cfg, lambda t: None)
-        t = row.timing
+    timings = _four_processes()
+    for i, t in enumerate(timings):
         t.host_loop_s, t.request_s = 0.01 * (i + 1), [2.0, 1.5, 1.0, 1.0][i]
         t.kernel_s = 0.5 if i < KERNEL_PROCESSES else None
         t.slowest_rank_samples = {c: list(v) for c, v in t.samples.items()}
-        timings.append(t)
     pooled = pool_timing(timings)
     row = SimpleNamespace(framework="jax", timed=True, point_index=0, timing=pooled)
     assert [h for h, _ in host_procs(row, [1.0, 1.1], "kernel")] == [0.01, 0.02]

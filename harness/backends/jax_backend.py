@@ -204,8 +204,8 @@ class JaxBackend(Backend):
         opts = self._lean_profile()
         session = self._session(opts)
         if session is not None:
-            # the session's XSpace, read in memory: no trace.json written, gzipped and parsed back (results/journal.md,
-            # 2026-12-07: 1.2-2.5 s a request before, on an H100)
+            # the session's XSpace, read in memory: no trace.json written, gzipped and parsed back (what that cost a
+            # request: results/journal.md)
             try:
                 try:
                     body(self.fw.profiler.TraceAnnotation)

@@ -317,7 +317,7 @@ def run_equivalence(
     """Draw params with hypothesis; for each, run every framework's checked variants (``execute``
     returns {variant: outputs}) and compare with the reference and pairwise. concurrent: the frameworks'
     execute calls of an example run side by side, while this process makes the reference (each framework's
-    worker a process of its own: nothing here is timed, and the three took turns for 86 s of an H100's default
+    worker a process of its own: nothing here is timed, and taking turns was a large untimed part of a default
     run); every call of an example has ended before the example's verdict or error, so that a worker is never
     asked twice at once. The first failure in framework order is the example's."""
 

@@ -119,7 +119,7 @@ SELFCHECK = TimingConfig(warmup=2, min_repeats=20, max_repeats=1000, min_time_s=
 Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
 
 # A hazard's repeats checked, each counted right or wrong: all of the first HAZARD_CHECKS, then every HAZARD_EVERY-th.
-# Why a sample: a hazard's check cost up to 60 times its timed call (donation, a GPU run of 2026-12-06), and
+# Why a sample: a hazard's check can cost many times its timed call (donation's 1 GiB of parameters), and
 # checking every repeat spent the time cap on checks; a share of wrong runs needs a sample, not every run. Why
 # a prime step: a hazard that goes wrong every other call (two buffers taking turns) is sampled on both turns,
 # which powers of two, all even, were not.

@@ -164,7 +164,7 @@ def from_first_pairs(medians: Iterable[list[list[float]]], pairs: int, stage_s: 
     every point took stage_s seconds, start_s of them starting their workers; medians holds, per row, each
     side's process medians on the run's clock, one a pair. A row's spread between processes is the root of its
     two sides' mean variance of log medians. Why: a run with nothing to go by would otherwise say what it could
-    find only at its end (2026-12-07: a control run on a GPU with an empty --out)."""
+    find only at its end."""
     sp = []
     for sides in medians:
         var = [float(np.var(np.log(m), ddof=1)) for m in sides if len(m) >= 2 and min(m) > 0]

@@ -43,9 +43,9 @@ from scenarios.spec import Params, Scenario
 PER_PROCESS = ("host_loop_s", "host_loop_at", "timed_s", "phase_s", "served_s", "request_s", "kernel_s")
 SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
-# Processes of a row that trace a kernel clock where the framework has no CUDA events (JAX): a trace cost a JAX
-# row 0.4-0.8 s a process on an H100 (results/journal.md, 2026-12-07), and a device-paced clock varies little
-# between processes; CUDA events, which cost nothing, time every process.
+# Processes of a row that trace a kernel clock where the framework has no CUDA events (JAX): a trace costs a row
+# a share of a second a process (results/journal.md), and a device-paced clock varies little between processes;
+# CUDA events, which cost nothing, time every process.
 KERNEL_PROCESSES = 2
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
