@@ -35,9 +35,9 @@ from harness.workers import worker
 real = worker.ProcessWorker.ask
 
 
-def ask(self, req, timeout=None, progress=None):
+def ask(self, req, timeout=None, progress=None, turn=None):
     if req.op != "calibrate":
-        return real(self, req, timeout, progress)
+        return real(self, req, timeout, progress, turn)
     if self._proc is None or not self._proc.is_alive():
         self._start()
     os.kill(self._proc.pid, signal.SIGSTOP)

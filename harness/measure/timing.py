@@ -174,8 +174,9 @@ def measure(
     ``check(outputs)`` returns None when right or a description when wrong; it runs untimed on the
     first timed repeat and the last, and with ``check_every`` (hazard variants) on the repeats `sampled` names.
     ``agree(stop)`` turns this process's stopping answer into the group's (ranks: rank 0's, so that
-    every rank runs the same warm-up calls and repeats; harness/backends/dist.py), after each timed
-    warm-up call and each repeat, outside the loop's clock.
+    every rank runs the same warm-up calls and repeats; harness/backends/dist.py; or the answer two
+    workers that take turns share: harness/workers/turns.py), after each timed warm-up call and each
+    repeat, outside the loop's clock.
     ``calls``: back-to-back calls per warm-up and timed repeat (the first call is one call, timed apart);
     every clock of a repeat is per call.
     ``name``: the row's name; its warm-up and its repeats become the ranges "<name> warm-up" and
@@ -193,6 +194,7 @@ def measure(
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
     t_measure = wall()
+    agreed = 0.0  # in agree during the warm-up: the group's (or the other worker's turn), not this warm-up's
     with _range(backend, name, "warm-up"):
         _, first, _, out, _ = _timed_call(call, backend, before, None)
         del out
@@ -200,16 +202,19 @@ def measure(
         for _ in range(cfg.warmup):
             _timed_call(call, backend, before, None, calls)
         while True:  # warm-up by time: each rank's clock would give each rank its own count
-            more = wall() - t_warm < cfg.warmup_s
+            more = wall() - t_warm - agreed < cfg.warmup_s
             if agree is not None:
+                t0 = wall()
                 more = agree(None if more else "noise") is None
+                agreed += wall() - t0
             if not more:
                 break
             _timed_call(call, backend, before, None, calls)
-    warm_s = wall() - t_measure
+    warm_s = wall() - t_measure - agreed
     with _range(backend, name, "repeats"):
         m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
     m.loop_s, m.warm_s = wall() - t_measure, warm_s
+    m.agree_s += agreed
     return m
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from harness.workers import point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
+from harness.workers.turns import Turns
 from harness.workers.protocol import Answer, Hello
 from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
@@ -342,10 +343,12 @@ class Schedule:
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[Params]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False,
-                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: ()
+                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False
                     ) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
-        processes run one after the other (A-B, B-A, ...), one framework at a time. wanted(scenario,
+        processes run one after the other (A-B, B-A, ...), one framework at a time; with turns, a pair's two
+        processes time a framework's rows at once, taking turns call by call (harness/workers/turns.py; not
+        a rank group's), the frameworks in turn A-B order for even pairs. wanted(scenario,
         point): True for every running framework, else the frameworks wanted there (none: the point is
         not timed). subset(scenario, point, framework): the variants both sides time there (empty: every
         one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
@@ -386,38 +389,77 @@ class Schedule:
                     # decided before either side of the pair runs, so that both run the same repeats
                     todo = {fw: planned(cfg, answers.get((scn.name, i, fw), [[], []])) if pair.k >= processes.PLAN_AFTER
                             else cfg for fw in fws_point}
-                    for j, (side, proc) in enumerate(zip(pair.sides, procs)):
-                        fws = fws_point if j == 0 else fws_point[::-1]  # mirrored: each framework's gap cancels
-                        for fw in fws:
-                            self.log(f"{scn.name} · {params.get('label', '') or i} · pair {pair.k + 1} · "
-                                     f"{side.name} · {fw}")
-                            slot = answers.setdefault((scn.name, i, fw), [[], []])[self.sides.index(side)]
-                            if slot and "status" in slot[-1]:
-                                continue  # failed on this side: not asked again at this point
-                            t0 = time.perf_counter()
-                            only = subset(scn.name, i, fw)
-                            try:
-                                # first=False in every process: no sync census, timeline or profile run (an
-                                # interleaved run times, it does not re-prove), and no process unlike the others
-                                got = proc[fw].request("time", scn.name, params, todo[fw], False, seed=seed,
-                                                       variants=only, timeout=self.timeout_s)
-                            except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
-                                slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
-                                self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): "
-                                         f"{_first_line(str(e))}")
-                                continue
-                            if only:  # the baseline a side timed only to check the others against
-                                got = got | {"rows": [r for r in got.get("rows") or () if r.get("variant") in only]}
-                            slot.append(processes.round_trip(got, time.perf_counter() - t0))
-                            bad = [r for r in got.get("rows") or () if r.get("status") in FAILED + ("wrong",)]
-                            if bad:  # said where it happens: a log that goes on as if nothing failed hides where the time went
-                                why = bad[0].get("reason") or (bad[0].get("check") or {}).get("worst", "")
-                                self.log(f"  {fw}: {len(bad)} row(s) {'/'.join(sorted({r['status'] for r in bad}))} "
-                                         f"({time.perf_counter() - t0:.1f} s): {_first_line(why)}")
+
+                    def ask(j: int, fw: str, turns: tuple[Turns, int] | None = None, pair: Pair = pair,
+                            procs: list[dict[str, Handle]] = procs, todo: dict[str, Any] = todo) -> None:
+                        self._ask(scn.name, i, params, pair.k, pair.sides[j], procs[j][fw], todo[fw], answers, seed,
+                                  subset(scn.name, i, fw), turns)
+
+                    if turns and rank_procs is None:  # the two sides' calls of a row take turns (harness/workers/turns.py)
+                        for fw in (fws_point if pair.k % 2 == 0 else fws_point[::-1]):
+                            self._take_turns(ask, fw)
+                        continue
+                    for j in range(len(pair.sides)):
+                        for fw in (fws_point if j == 0 else fws_point[::-1]):  # mirrored: each framework's gap cancels
+                            ask(j, fw)
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
         return left
+
+    def _ask(self, scenario: str, i: int, params: Params, k: int, side: Side, worker: Handle, todo: Any,
+             answers: Answers, seed: int | None, only: tuple[str, ...], turns: tuple[Turns, int] | None = None) -> None:
+        """One side's time request of pair k at point i, its answer (or failure) kept in answers. turns: the
+        pair's Turns and this side's index in it, where the two sides' requests take turns."""
+        fw = worker.fw
+        self.log(f"{scenario} · {params.get('label', '') or i} · pair {k + 1} · {side.name} · {fw}")
+        slot = answers.setdefault((scenario, i, fw), [[], []])[self.sides.index(side)]
+        if slot and "status" in slot[-1]:
+            return  # failed on this side: not asked again at this point
+        turn = None if turns is None else (lambda variant, stop: turns[0].turn(turns[1], variant, stop))
+        t0 = time.perf_counter()
+        try:
+            # first=False in every process: no sync census, timeline or profile run (an
+            # interleaved run times, it does not re-prove), and no process unlike the others
+            got = worker.request("time", scenario, params, todo, False, seed=seed, variants=only, timeout=self.timeout_s,
+                                 **({"turn": turn} if turn is not None else {}))
+        except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
+            slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
+            self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): {_first_line(str(e))}")
+            return
+        if only:  # the baseline a side timed only to check the others against
+            got = got | {"rows": [r for r in got.get("rows") or () if r.get("variant") in only]}
+        waited = 0.0 if turns is None else turns[0].waited_s[turns[1]]  # the other side's turns: not this request's
+        slot.append(processes.round_trip(got, time.perf_counter() - t0 - waited))
+        bad = [r for r in got.get("rows") or () if r.get("status") in FAILED + ("wrong",)]
+        if bad:  # said where it happens: a log that goes on as if nothing failed hides where the time went
+            why = bad[0].get("reason") or (bad[0].get("check") or {}).get("worst", "")
+            self.log(f"  {fw}: {len(bad)} row(s) {'/'.join(sorted({r['status'] for r in bad}))} "
+                     f"({time.perf_counter() - t0 - waited:.1f} s): {_first_line(why)}")
+
+    @staticmethod
+    def _take_turns(ask: Callable[..., None], fw: str) -> None:
+        """Both sides of a pair time fw's rows at once, taking turns call by call (harness/workers/turns.py),
+        the pair's first side first."""
+        turns = Turns()
+
+        def side(j: int) -> None:
+            if not turns.begin(j):
+                return  # the run stopped before this side's turn came
+            try:
+                ask(j, fw, (turns, j))
+            finally:
+                turns.end(j)
+
+        ex = ThreadPoolExecutor(2)
+        try:
+            for f in [ex.submit(side, j) for j in (0, 1)]:
+                f.result()
+        except BaseException:  # a stop: not waited for; closing the pair's workers ends both requests and their waits
+            turns.cancel()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown()
 
     @staticmethod
     def close(pairs: list[Pair], grace: float = 10.0) -> None:
@@ -496,6 +538,7 @@ class Plan:
     clock: str = "device_done"
     cfg: Any = None  # a harness.measure.timing.TimingConfig; None: the size preset's
     history: tuple[Path, ...] = ()  # folders holding earlier results, for the forecast (harness/regress/forecast.py)
+    turns: bool = True  # a pair's two processes take turns call by call (harness/workers/turns.py), where both can
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
@@ -531,6 +574,7 @@ class InterleavedRun:
         self.env: dict[str, dict[str, Hello]] | None = None
         self.running: list[str] = []
         self.subsets = False
+        self.turns = False
         self.not_timed: dict[tuple[str, int, str], str] = {}
         self.not_run: list[dict[str, str]] = []
         self.left_out: set[str] = set()
@@ -567,6 +611,8 @@ class InterleavedRun:
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
             # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
+            # both sides' workers can take turns call by call (an older tree's take a point at a time)
+            self.turns = plan.turns and all(env[s.name][fw].get("turns") for s in schedule.sides for fw in self.running)
             # judged on another clock: no traced kernel clock, where both sides' workers can leave it out
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
@@ -575,7 +621,7 @@ class InterleavedRun:
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
-                                             self.answers, plan.seed, stop=self.spent)
+                                             self.answers, plan.seed, stop=self.spent, turns=self.turns)
             if not said and not self.left and plan.max_pairs > len(stages[0]):  # nothing to go by before: its own
                 self._forecast_from(len(stages[0]), schedule.now() - t_points + start_s, start_s)
             for ks in stages[1:]:
@@ -593,7 +639,7 @@ class InterleavedRun:
                 for fw in sorted(set(self.running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
                     schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
                 self.short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, self.cfg,
-                                                  self.answers, plan.seed, stop=self.spent)
+                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns)
         except (KeyboardInterrupt, Stopped) as e:
             if self.env is None:  # stopped while the first workers started: nothing was timed, nothing is written
                 raise
@@ -753,7 +799,8 @@ class InterleavedRun:
                                                if s in ranked_scns or fw not in down},
                                  [fw for fw in self.running if fw in plain or fw in ranked], self.cfg, self.answers,
                                  self.plan.seed, stop=self.spent,
-                                 subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if self.subsets else ())
+                                 subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if self.subsets else (),
+                                 turns=self.turns)
         except (KeyboardInterrupt, Stopped) as e:
             self.stopped_by = stops.name_of(e)
             return f"stopped ({self.stopped_by})", False
@@ -780,6 +827,8 @@ class InterleavedRun:
         docs = [_document(side, [s for s in self.scns if s.name not in self.left_out], points, self.answers,
                           env[side.name], self.machine[j], self.plan, self.started, j, self.not_timed, self.not_run)
                 for j, side in enumerate(schedule.sides)]
+        for doc in docs:  # how the pairs' processes took turns: call by call, or a point at a time
+            doc["interleaved"]["turns"] = "call" if self.turns else "point"
         nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
               for s in schedule.sides if not env[s.name][fw]["available"]] + nc
         nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)

@@ -24,7 +24,7 @@ MAX_EXAMPLES = 10_000
 MAX_PROCESSES = 16  # --processes; a baseline file's count too (cmd_regress), which the schema bounds alike
 # The interleaved run's options and their defaults; a run of result files takes none of them.
 INTERLEAVED = {"size": "auto", "seed": None, "pairs": 4, "max_pairs": 12, "budget": None, "fdr": 0.05,
-               "world_size": None}
+               "world_size": None, "turns": "call"}
 
 
 def default(name: str) -> Any:
@@ -304,5 +304,9 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "fewer pairs")
     both.add_argument("--fdr", type=_fdr, default=None,
                       help="false discovery rate over the run's rows, Benjamini-Hochberg (default 0.05)")
+    both.add_argument("--turns", choices=["call", "point"], default=None,
+                      help="how a pair's two processes take turns: call by call, each side's call of a row "
+                           "milliseconds from the other's (default), or a point at a time, one side's requests "
+                           "after the other's (the runs before 2026-12-07); rank groups always take a point at a time")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

@@ -23,7 +23,7 @@ from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
 from harness.results.model import Check, Json, ProcessRow, Stats
 from harness.measure.profiling import profile_variant, row_name
-from harness.workers.protocol import Answer, Hello, Progress, Request
+from harness.workers.protocol import Answer, Hello, Progress, Request, TurnTaker
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
 from harness.measure.timing import SELFCHECK, TimingConfig, measure
@@ -37,9 +37,10 @@ def hello(fw: str) -> Hello:
     b = backends.get(fw)
     ok, why = b.available()
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
-    # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock)
+    # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
+    # with another worker's request (protocol.Request.turns)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
-            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True}
+            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
@@ -56,7 +57,7 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None,
-               variants: tuple[str, ...] = ()) -> Answer:
+               variants: tuple[str, ...] = (), turn: TurnTaker | None = None) -> Answer:
     """Time every variant at the given params (only those named in variants, where any are, and the
     baseline too where the point has no reference: the others are checked against its outputs); check
     the timed outputs; in a row's first process
@@ -64,7 +65,10 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     each row, which a second process would repeat.
     {"rows": [...], "sample": {output: strided sample} of the baseline's outputs where they were not
     checked against the reference (for the runner's cross-framework check), else None}. Each row is
-    built here as a model.ProcessRow, and sent as its to_dict()."""
+    built here as a model.ProcessRow, and sent as its to_dict(). turn(variant, stop): the timed loops take
+    turns with another worker's request (Request.turns; harness/workers/turns.py), which is a rank's agree
+    (harness/backends/dist.py) held between two processes; the seconds waiting for a turn are left out of
+    this process's wall times (progress.waited_s)."""
     t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
@@ -89,8 +93,14 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
                             status="skipped", reason=why))
             continue
         progress(v.name)
-        timed, got, got_digest = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first, agree,
+        waited = _waited(progress)
+        timed, got, got_digest = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first,
+                                               agree if turn is None else (lambda stop, v=v.name: turn(v, stop)),
                                                against == "reference", expected_digest)
+        waited = _waited(progress) - waited  # another worker's turns, not this row's wall time
+        timed.wall_s -= waited
+        if timed.timing is not None:
+            timed.timing.phase_s -= waited
         timed.timing.host_loop_s = host_loop
         timed.timing.host_loop_at = host_loop_at
         timed.check.against = against if v is not scn.baseline or against == "reference" else "none"
@@ -118,11 +128,16 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
                 name = row_name(scenario, fw, row.variant, params.get("label", ""))
                 row.profile = profile_variant(b, impl, variant_call(impl, scn.variant(row.variant)), inputs,
                                               params, name, keep=params.get("rank", 0) == 0)
-    served = time.perf_counter() - t_served  # set-up, host loop, every variant, the timeline: the worker's share
+    # set-up, host loop, every variant, the timeline: the worker's share, less its waits for another worker's turns
+    served = time.perf_counter() - t_served - _waited(progress)
     for row in rows:
         if row.timing is not None:
             row.timing.served_s = served
     return {"rows": [row.to_dict() for row in rows], "sample": sample}
+
+
+def _waited(progress: Progress) -> float:
+    return float(getattr(progress, "waited_s", 0.0))
 
 
 def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Params, rows: list[ProcessRow],
@@ -274,6 +289,9 @@ def answer(req: Request, progress: Progress) -> Any:
     if req.op == "time":
         if req.timing is None:
             raise ValueError("a time request carries its timing config")
+        turn = getattr(progress, "turn", None) if req.turns else None
+        if req.turns and turn is None:
+            raise ValueError("a time request that takes turns needs notes that can hand a turn over (protocol.Notes)")
         return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
-                          variants=req.variants)
+                          variants=req.variants, turn=turn)
     return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

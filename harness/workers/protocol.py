@@ -36,7 +36,8 @@ from harness.measure.timing import TimingConfig
 from scenarios.spec import Params
 
 # Free-form by nature: a message on a worker's pipe, plain data: a Request's fields, {"reply": a Reply's fields}
-# or {"progress": text} (what an older tree's worker reads and writes)
+# or {"progress": text} (what an older tree's worker reads and writes); while a request takes turns, {"turn": a
+# Turn's fields} from the worker and {"go": stop} back
 Message = dict[str, Any]
 
 
@@ -53,6 +54,7 @@ class Hello(TypedDict):
     pid: NotRequired[int]  # none where the runner says the worker failed to start
     subsets: NotRequired[bool]
     kernel_optional: NotRequired[bool]
+    turns: NotRequired[bool]  # a time request may take turns with another worker's (Request.turns)
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 
 
@@ -72,6 +74,7 @@ class Answer(TypedDict, total=False):
 OPS = ("hello", "equiv", "time", "ceilings", "calibrate", "selfcheck")
 STOPS = set(SIGNALS)
 Progress = Callable[[str], None]
+TurnTaker = Callable[[str, "str | None"], "str | None"]  # the parent's side of a turn: (variant, stop) -> the stop to follow
 
 
 class WorkerError(RuntimeError):
@@ -107,6 +110,9 @@ class Request:
     first: bool = True
     points: tuple[Params, ...] = field(default=())
     variants: tuple[str, ...] = field(default=())
+    # The time op's: its timed loops take turns with another worker's request, call by call (Notes.turn;
+    # harness/workers/turns.py). Only a worker whose hello says "turns" understands it; on the wire where set.
+    turns: bool = False
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -117,7 +123,8 @@ class Request:
     @classmethod
     def make(cls, op: str, framework: str, scenario: str | None = None, params: Params | None = None,
              timing: TimingConfig | None = None, first: bool = True, *, seed: int | None = None,
-             points: list[Params] | tuple[Params, ...] = (), variants: tuple[str, ...] = ()) -> "Request":
+             points: list[Params] | tuple[Params, ...] = (), variants: tuple[str, ...] = (),
+             turns: bool = False) -> "Request":
         """A request from a point as a scenario reads it: a seed found in params (hypothesis draws it
         as a field) becomes the seed field; one given twice must agree."""
         if params is not None and "seed" in params:
@@ -127,7 +134,7 @@ class Request:
                 raise ValueError(f"seed {seed} and params' seed {drawn} disagree")
             seed = drawn
         return cls(op, framework, scenario, None if params is None else dict(params), seed, timing, first,
-                   tuple(points), tuple(variants))
+                   tuple(points), tuple(variants), turns)
 
     def point(self) -> Params:
         """The params as the scenario's functions read them: the seed among them."""
@@ -143,6 +150,8 @@ class Request:
             del d["variants"]
         else:
             d["variants"] = list(self.variants)
+        if not self.turns:  # the wire an older tree's worker reads
+            del d["turns"]
         return d
 
     @classmethod
@@ -186,6 +195,39 @@ class Reply:
 def note(text: str) -> Message:
     """A progress note on the wire: what the worker is doing now, before its reply."""
     return {"progress": text}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A worker's turn is over (a request with Request.turns): the variant it times, and its own answer
+    whether to stop (the warm-up or the repeats: timing.measure's agree) after its last call. The parent
+    answers {"go": stop}: the stop that both workers then follow (harness/workers/turns.py)."""
+
+    variant: str
+    stop: str | None
+
+
+class Notes:
+    """What a handler reports through while it serves one request: progress notes (called with the text)
+    and, for a request that takes turns, turn(variant, stop), which hands the turn to the parent and
+    returns the stop it answers. waited_s: the seconds spent waiting for the turn to come back, which
+    are another worker's (a handler leaves them out of its own wall times)."""
+
+    def __init__(self, send: Callable[[Message], None], recv: Callable[[], Any]) -> None:
+        self._send, self._recv = send, recv
+        self.waited_s = 0.0
+
+    def __call__(self, text: str) -> None:
+        self._send(note(text))
+
+    def turn(self, variant: str, stop: str | None) -> str | None:
+        t0 = time.perf_counter()
+        self._send({"turn": {"variant": variant, "stop": stop}})
+        msg = self._recv()
+        self.waited_s += time.perf_counter() - t0
+        if not isinstance(msg, dict) or "go" not in msg:  # None: the parent closes this worker mid-request
+            raise ParentGone()
+        return msg["go"]
 
 
 def failure(fw: str, e: BaseException) -> tuple[str, str]:
@@ -234,6 +276,12 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
         except (OSError, EOFError) as e:  # BrokenPipeError, ConnectionResetError: the parent is gone
             raise ParentGone() from e
 
+    def receive_go() -> Any:
+        try:
+            return conn.recv()
+        except (EOFError, OSError) as e:
+            raise ParentGone() from e
+
     try:
         while True:
             try:
@@ -243,7 +291,7 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
             if msg is None:
                 return
             try:
-                reply = Reply(True, handle(Request.from_dict(msg), lambda text: send(note(text))))
+                reply = Reply(True, handle(Request.from_dict(msg), Notes(send, receive_go)))
             except ParentGone:
                 raise
             except BaseException as e:  # noqa: BLE001 - report everything; the parent decides
@@ -283,7 +331,9 @@ def _orphaned(parent: int, wait_s: float = 2.0) -> bool:
     return True
 
 
-def receive(conn: Any) -> Reply | str:
-    """The parent's side of one message: a Reply, or a progress note's text."""
+def receive(conn: Any) -> Reply | str | Turn:
+    """The parent's side of one message: a Reply, a progress note's text, or a Turn handed back."""
     msg = conn.recv()
-    return msg["progress"] if "progress" in msg else Reply.from_dict(msg)
+    if "progress" in msg:
+        return msg["progress"]
+    return Turn(**msg["turn"]) if "turn" in msg else Reply.from_dict(msg)

@@ -191,7 +191,10 @@ class RankGroup(Handle):
                                  f"{timeout:g} s (group killed)", "timeout")
         return [answers[r] for r in range(self.world_size)]
 
-    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None,
+            turn: Any = None) -> Any:
+        if turn is not None:  # its ranks time together, agreeing among themselves (harness/backends/dist.py)
+            raise WorkerError("a rank group's requests take no turns with another's")
         if not self._procs:
             self._start()
         if req.op == "hello":

@@ -15,6 +15,7 @@ import atexit
 import multiprocessing as mp
 import multiprocessing.util  # registers multiprocessing's exit handler before _kill_the_rest below (LIFO)
 import signal
+import time
 import weakref
 from abc import ABC, abstractmethod
 from multiprocessing import resource_tracker
@@ -22,7 +23,7 @@ from typing import Any
 
 from harness.workers import protocol
 from harness.workers.handlers import answer
-from harness.workers.protocol import STOPS, Progress, Request, WorkerError, WorkerLost, died, failure
+from harness.workers.protocol import STOPS, Notes, Progress, Request, Turn, TurnTaker, WorkerError, WorkerLost, died, failure
 from scenarios.spec import Params
 
 __all__ = ["Handle", "LocalWorker", "ProcessWorker", "Progress", "WorkerError", "WorkerLost", "failure", "make_worker"]
@@ -58,14 +59,18 @@ class Handle(ABC):
 
     def request(self, op: str, scenario: str | None = None, params: Params | None = None,
                 timing: Any = None, first: bool = True, *, seed: int | None = None, points: Any = (),
-                variants: tuple[str, ...] = (), timeout: float | None = None, progress: Progress | None = None) -> Any:
+                variants: tuple[str, ...] = (), timeout: float | None = None, progress: Progress | None = None,
+                turn: TurnTaker | None = None) -> Any:
         """Ask this framework's worker; params are a point as the scenario reads it, its seed (if not
-        given as seed) among them (protocol.Request.make)."""
-        req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points, variants=variants)
-        return self.ask(req, timeout=timeout, progress=progress)
+        given as seed) among them (protocol.Request.make). turn: a time request's timed loops take turns
+        with another request's, turn(variant, stop) answering each (harness/workers/turns.py)."""
+        req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points, variants=variants,
+                           turns=turn is not None)
+        return self.ask(req, timeout=timeout, progress=progress, turn=turn)
 
     @abstractmethod
-    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None,
+            turn: TurnTaker | None = None) -> Any:
         """The worker's answer to req; WorkerError or WorkerLost where it failed."""
 
 
@@ -78,9 +83,10 @@ class LocalWorker(Handle):
     def __init__(self, fw: str) -> None:
         self.fw = fw
 
-    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None,
+            turn: TurnTaker | None = None) -> Any:
         try:
-            return answer(req, progress or (lambda _t: None))
+            return answer(req, _LocalNotes(progress or (lambda _t: None), turn))
         except Exception as e:  # noqa: BLE001
             status, summary = failure(self.fw, e)
             raise WorkerError(summary, status) from e
@@ -89,6 +95,25 @@ class LocalWorker(Handle):
         pass
 
     kill = stop = close
+
+
+class _LocalNotes(Notes):
+    """A request's notes where it is served in this process: straight to the caller's progress, and a turn
+    straight to the caller's side of it (none: a request that takes no turns)."""
+
+    def __init__(self, progress: Progress, turn: TurnTaker | None) -> None:
+        super().__init__(lambda _m: None, lambda: None)
+        self._progress, self._turn = progress, turn
+
+    def __call__(self, text: str) -> None:
+        self._progress(text)
+
+    def turn(self, variant: str, stop: str | None) -> str | None:
+        t0 = time.perf_counter()
+        try:
+            return stop if self._turn is None else self._turn(variant, stop)
+        finally:
+            self.waited_s += time.perf_counter() - t0
 
 
 class ProcessWorker(Handle):
@@ -118,7 +143,8 @@ class ProcessWorker(Handle):
         child.close()
         self._proc, self._conn = proc, parent  # started: kill() from another thread now reaches it
 
-    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None) -> Any:
+    def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None,
+            turn: TurnTaker | None = None) -> Any:
         if self._proc is None or not self._proc.is_alive():
             if self._stopped:
                 raise WorkerLost(f"{self.fw} worker: the run was stopped", "crashed")
@@ -146,6 +172,13 @@ class ProcessWorker(Handle):
             if isinstance(msg, str):
                 if progress is not None:
                     progress(msg)
+                continue
+            if isinstance(msg, Turn):  # the worker waits for the answer: the other request's turn comes first
+                go = msg.stop if turn is None else turn(msg.variant, msg.stop)
+                try:
+                    self._conn.send({"go": go})
+                except (OSError, AttributeError):  # killed meanwhile (a stop): its connection is closed or gone
+                    raise WorkerLost(f"{self.fw} worker: killed while it waited for its turn", "crashed") from None
                 continue
             if msg.status == "oom":
                 self.close()  # a fresh process for the next request: all of this one's memory goes back
