@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
 # Wait up to $1 s for /tmp/L10/steps.log to say done (or $2 to appear in it), then copy what there is under $OUT.
 for i in $(seq 1 "${1:-500}"); do grep -q "^${2:-done}" /tmp/L10/steps.log 2>/dev/null && break; sleep 1; done
-cat /tmp/L10/steps.log; for f in compare.log probe10.err planted.log; do echo "== $f"; tail -n 8 /tmp/L10/$f 2>/dev/null; done
+cat /tmp/L10/steps.log; for f in planted.log control.log probe10.err; do echo "== $f"; tail -n 6 /tmp/L10/$f 2>/dev/null; done
 tar czf "$OUT/lease10.tgz" -C /tmp/L10 . 2>/dev/null; ls -la "$OUT"

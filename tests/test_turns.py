@@ -1,0 +1,230 @@
+"""Two time requests that take turns call by call (harness/workers/turns.py): the coordinator alone with
+threads, the wire (harness/workers/protocol.py), and real torch workers on the CPU, in this process and in
+worker processes."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from harness.measure import timing
+from harness.workers import faults, protocol
+from harness.workers.protocol import Request, Turn
+from harness.workers.turns import Turns
+from harness.workers.worker import LocalWorker, ProcessWorker
+from tests.conftest import backend_or_skip
+
+
+class Side:
+    """A worker's side as the coordinator sees it: calls of variants, each followed by a turn; every call
+    (and the set-up before the first) records its interval, so that overlaps between sides show."""
+
+    def __init__(self, turns: Turns, j: int, plan: list[tuple[str, list[str | None]]], log: list, lock) -> None:
+        self.turns, self.j, self.plan, self.log, self.lock = turns, j, plan, log, lock
+        self.followed: list[tuple[str, str | None]] = []
+
+    def _work(self, what: str) -> None:
+        t0 = time.perf_counter()
+        time.sleep(0.002)
+        with self.lock:
+            self.log.append((self.j, what, t0, time.perf_counter()))
+
+    def run(self) -> None:
+        if not self.turns.begin(self.j):
+            return
+        try:
+            self._work("set-up")
+            for variant, stops in self.plan:
+                for own in stops:  # own: this side's answer after the call; the loop ends on the answer followed
+                    self._work(variant)
+                    got = self.turns.turn(self.j, variant, own)
+                    self.followed.append((variant, got))
+                    if got is not None:
+                        break
+        finally:
+            self.turns.end(self.j)
+
+
+def _run(plans: list[list[tuple[str, list[str | None]]]], first: int = 0) -> tuple[Turns, list[Side], list]:
+    turns, log, lock = Turns(first), [], threading.Lock()
+    sides = [Side(turns, j, plans[j], log, lock) for j in (0, 1)]
+    threads = [threading.Thread(target=s.run) for s in sides]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "a side is stuck waiting for its turn"
+    return turns, sides, log
+
+
+def _no_overlap(log: list) -> None:
+    """No interval of one side meets one of the other's: only the side holding the turn runs."""
+    for a in log:
+        for b in log:
+            if a[0] != b[0]:
+                assert a[3] <= b[2] or b[3] <= a[2], f"{a} overlaps {b}"
+
+
+def test_two_sides_alternate_call_by_call_and_follow_the_first_answer_that_says_stop():
+    """Side 0 would stop after its 3rd call, side 1 after its 5th: both stop after the 3rd, the answer the
+    first side gave; the warm-up's answers likewise. Calls alternate 0, 1, 0, 1, ..., side 1's set-up waits
+    for side 0's first turn, and nothing of one side runs while the other's call runs."""
+    plans = [[("warm", [None, "noise"]), ("eager", [None, None, "time_cap", None, None])],
+             [("warm", [None, None, "noise"]), ("eager", [None, None, None, None, "noise"])]]
+    turns, sides, log = _run(plans)
+    assert sides[0].followed == sides[1].followed == [("warm", None), ("warm", "noise"), ("eager", None),
+                                                      ("eager", None), ("eager", "time_cap")]
+    assert turns.paired and turns.shared == 5
+    # a side's set-up and first call are one turn, then its calls one a turn
+    assert [j for j, what, *_ in log] == [0, 0, 1, 1] + [0, 1] * 4
+    assert log[2][1] == "set-up" and log[2][2] >= log[1][3]  # side 1 starts once side 0 handed the turn over
+    _no_overlap(log)
+    assert turns.waited_s[0] > 0 and turns.waited_s[1] > 0
+
+
+def test_the_pairs_second_side_may_go_first():
+    turns, sides, log = _run([[("v", [None, "noise"])], [("v", ["noise"])]], first=1)
+    assert [j for j, *_ in log][:4] == [1, 1, 0, 0]
+    assert sides[0].followed == sides[1].followed == [("v", "noise")]
+
+
+def test_sides_on_different_variants_each_follow_their_own_answers_and_still_take_turns():
+    """A side that skips a variant the other times: no shared answer could be right, so each follows its
+    own from there, and the calls still alternate."""
+    turns, sides, log = _run([[("a", [None, "noise"]), ("b", [None, None, "noise"])],
+                              [("b", [None, None, "noise"])]])
+    assert not turns.paired
+    assert sides[0].followed == [("a", None), ("a", "noise"), ("b", None), ("b", None), ("b", "noise")]
+    assert sides[1].followed == [("b", None), ("b", None), ("b", "noise")]
+    _no_overlap(log)
+
+
+def test_a_side_whose_request_ends_leaves_the_other_to_finish_alone():
+    turns, sides, log = _run([[("v", ["noise"])], [("v", [None, None, None, "noise"])]])
+    assert sides[0].followed == [("v", "noise")]
+    # the first answer is shared ("noise"); side 1's loop ends there too: a shared stop ends both loops
+    assert sides[1].followed == [("v", "noise")]
+    turns, sides, log = _run([[], [("v", [None, None, "noise"])]])  # side 0 ends with no turn at all
+    assert sides[1].followed == [("v", None), ("v", None), ("v", "noise")]
+    assert [j for j, *_ in log] == [0, 1, 1, 1, 1]
+
+
+def test_a_cancelled_pair_starts_no_side_and_frees_a_waiting_one():
+    turns = Turns()
+    started = []
+    second = threading.Thread(target=lambda: started.append(turns.begin(1)))
+    second.start()
+    time.sleep(0.05)
+    turns.cancel()
+    second.join(5)
+    assert started == [False]
+    turns = Turns()
+    assert turns.begin(0)
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(turns.turn(0, "v", None)))
+    waiting.start()
+    time.sleep(0.05)
+    turns.cancel()
+    waiting.join(5)
+    assert got == [None]  # its own answer: its worker is being closed
+
+
+def test_taking_turns_is_on_the_wire_only_where_asked_and_a_turn_crosses_it_both_ways(monkeypatch):
+    """An older tree's worker reads every key as a field: a request that takes no turns leaves the field off.
+    In the serve loop, the handler's turn goes out as a Turn and the parent's {"go": ...} comes back as
+    its answer; the wait is counted apart (Notes.waited_s)."""
+    monkeypatch.delenv(faults.ENV, raising=False)
+    plain = Request.make("time", "torch", "sync_points", {"steps": 4}, timing.preset("smoke"), False, seed=1)
+    assert "turns" not in plain.to_dict()
+    taking = Request.make("time", "torch", "sync_points", {"steps": 4}, timing.preset("smoke"), False, seed=1,
+                          turns=True)
+    wire = json.loads(json.dumps(taking.to_dict()))
+    assert wire["turns"] is True and Request.from_dict(wire) == taking
+
+    seen = {}
+
+    def handle(req, notes):
+        seen["answer"] = notes.turn("eager", None)
+        seen["waited"] = notes.waited_s
+        return "done"
+
+    class Conn:
+        def __init__(self) -> None:
+            self.incoming, self.sent = [taking.to_dict(), {"go": "noise"}, None], []
+
+        def recv(self):
+            return self.incoming.pop(0)
+
+        def send(self, msg) -> None:
+            self.sent.append(msg)
+
+    conn = Conn()
+    protocol.serve(conn, "torch", handle)
+    turn, reply = conn.sent
+    assert protocol.receive(type("C", (), {"recv": lambda self: turn})()) == Turn("eager", None)
+    assert seen["answer"] == "noise" and seen["waited"] >= 0
+    assert reply["reply"]["value"] == "done"
+
+
+def _request_with_turns(worker, turn, scenario="launch_overhead", variants=("eager",)):
+    from scenarios import get
+
+    return worker.request("time", scenario, get(scenario).points("smoke")[0], timing.preset("smoke"), False, seed=3,
+                          variants=variants, timeout=120, turn=turn)
+
+
+@pytest.mark.parametrize("make", [LocalWorker, ProcessWorker], ids=["in this process", "worker process"])
+def test_a_real_worker_hands_the_turn_over_after_its_calls_and_leaves_the_waits_out_of_its_times(make):
+    """torch on the CPU: the worker hands the turn over at the end of its warm-up and after each repeat,
+    follows the answer it gets back (here: go on past its own stop, and stop after the 6th repeat), and the
+    0.1 s it waits for each turn is neither the row's wall time nor the request's."""
+    backend_or_skip("torch")
+    calls = []
+
+    def turn(variant, stop):
+        calls.append((variant, stop))
+        time.sleep(0.1)
+        if len(calls) == 1:
+            return stop  # the warm-up's end ("noise": smoke has no warm-up by time)
+        return "noise" if len(calls) == 7 else None
+
+    w = make("torch")
+    try:
+        t0 = time.perf_counter()
+        got = _request_with_turns(w, turn)
+        elapsed = time.perf_counter() - t0
+    finally:
+        w.close()
+    (row,) = [r for r in got["rows"] if r["variant"] == "eager"]
+    t = row["timing"]
+    waited = 0.1 * len(calls)
+    assert calls[0] == ("eager", "noise") and all(v == "eager" for v, _ in calls)
+    assert len(t["samples"]["device_done"]) == 6 and t["stopped"] == "noise"
+    assert t["agree_s"] >= waited * 0.9  # the waits, counted apart
+    assert t["repeats_s"] < waited / 2
+    assert t["phase_s"] <= elapsed - waited * 0.9 and row["wall_s"] <= elapsed - waited * 0.9
+    assert t["served_s"] <= elapsed - waited * 0.9
+
+
+@pytest.mark.parametrize("turns", [True, False], ids=["call by call", "a point at a time"])
+def test_an_interleaved_run_of_real_workers_takes_turns_and_both_sides_of_a_pair_run_the_same_repeats(turns):
+    """An interleaved regress of torch on the CPU (workers in this process, whose hellos say they can take
+    turns): with turns, each pair's two processes ran the same repeats of every row, as one answer said when
+    to stop; the side files say how the run took turns. A point at a time (--turns point) says so too."""
+    backend_or_skip("torch")
+    from harness.run import interleave
+    from harness.run.interleave import Plan, Schedule, Side
+    from tests.test_interleaved_regress import ROOT
+    import sys
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=lambda fw, s: LocalWorker(fw))
+    res = interleave.run(sched, Plan(["launch_overhead", "sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=turns))
+    assert [d["interleaved"]["turns"] for d in res.docs] == ["call" if turns else "point"] * 2
+    counts = [{(s, r["variant"]): [p["n"] for p in r["timing"]["processes"]]
+               for s, scn in d["scenarios"].items() for r in scn["rows"] if r.get("timing")} for d in res.docs]
+    assert counts[0] and counts[0].keys() == counts[1].keys()
+    if turns:
+        assert counts[0] == counts[1]
