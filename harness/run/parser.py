@@ -275,7 +275,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                        help="as for compare (default: the baseline's)")
     fresh.add_argument("--quiet", action="store_true", help="no progress output")
     both = r.add_argument_group(
-        "interleaved run (baseline and candidate timed in one run, process pairs in A-B-B-A order)")
+        "interleaved run (baseline and candidate timed in one run, process pairs taking turns call by call)")
     for side in ("baseline", "candidate"):
         both.add_argument(f"--{side}-tree", type=_nonempty(f"--{side}-tree"), default=None, metavar="DIR_OR_REF",
                           help=f"the {side}'s code: a folder, or a git ref checked out into a temporary worktree "
