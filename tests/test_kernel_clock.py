@@ -503,3 +503,17 @@ def test_in_one_trace_a_row_of_no_device_work_says_so_and_each_rows_state_is_fre
     assert "samples" in got[0] and "samples" in got[2], got
     assert "in this row's runs" in got[1]["why"]
     assert len(made) == 3
+
+
+def test_the_warm_runs_last_what_WARM_S_says_when_the_trace_runs(monkeypatch):
+    """A probe that sets WARM_S is heard: lease 10's probe set it after import, and a default bound at the
+    function's definition kept 0.2 s in all three of its settings (results/journal.md, 2026-12-07)."""
+    from harness.measure import kernel_clock as K
+
+    def runs(warm_s: float) -> int:
+        monkeypatch.setattr(K, "WARM_S", warm_s)
+        n = [0]
+        K.traced_runs(lambda _name: contextlib.nullcontext(), lambda: None, lambda: n.__setitem__(0, n[0] + 1), range(3))
+        return n[0]
+
+    assert runs(0.0) <= 4 and runs(0.05) > 10

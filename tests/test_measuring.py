@@ -46,13 +46,14 @@ def test_measure_records_the_seconds_inside_timed_repeats_apart_from_untimed_wor
 def test_measure_splits_the_rest_of_its_time_into_warm_up_set_up_checks_and_agreement(virtual_clock):
     """The untimed part of a row, on a virtual clock: warm_s before the repeat loop (the first call and two
     warm-up calls, each with its set-up), before_s the set-up between repeats, agree_s the rank group's
-    agreement; with the first check they add up to loop_s."""
+    agreement (or the other side's turn), the warm-up's included; with the first check they add up to loop_s."""
     b = FakeAsyncBackend(latency=2e-3)
     cfg = TimingConfig(warmup=2, min_repeats=10, max_repeats=10, min_time_s=0.0)
     m = measure(b.enqueue, b, cfg, before=lambda: time.sleep(3e-3), check=lambda out: time.sleep(5e-3),
                 agree=lambda stop: time.sleep(1e-3) or stop)
-    assert m.before_s == pytest.approx(10 * 3e-3, rel=1e-2) and m.agree_s == pytest.approx(10 * 1e-3, rel=1e-2)
-    assert m.warm_s == pytest.approx(3 * (3e-3 + 2e-3) + 1e-3, rel=1e-2)  # and the warm-up's one agreement
+    # ten agreements after the repeats and one that ends the warm-up, which is not the warm-up's time
+    assert m.before_s == pytest.approx(10 * 3e-3, rel=1e-2) and m.agree_s == pytest.approx(11 * 1e-3, rel=1e-2)
+    assert m.warm_s == pytest.approx(3 * (3e-3 + 2e-3), rel=1e-2)
     assert m.check_s == pytest.approx(2 * 5e-3, rel=1e-2)
     assert m.repeats_s == pytest.approx(m.timed_s + m.before_s + 5e-3, rel=1e-2)  # the last check is inside
     assert m.loop_s == pytest.approx(m.warm_s + m.repeats_s + m.agree_s + 5e-3, rel=1e-3)

@@ -138,10 +138,11 @@ def per_run_s(trace: ChromeTrace, runs: int | range, calls: int = 1, row: int | 
 
 
 def traced_runs(annotate: Annotate, before: Callable[[], None], run: Callable[[], None], runs: range,
-                warm_s: float = WARM_S) -> None:
-    """Inside a trace session: before() and run() until warm_s have passed, then for each i of runs before()
+                warm_s: float | None = None) -> None:
+    """Inside a trace session: before() and run() until warm_s (default WARM_S, read at the call, so that a
+    probe that sets it is heard) have passed, then for each i of runs before()
     and run() inside the range MARK + i."""
-    warm(before, run, warm_s)
+    warm(before, run, WARM_S if warm_s is None else warm_s)
     for i in runs:
         before()
         with annotate(f"{MARK}{i}"):
