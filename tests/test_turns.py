@@ -228,3 +228,66 @@ def test_an_interleaved_run_of_real_workers_takes_turns_and_both_sides_of_a_pair
     assert counts[0] and counts[0].keys() == counts[1].keys()
     if turns:
         assert counts[0] == counts[1]
+
+
+def test_a_request_may_run_on_one_cpu_and_gives_the_thread_its_cpus_back():
+    """Request.cpu: the worker's serving thread runs on that CPU for the request (its rows read that CPU's
+    speed), then gets its CPUs back; off the wire where unset, for an older tree's worker."""
+    import os
+
+    from harness.workers import handlers
+
+    assert "cpu" not in Request.make("time", "torch", "sync_points", {}, timing.preset("smoke"), seed=1).to_dict()
+    wire = Request.make("time", "torch", "sync_points", {}, timing.preset("smoke"), seed=1, cpu=0).to_dict()
+    assert wire["cpu"] == 0 and Request.from_dict(wire).cpu == 0
+    may = os.sched_getaffinity(0)
+    seen = []
+    real = handlers.time_point
+    try:
+        handlers.time_point = lambda *a, **k: seen.append(os.sched_getaffinity(0)) or {"rows": []}
+        cpu = max(may)
+        handlers.answer(Request.from_dict(wire | {"cpu": cpu}), lambda _t: None)
+    finally:
+        handlers.time_point = real
+    assert seen == [{cpu}] and os.sched_getaffinity(0) == may
+
+
+def test_same_cpu_is_refused_without_turns_and_puts_both_sides_of_a_pair_on_one_cpu(tmp_path):
+    """--same-cpu needs the pair taking turns; with it, both sides' requests of a pair name one CPU, the
+    run's CPUs in turn, and the side files say so."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_interleaved_regress import ROOT
+
+    for turns in (["--turns", "point"], []):  # a point at a time is the default
+        out = subprocess.run([sys.executable, "-m", "harness", "regress", "--baseline-tree", str(ROOT), *turns,
+                              "--same-cpu", "--scenarios", "sync_points"], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 2 and "--same-cpu" in out.stderr and "--turns call" in out.stderr
+    backend_or_skip("torch")
+    from harness.run import interleave
+    from harness.run.interleave import Plan, Schedule, Side
+
+    asked = []
+
+    class Recorded(LocalWorker):
+        def __init__(self, fw, side):
+            super().__init__(fw)
+            self.side = side
+
+        def ask(self, req, timeout=None, progress=None, turn=None):
+            if req.op == "time":
+                asked.append((self.side.name, req.cpu))
+            return super().ask(req, timeout, progress, turn)
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=Recorded)
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=True, same_cpu=True))
+    assert [d["interleaved"]["same_cpu"] for d in res.docs] == [True, True]
+    pairs = [asked[i:i + 2] for i in range(0, len(asked), 2)]
+    assert pairs and all({a[0] for a in p} == {"baseline", "candidate"} and p[0][1] == p[1][1] is not None
+                         for p in pairs)  # both sides of a pair on one CPU
+    if len(os.sched_getaffinity(0)) > 1:
+        assert len({p[0][1] for p in pairs}) > 1  # the run's CPUs in turn
+    assert [d["interleaved"]["turns"] for d in res.docs] == ["call", "call"]

@@ -212,7 +212,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 raise UsageError(f"{option} {e}") from None
     history = tuple(dict.fromkeys(Path(f).resolve() for f in (out, ROOT / "runs", ROOT / "results")))
     plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock,
-                history=history, turns=a.turns == "call")
+                history=history, turns=a.turns == "call", same_cpu=a.same_cpu)
     with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
         res, sides = _run_sides(a, envs, frameworks, fraction, plan)
         paths, invalid = _write_sides(res, sides, argv, out)
@@ -255,6 +255,8 @@ def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
             setattr(a, key, value)
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
+    if a.same_cpu and a.turns != "call":
+        raise UsageError("--same-cpu puts a pair's processes on one CPU while they take turns: it needs --turns call")
     # both sides inherit this process's environment: a fault planted there would be planted on both alike
     # and cancel out of every pair, so that a run meant to show it reads "no change"
     for key in (faults.ENV, FAULT_RANK_ENV):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import math
 import os
 import secrets
@@ -56,7 +57,7 @@ from harness.results.model import Json, Row
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
 from harness.run.stops import Stopped
-from harness.workers.cpus import not_placed
+from harness.workers.cpus import allowed, not_placed
 from harness.workers.ranks import WORLD_SIZE_ENV, default_world_size
 from scenarios import get as get_scenario
 from scenarios.spec import Params
@@ -306,6 +307,7 @@ class Schedule:
     now: Callable[[], float] = time.perf_counter
     # (rank scenario, framework) -> {side name: why} where that side's rank group did not start in some pair
     groups_down: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    _cpu_turn: Iterator[int] = field(default_factory=itertools.count)  # whose turn it is to be a pair's one CPU
 
     def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None
                     ) -> tuple[list[Pair], dict[str, dict[str, Hello]]]:
@@ -343,12 +345,13 @@ class Schedule:
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[Params]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False,
-                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False
-                    ) -> list[tuple[str, int]]:
+                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False,
+                    cpus: list[int] | tuple[int, ...] = ()) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
         processes run one after the other (A-B, B-A, ...), one framework at a time; with turns, a pair's two
         processes time a framework's rows at once, taking turns call by call (harness/workers/turns.py; not
-        a rank group's), the frameworks in turn A-B order for even pairs. wanted(scenario,
+        a rank group's), the frameworks in turn A-B order for even pairs, and where cpus are given both on
+        one of them, the next in turn for each framework's requests (harness/workers/cpus.py on_cpu). wanted(scenario,
         point): True for every running framework, else the frameworks wanted there (none: the point is
         not timed). subset(scenario, point, framework): the variants both sides time there (empty: every
         one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
@@ -390,14 +393,14 @@ class Schedule:
                     todo = {fw: planned(cfg, answers.get((scn.name, i, fw), [[], []])) if pair.k >= processes.PLAN_AFTER
                             else cfg for fw in fws_point}
 
-                    def ask(j: int, fw: str, turns: tuple[Turns, int] | None = None, pair: Pair = pair,
-                            procs: list[dict[str, Handle]] = procs, todo: dict[str, Any] = todo) -> None:
+                    def ask(j: int, fw: str, turns: tuple[Turns, int] | None = None, cpu: int | None = None,
+                            pair: Pair = pair, procs: list[dict[str, Handle]] = procs, todo: dict[str, Any] = todo) -> None:
                         self._ask(scn.name, i, params, pair.k, pair.sides[j], procs[j][fw], todo[fw], answers, seed,
-                                  subset(scn.name, i, fw), turns)
+                                  subset(scn.name, i, fw), turns, cpu)
 
                     if turns and rank_procs is None:  # the two sides' calls of a row take turns (harness/workers/turns.py)
                         for fw in (fws_point if pair.k % 2 == 0 else fws_point[::-1]):
-                            self._take_turns(ask, fw)
+                            self._take_turns(ask, fw, cpus[next(self._cpu_turn) % len(cpus)] if cpus else None)
                         continue
                     for j in range(len(pair.sides)):
                         for fw in (fws_point if j == 0 else fws_point[::-1]):  # mirrored: each framework's gap cancels
@@ -408,9 +411,11 @@ class Schedule:
         return left
 
     def _ask(self, scenario: str, i: int, params: Params, k: int, side: Side, worker: Handle, todo: Any,
-             answers: Answers, seed: int | None, only: tuple[str, ...], turns: tuple[Turns, int] | None = None) -> None:
+             answers: Answers, seed: int | None, only: tuple[str, ...], turns: tuple[Turns, int] | None = None,
+             cpu: int | None = None) -> None:
         """One side's time request of pair k at point i, its answer (or failure) kept in answers. turns: the
-        pair's Turns and this side's index in it, where the two sides' requests take turns."""
+        pair's Turns and this side's index in it, where the two sides' requests take turns; cpu: the CPU its
+        serving thread runs on meanwhile."""
         fw = worker.fw
         self.log(f"{scenario} · {params.get('label', '') or i} · pair {k + 1} · {side.name} · {fw}")
         slot = answers.setdefault((scenario, i, fw), [[], []])[self.sides.index(side)]
@@ -422,7 +427,7 @@ class Schedule:
             # first=False in every process: no sync census, timeline or profile run (an
             # interleaved run times, it does not re-prove), and no process unlike the others
             got = worker.request("time", scenario, params, todo, False, seed=seed, variants=only, timeout=self.timeout_s,
-                                 **({"turn": turn} if turn is not None else {}))
+                                 **({"turn": turn} if turn is not None else {}), **({"cpu": cpu} if cpu is not None else {}))
         except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
             slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
             self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): {_first_line(str(e))}")
@@ -438,16 +443,16 @@ class Schedule:
                      f"({time.perf_counter() - t0 - waited:.1f} s): {_first_line(why)}")
 
     @staticmethod
-    def _take_turns(ask: Callable[..., None], fw: str) -> None:
+    def _take_turns(ask: Callable[..., None], fw: str, cpu: int | None = None) -> None:
         """Both sides of a pair time fw's rows at once, taking turns call by call (harness/workers/turns.py),
-        the pair's first side first."""
+        the pair's first side first; both on one CPU where cpu is given."""
         turns = Turns()
 
         def side(j: int) -> None:
             if not turns.begin(j):
                 return  # the run stopped before this side's turn came
             try:
-                ask(j, fw, (turns, j))
+                ask(j, fw, (turns, j), cpu)
             finally:
                 turns.end(j)
 
@@ -538,7 +543,10 @@ class Plan:
     clock: str = "device_done"
     cfg: Any = None  # a harness.measure.timing.TimingConfig; None: the size preset's
     history: tuple[Path, ...] = ()  # folders holding earlier results, for the forecast (harness/regress/forecast.py)
-    turns: bool = True  # a pair's two processes take turns call by call (harness/workers/turns.py), where both can
+    # a pair's two processes take turns call by call (harness/workers/turns.py), where both can; not the default:
+    # on an H100 it added 10-60 us to each call of a microsecond row (results/journal.md, 2026-12-07)
+    turns: bool = False
+    same_cpu: bool = False  # and, taking turns, run on one CPU (harness/workers/cpus.py on_cpu), where both can
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
@@ -575,6 +583,7 @@ class InterleavedRun:
         self.running: list[str] = []
         self.subsets = False
         self.turns = False
+        self.cpus: list[int] = []  # the CPUs a pair's two processes share in turn (plan.same_cpu), else none
         self.not_timed: dict[tuple[str, int, str], str] = {}
         self.not_run: list[dict[str, str]] = []
         self.left_out: set[str] = set()
@@ -613,6 +622,8 @@ class InterleavedRun:
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             # both sides' workers can take turns call by call (an older tree's take a point at a time)
             self.turns = plan.turns and all(env[s.name][fw].get("turns") for s in schedule.sides for fw in self.running)
+            if plan.same_cpu and self.turns and all(env[s.name][fw].get("cpu") for s in schedule.sides for fw in self.running):
+                self.cpus = allowed()
             # judged on another clock: no traced kernel clock, where both sides' workers can leave it out
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
@@ -621,7 +632,7 @@ class InterleavedRun:
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
-                                             self.answers, plan.seed, stop=self.spent, turns=self.turns)
+                                             self.answers, plan.seed, stop=self.spent, turns=self.turns, cpus=self.cpus)
             if not said and not self.left and plan.max_pairs > len(stages[0]):  # nothing to go by before: its own
                 self._forecast_from(len(stages[0]), schedule.now() - t_points + start_s, start_s)
             for ks in stages[1:]:
@@ -639,7 +650,7 @@ class InterleavedRun:
                 for fw in sorted(set(self.running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
                     schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
                 self.short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, self.cfg,
-                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns)
+                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns, cpus=self.cpus)
         except (KeyboardInterrupt, Stopped) as e:
             if self.env is None:  # stopped while the first workers started: nothing was timed, nothing is written
                 raise
@@ -800,7 +811,7 @@ class InterleavedRun:
                                  [fw for fw in self.running if fw in plain or fw in ranked], self.cfg, self.answers,
                                  self.plan.seed, stop=self.spent,
                                  subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if self.subsets else (),
-                                 turns=self.turns)
+                                 turns=self.turns, cpus=self.cpus)
         except (KeyboardInterrupt, Stopped) as e:
             self.stopped_by = stops.name_of(e)
             return f"stopped ({self.stopped_by})", False
@@ -827,8 +838,9 @@ class InterleavedRun:
         docs = [_document(side, [s for s in self.scns if s.name not in self.left_out], points, self.answers,
                           env[side.name], self.machine[j], self.plan, self.started, j, self.not_timed, self.not_run)
                 for j, side in enumerate(schedule.sides)]
-        for doc in docs:  # how the pairs' processes took turns: call by call, or a point at a time
+        for doc in docs:  # how the pairs' processes took turns: call by call (on one CPU), or a point at a time
             doc["interleaved"]["turns"] = "call" if self.turns else "point"
+            doc["interleaved"]["same_cpu"] = bool(self.cpus)
         nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
               for s in schedule.sides if not env[s.name][fw]["available"]] + nc
         nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)

@@ -24,7 +24,7 @@ MAX_EXAMPLES = 10_000
 MAX_PROCESSES = 16  # --processes; a baseline file's count too (cmd_regress), which the schema bounds alike
 # The interleaved run's options and their defaults; a run of result files takes none of them.
 INTERLEAVED = {"size": "auto", "seed": None, "pairs": 4, "max_pairs": 12, "budget": None, "fdr": 0.05,
-               "world_size": None, "turns": "call"}
+               "world_size": None, "turns": "point", "same_cpu": False}
 
 
 def default(name: str) -> Any:
@@ -275,7 +275,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                        help="as for compare (default: the baseline's)")
     fresh.add_argument("--quiet", action="store_true", help="no progress output")
     both = r.add_argument_group(
-        "interleaved run (baseline and candidate timed in one run, process pairs taking turns call by call)")
+        "interleaved run (baseline and candidate timed in one run, process pairs in A-B-B-A order)")
     for side in ("baseline", "candidate"):
         both.add_argument(f"--{side}-tree", type=_nonempty(f"--{side}-tree"), default=None, metavar="DIR_OR_REF",
                           help=f"the {side}'s code: a folder, or a git ref checked out into a temporary worktree "
@@ -304,9 +304,15 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "fewer pairs")
     both.add_argument("--fdr", type=_fdr, default=None,
                       help="false discovery rate over the run's rows, Benjamini-Hochberg (default 0.05)")
-    both.add_argument("--turns", choices=["call", "point"], default=None,
-                      help="how a pair's two processes take turns: call by call, each side's call of a row "
-                           "milliseconds from the other's (default), or a point at a time, one side's requests "
-                           "after the other's (the runs before 2026-12-07); rank groups always take a point at a time")
+    both.add_argument("--turns", choices=["point", "call"], default=None,
+                      help="how a pair's two processes share the GPU: a point at a time, one side's requests after "
+                           "the other's (default), or call by call, each side's call of a row milliseconds from the "
+                           "other's (experimental: on an H100 it narrowed the host-paced rows' spread but added 10-60 "
+                           "us to each call of a microsecond row, whose figures and ratios it distorts: "
+                           "results/journal.md, 2026-12-07); rank groups always take a point at a time")
+    both.add_argument("--same-cpu", action="store_true", default=None,
+                      help="with --turns call: a pair's two processes run each framework's requests at a point on one "
+                           "CPU, the run's CPUs in turn, so that both read that CPU's speed (a host-paced row follows "
+                           "its process's CPU: results/journal.md, 2026-12-07); not yet measured on a GPU")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

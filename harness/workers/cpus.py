@@ -15,11 +15,12 @@ the run records its share of the CPU time over the whole run (/proc/stat), Linux
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from harness.measure.calibrate import python_loop_s
 
@@ -111,6 +112,22 @@ def place(spec: str | list[int], announce: Callable[[str], None] | None = None) 
         keep, why = list(spec), "named by --cpus"
     os.sched_setaffinity(0, set(keep))
     return out | {"kept": _ranges(keep), "why": why}
+
+
+@contextlib.contextmanager
+def on_cpu(cpu: int | None) -> Iterator[None]:
+    """The block's thread on one CPU (None: where it was), given back its CPUs after. Linux pins a thread:
+    a worker's other threads (JAX's, CUDA's) keep theirs. Why: an interleaved pair's two processes, taking
+    turns, then read the same CPU's speed (harness/workers/turns.py)."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def restore(cpus: list[int]) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from harness import backends
 from harness.backends.base import RankCeilings
-from harness.workers import point_cache
+from harness.workers import cpus, point_cache
 from harness.measure.calibrate import calibrate as _calibrate
 from harness.measure.calibrate import Calibration, python_loop_s
 from harness.check.equivalence import strided_sample
@@ -38,9 +38,10 @@ def hello(fw: str) -> Hello:
     ok, why = b.available()
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
-    # with another worker's request (protocol.Request.turns)
+    # with another worker's request (protocol.Request.turns); cpu: it may name its thread's CPU (Request.cpu)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
-            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True}
+            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
+            "cpu": True}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
@@ -292,6 +293,7 @@ def answer(req: Request, progress: Progress) -> Any:
         turn = getattr(progress, "turn", None) if req.turns else None
         if req.turns and turn is None:
             raise ValueError("a time request that takes turns needs notes that can hand a turn over (protocol.Notes)")
-        return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
-                          variants=req.variants, turn=turn)
+        with cpus.on_cpu(req.cpu):
+            return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
+                              variants=req.variants, turn=turn)
     return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

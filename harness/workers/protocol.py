@@ -55,6 +55,7 @@ class Hello(TypedDict):
     subsets: NotRequired[bool]
     kernel_optional: NotRequired[bool]
     turns: NotRequired[bool]  # a time request may take turns with another worker's (Request.turns)
+    cpu: NotRequired[bool]  # a time request may name the CPU its thread runs on (Request.cpu)
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 
 
@@ -113,6 +114,9 @@ class Request:
     # The time op's: its timed loops take turns with another worker's request, call by call (Notes.turn;
     # harness/workers/turns.py). Only a worker whose hello says "turns" understands it; on the wire where set.
     turns: bool = False
+    # The time op's: the one CPU the worker's serving thread runs on for this request, given back after
+    # (harness/workers/cpus.py on_cpu). Only a worker whose hello says "cpu" understands it; on the wire where set.
+    cpu: int | None = None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -124,7 +128,7 @@ class Request:
     def make(cls, op: str, framework: str, scenario: str | None = None, params: Params | None = None,
              timing: TimingConfig | None = None, first: bool = True, *, seed: int | None = None,
              points: list[Params] | tuple[Params, ...] = (), variants: tuple[str, ...] = (),
-             turns: bool = False) -> "Request":
+             turns: bool = False, cpu: int | None = None) -> "Request":
         """A request from a point as a scenario reads it: a seed found in params (hypothesis draws it
         as a field) becomes the seed field; one given twice must agree."""
         if params is not None and "seed" in params:
@@ -134,7 +138,7 @@ class Request:
                 raise ValueError(f"seed {seed} and params' seed {drawn} disagree")
             seed = drawn
         return cls(op, framework, scenario, None if params is None else dict(params), seed, timing, first,
-                   tuple(points), tuple(variants), turns)
+                   tuple(points), tuple(variants), turns, cpu)
 
     def point(self) -> Params:
         """The params as the scenario's functions read them: the seed among them."""
@@ -150,8 +154,9 @@ class Request:
             del d["variants"]
         else:
             d["variants"] = list(self.variants)
-        if not self.turns:  # the wire an older tree's worker reads
-            del d["turns"]
+        for name, unset in (("turns", False), ("cpu", None)):  # the wire an older tree's worker reads
+            if d[name] == unset:
+                del d[name]
         return d
 
     @classmethod
