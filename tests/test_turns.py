@@ -164,7 +164,7 @@ def test_taking_turns_is_on_the_wire_only_where_asked_and_a_turn_crosses_it_both
     protocol.serve(conn, "torch", handle)
     turn, reply = conn.sent
     assert protocol.receive(type("C", (), {"recv": lambda self: turn})()) == Turn("eager", None)
-    assert seen["answer"] == "noise" and seen["waited"] >= 0
+    assert seen["answer"] == "noise" and seen["waited"] > 0
     assert reply["reply"]["value"] == "done"
 
 
@@ -192,6 +192,7 @@ def test_a_real_worker_hands_the_turn_over_after_its_calls_and_leaves_the_waits_
 
     w = make("torch")
     try:
+        w.request("hello", timeout=120)  # started and torch imported: the bounds below are the request's own
         t0 = time.perf_counter()
         got = _request_with_turns(w, turn)
         elapsed = time.perf_counter() - t0
@@ -202,9 +203,8 @@ def test_a_real_worker_hands_the_turn_over_after_its_calls_and_leaves_the_waits_
     waited = 0.1 * len(calls)
     assert calls[0] == ("eager", "noise") and all(v == "eager" for v, _ in calls)
     assert len(t["samples"]["device_done"]) == 6 and t["stopped"] == "noise"
-    assert t["agree_s"] >= waited * 0.9  # the waits, counted apart
-    assert t["repeats_s"] < waited / 2
-    assert t["phase_s"] <= elapsed - waited * 0.9 and row["wall_s"] <= elapsed - waited * 0.9
+    assert t["agree_s"] < waited / 10 and t["repeats_s"] < waited / 2  # the waits are in neither
+    assert t["repeats_s"] <= t["loop_s"] <= t["phase_s"] <= row["wall_s"] <= t["served_s"]
     assert t["served_s"] <= elapsed - waited * 0.9
 
 
@@ -291,3 +291,67 @@ def test_same_cpu_is_refused_without_turns_and_puts_both_sides_of_a_pair_on_one_
     if len(os.sched_getaffinity(0)) > 1:
         assert len({p[0][1] for p in pairs}) > 1  # the run's CPUs in turn
     assert [d["interleaved"]["turns"] for d in res.docs] == ["call", "call"]
+
+
+def test_a_thread_started_on_the_requests_cpu_gets_the_cpus_back_with_its_starter():
+    """A framework's pool is made at its first use, in a pinned request: it must not stay pinned for the
+    worker's life (Linux gives a new thread its creator's mask)."""
+    import os
+
+    from harness.workers import cpus
+
+    may = os.sched_getaffinity(0)
+    if len(may) < 2:
+        pytest.skip("one CPU: nothing to pin apart")
+    tid, go = [], threading.Event()
+
+    def pool() -> None:
+        tid.append(threading.get_native_id())
+        go.wait(5)
+
+    with cpus.on_cpu(max(may)):
+        t = threading.Thread(target=pool)
+        t.start()
+        while not tid:
+            time.sleep(0.001)
+        assert os.sched_getaffinity(tid[0]) == {max(may)}
+    try:
+        assert os.sched_getaffinity(0) == may and os.sched_getaffinity(tid[0]) == may
+    finally:
+        go.set()
+        t.join(5)
+
+
+def test_a_side_that_fails_while_taking_turns_leaves_the_other_to_finish_and_is_not_asked_again():
+    """The candidate's request fails after two turns: the baseline's goes on alone, the run ends (no side
+    waits for ever), the failure is the candidate's rows' status, and the next pair does not ask it again
+    at that point."""
+    backend_or_skip("torch")
+    import sys
+
+    from harness.run import interleave
+    from harness.run.interleave import Plan, Schedule, Side
+    from harness.workers.protocol import WorkerError
+    from tests.test_interleaved_regress import ROOT
+
+    asked = []
+
+    class FailsMidway(LocalWorker):
+        def __init__(self, fw, side):
+            super().__init__(fw)
+            self.side = side
+
+        def ask(self, req, timeout=None, progress=None, turn=None):
+            if req.op == "time":
+                asked.append(self.side.name)
+                if self.side.name == "candidate":
+                    turn("eager", None)
+                    turn("eager", None)
+                    raise WorkerError("planted: failed after two turns")
+            return super().ask(req, timeout, progress, turn)
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    sched = Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=FailsMidway)
+    res = interleave.run(sched, Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2, turns=True))
+    assert asked.count("candidate") == 1 and asked.count("baseline") == 2
+    assert res.rows and all(r.verdict == "different" and "planted" in r.status for r in res.rows)

@@ -187,9 +187,10 @@ def measure(
     repeats (every call, start to synchronized end), loop_s the whole of measure() (first call, warm-up,
     poisoning, checks), check_s the checks alone, repeats_s the repeat loop but its first check (what one more
     repeat costs: repeats_s / n), and the rest of loop_s split: warm_s before the repeat loop (the first call
-    and the warm-up calls, each with its `before` and synchronize, and the rank group's agreement when to end
-    the warm-up), before_s in `before` between the repeats (poisoning, refreshing state: part of repeats_s),
-    agree_s agreeing with the rank group after each repeat (not part of repeats_s).
+    and the warm-up calls, each with its `before` and synchronize), before_s in `before` between the repeats
+    (poisoning, refreshing state: part of repeats_s), agree_s in agree, in the warm-up and after each repeat
+    (the rank group's agreement, or the other worker's turn: part of neither warm_s nor repeats_s; a worker that
+    takes turns leaves its waits out of loop_s and agree_s after: harness/workers/handlers.py time_point).
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")

@@ -394,13 +394,15 @@ class Schedule:
                             else cfg for fw in fws_point}
 
                     def ask(j: int, fw: str, turns: tuple[Turns, int] | None = None, cpu: int | None = None,
-                            pair: Pair = pair, procs: list[dict[str, Handle]] = procs, todo: dict[str, Any] = todo) -> None:
+                            pair: Pair = pair, procs: list[dict[str, Handle]] = procs,
+                            todo: dict[str, Any] = todo) -> None:
                         self._ask(scn.name, i, params, pair.k, pair.sides[j], procs[j][fw], todo[fw], answers, seed,
                                   subset(scn.name, i, fw), turns, cpu)
 
-                    if turns and rank_procs is None:  # the two sides' calls of a row take turns (harness/workers/turns.py)
+                    if turns and rank_procs is None:  # the sides' calls of a row take turns (harness/workers/turns.py)
                         for fw in (fws_point if pair.k % 2 == 0 else fws_point[::-1]):
-                            self._take_turns(ask, fw, cpus[next(self._cpu_turn) % len(cpus)] if cpus else None)
+                            self._take_turns(ask, fw, [procs[0][fw], procs[1][fw]],
+                                             cpus[next(self._cpu_turn) % len(cpus)] if cpus else None)
                         continue
                     for j in range(len(pair.sides)):
                         for fw in (fws_point if j == 0 else fws_point[::-1]):  # mirrored: each framework's gap cancels
@@ -427,7 +429,8 @@ class Schedule:
             # first=False in every process: no sync census, timeline or profile run (an
             # interleaved run times, it does not re-prove), and no process unlike the others
             got = worker.request("time", scenario, params, todo, False, seed=seed, variants=only, timeout=self.timeout_s,
-                                 **({"turn": turn} if turn is not None else {}), **({"cpu": cpu} if cpu is not None else {}))
+                                 **({"turn": turn} if turn is not None else {}),
+                                 **({"cpu": cpu} if cpu is not None else {}))
         except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
             slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
             self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): {_first_line(str(e))}")
@@ -443,9 +446,9 @@ class Schedule:
                      f"({time.perf_counter() - t0 - waited:.1f} s): {_first_line(why)}")
 
     @staticmethod
-    def _take_turns(ask: Callable[..., None], fw: str, cpu: int | None = None) -> None:
+    def _take_turns(ask: Callable[..., None], fw: str, workers: list[Handle], cpu: int | None = None) -> None:
         """Both sides of a pair time fw's rows at once, taking turns call by call (harness/workers/turns.py),
-        the pair's first side first; both on one CPU where cpu is given."""
+        the pair's first side first (workers: the two sides' in that order); both on one CPU where cpu is given."""
         turns = Turns()
 
         def side(j: int) -> None:
@@ -460,8 +463,10 @@ class Schedule:
         try:
             for f in [ex.submit(side, j) for j in (0, 1)]:
                 f.result()
-        except BaseException:  # a stop: not waited for; closing the pair's workers ends both requests and their waits
+        except BaseException:  # a stop: not waited for; both workers stopped for good end both requests and waits
             turns.cancel()
+            for w in workers:  # never started again by a side that was about to send its request
+                getattr(w, "stop", lambda: None)()
             ex.shutdown(wait=False, cancel_futures=True)
             raise
         ex.shutdown()
@@ -622,8 +627,13 @@ class InterleavedRun:
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             # both sides' workers can take turns call by call (an older tree's take a point at a time)
             self.turns = plan.turns and all(env[s.name][fw].get("turns") for s in schedule.sides for fw in self.running)
-            if plan.same_cpu and self.turns and all(env[s.name][fw].get("cpu") for s in schedule.sides for fw in self.running):
+            if plan.same_cpu and self.turns and all(env[s.name][fw].get("cpu") for s in schedule.sides
+                                                    for fw in self.running):
                 self.cpus = allowed()
+            if plan.turns and not self.turns:  # an older tree's workers
+                schedule.log("a side's workers cannot take turns call by call: the pairs take a point at a time")
+            elif plan.same_cpu and not self.cpus:
+                schedule.log("a side's workers cannot name their CPU: the pairs take turns, each side on its own CPUs")
             # judged on another clock: no traced kernel clock, where both sides' workers can leave it out
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
@@ -650,7 +660,8 @@ class InterleavedRun:
                 for fw in sorted(set(self.running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
                     schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
                 self.short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, self.cfg,
-                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns, cpus=self.cpus)
+                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns,
+                                                  cpus=self.cpus)
         except (KeyboardInterrupt, Stopped) as e:
             if self.env is None:  # stopped while the first workers started: nothing was timed, nothing is written
                 raise

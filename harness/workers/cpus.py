@@ -117,17 +117,29 @@ def place(spec: str | list[int], announce: Callable[[str], None] | None = None) 
 @contextlib.contextmanager
 def on_cpu(cpu: int | None) -> Iterator[None]:
     """The block's thread on one CPU (None: where it was), given back its CPUs after. Linux pins a thread:
-    a worker's other threads (JAX's, CUDA's) keep theirs. Why: an interleaved pair's two processes, taking
+    a worker's other threads (JAX's, CUDA's) keep theirs, and a thread started in the block (a framework's
+    pool, made at its first use) is given the CPUs back too. Why: an interleaved pair's two processes, taking
     turns, then read the same CPU's speed (harness/workers/turns.py)."""
     if cpu is None:
         yield
         return
-    before = os.sched_getaffinity(0)
+    before, born = os.sched_getaffinity(0), _threads()
     os.sched_setaffinity(0, {cpu})
     try:
         yield
     finally:
         os.sched_setaffinity(0, before)
+        for tid in _threads() - born:  # a thread started in the block took its mask: a pool's, for good
+            with contextlib.suppress(OSError):  # one that has ended since
+                os.sched_setaffinity(tid, before)
+
+
+def _threads() -> set[int]:
+    """This process's thread ids (Linux's /proc/self/task; none elsewhere)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
 
 
 def restore(cpus: list[int]) -> None:

@@ -100,8 +100,10 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
                                                against == "reference", expected_digest)
         waited = _waited(progress) - waited  # another worker's turns, not this row's wall time
         timed.wall_s -= waited
-        if timed.timing is not None:
+        if timed.timing is not None:  # measure() counted them in agree: out of its loop and its agreement too
             timed.timing.phase_s -= waited
+            timed.timing.loop_s -= waited
+            timed.timing.agree_s = max(timed.timing.agree_s - waited, 0.0)
         timed.timing.host_loop_s = host_loop
         timed.timing.host_loop_at = host_loop_at
         timed.check.against = against if v is not scn.baseline or against == "reference" else "none"

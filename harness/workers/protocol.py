@@ -75,7 +75,8 @@ class Answer(TypedDict, total=False):
 OPS = ("hello", "equiv", "time", "ceilings", "calibrate", "selfcheck")
 STOPS = set(SIGNALS)
 Progress = Callable[[str], None]
-TurnTaker = Callable[[str, "str | None"], "str | None"]  # the parent's side of a turn: (variant, stop) -> the stop to follow
+# The parent's side of a turn: (variant, the worker's own stop) -> the stop both workers follow
+TurnTaker = Callable[[str, "str | None"], "str | None"]
 
 
 class WorkerError(RuntimeError):

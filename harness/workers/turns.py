@@ -82,12 +82,9 @@ class Turns:
                 self._reported = [None, None]
                 self.shared += 1
             elif mine is not None:  # the other side waits on another variant or count: each its own from here
-                self.paired = False
+                self.paired = False  # (unpaired, one report is always waiting: the next turn answers it)
                 self._answer[o] = (mine[2],)
                 self._reported[o] = None
-            elif not self.paired:
-                self._answer[j] = (stop,)
-                self._reported[j] = None
             self._holder = o
             self._cv.notify_all()
             self._wait(j, lambda: (self._holder == j and self._answer[j] is not None) or self._done[o]

@@ -23,7 +23,8 @@ from typing import Any
 
 from harness.workers import protocol
 from harness.workers.handlers import answer
-from harness.workers.protocol import STOPS, Notes, Progress, Request, Turn, TurnTaker, WorkerError, WorkerLost, died, failure
+from harness.workers.protocol import (STOPS, Notes, Progress, Request, Turn, TurnTaker, WorkerError, WorkerLost, died,
+                                      failure)
 from scenarios.spec import Params
 
 __all__ = ["Handle", "LocalWorker", "ProcessWorker", "Progress", "WorkerError", "WorkerLost", "failure", "make_worker"]
@@ -155,15 +156,18 @@ class ProcessWorker(Handle):
                 raise WorkerLost(f"{self.fw} worker: the run was stopped", "crashed")
         self._conn.send(req.to_dict())
         while True:
+            conn = self._conn  # once: kill() from another thread (a stop) sets it to None
+            if conn is None:
+                raise WorkerLost(f"{self.fw} worker: killed while it served a request (the run was stopped)", "crashed")
             try:
-                ready = self._conn.poll(timeout)
+                ready = conn.poll(timeout)
             except (EOFError, OSError):
                 ready = True
             if not ready:
                 self.kill()
                 raise WorkerLost(f"{self.fw} worker did not answer within {timeout:g} s (killed)", "timeout")
             try:
-                msg = protocol.receive(self._conn)
+                msg = protocol.receive(conn)
             except (EOFError, OSError):
                 if self._proc is not None:
                     self._proc.join(5)  # the exit code is known only once it has been reaped
@@ -177,8 +181,8 @@ class ProcessWorker(Handle):
             if isinstance(msg, Turn):  # the worker waits for the answer: the other request's turn comes first
                 go = msg.stop if turn is None else turn(msg.variant, msg.stop)
                 try:
-                    self._conn.send({"go": go})
-                except (OSError, AttributeError):  # killed meanwhile (a stop): its connection is closed or gone
+                    conn.send({"go": go})
+                except OSError:  # killed meanwhile (a stop): its connection is closed
                     raise WorkerLost(f"{self.fw} worker: killed while it waited for its turn", "crashed") from None
                 continue
             if msg.status == "oom":
