@@ -1,11 +1,12 @@
-"""Two workers' time requests that take turns, call by call: an interleaved regress's pair at one point.
+"""Two workers' time requests that take turns, call by call: an interleaved regress's pair at one point
+(--turns call; experimental, not the default).
 
-A pair's baseline and candidate processes (harness/run/interleave.py) used to time a point one after the
-other: the candidate's `eager` row seconds after the baseline's. On the lent GPU machines the host's speed
-changes in spells of tenths of a second to seconds (docs/design/host_speed.md), so a host-paced row's two
-process medians landed in different spells, and the pairs' log ratios spread by 0.16-0.34 (results/journal.md,
-2026-12-06 and 12-07): a 15% change then needs about a hundred pairs. Taking turns puts the two sides' calls of
-one row milliseconds apart, in the same spell, as asv's and Pinpoint's interleaving does at a coarser grain.
+With a point at a time (harness/run/interleave.py), the candidate's `eager` row runs seconds after the
+baseline's. The guess was that the host's speed changed between them (docs/design/host_speed.md). Taking
+turns puts the two sides' calls of one row milliseconds apart. On an H100 (results/journal.md, 2026-12-07) it
+narrowed most host-paced rows' spread between pairs, but a pair's two processes still differed by up to 1.4
+times: the speed goes with the process, likely its CPU (harness/workers/cpus.py on_cpu, --same-cpu). And each
+turn added 10-60 us to a microsecond row's call: the other process's work changes what such a row measures.
 
 How: both requests run at once, but only the one holding the turn runs; the other waits in its worker. A
 worker hands the turn back wherever a rank would agree with its group (harness/measure/timing.py measure's
@@ -24,8 +25,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-
-SIDES = (0, 1)
 
 
 class Turns:

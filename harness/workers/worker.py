@@ -158,7 +158,8 @@ class ProcessWorker(Handle):
         while True:
             conn = self._conn  # once: kill() from another thread (a stop) sets it to None
             if conn is None:
-                raise WorkerLost(f"{self.fw} worker: killed while it served a request (the run was stopped)", "crashed")
+                raise WorkerLost(f"{self.fw} worker: killed while it served a request (the run was stopped)",
+                                 "crashed")
             try:
                 ready = conn.poll(timeout)
             except (EOFError, OSError):
