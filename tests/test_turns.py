@@ -175,6 +175,29 @@ def _request_with_turns(worker, turn, scenario="launch_overhead", variants=("eag
                           variants=variants, timeout=120, turn=turn)
 
 
+def _interleaved(plan, on_time=lambda side, req, turn: None):
+    """An interleaved run of torch on the CPU, both sides' workers in this process (their hellos can take
+    turns and name a CPU); on_time(side name, request, turn) hears each time request first."""
+    import sys
+
+    from harness.run import interleave
+    from harness.run.interleave import Schedule, Side
+    from tests.test_interleaved_regress import ROOT
+
+    class Sided(LocalWorker):
+        def __init__(self, fw, side):
+            super().__init__(fw)
+            self.side = side
+
+        def ask(self, req, timeout=None, progress=None, turn=None):
+            if req.op == "time":
+                on_time(self.side.name, req, turn)
+            return super().ask(req, timeout, progress, turn)
+
+    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
+    return interleave.run(Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=Sided), plan)
+
+
 @pytest.mark.parametrize("make", [LocalWorker, ProcessWorker], ids=["in this process", "worker process"])
 def test_a_real_worker_hands_the_turn_over_after_its_calls_and_leaves_the_waits_out_of_its_times(make):
     """torch on the CPU: the worker hands the turn over at the end of its warm-up and after each repeat,
@@ -214,14 +237,9 @@ def test_an_interleaved_run_of_real_workers_takes_turns_and_both_sides_of_a_pair
     turns): with turns, each pair's two processes ran the same repeats of every row, as one answer said when
     to stop; the side files say how the run took turns. A point at a time (--turns point) says so too."""
     backend_or_skip("torch")
-    from harness.run import interleave
-    from harness.run.interleave import Plan, Schedule, Side
-    from tests.test_interleaved_regress import ROOT
-    import sys
+    from harness.run.interleave import Plan
 
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
-    sched = Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=lambda fw, s: LocalWorker(fw))
-    res = interleave.run(sched, Plan(["launch_overhead", "sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=turns))
+    res = _interleaved(Plan(["launch_overhead", "sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=turns))
     assert [d["interleaved"]["turns"] for d in res.docs] == ["call" if turns else "point"] * 2
     counts = [{(s, r["variant"]): [p["n"] for p in r["timing"]["processes"]]
                for s, scn in d["scenarios"].items() for r in scn["rows"] if r.get("timing")} for d in res.docs]
@@ -266,24 +284,11 @@ def test_same_cpu_is_refused_without_turns_and_puts_both_sides_of_a_pair_on_one_
                               "--same-cpu", "--scenarios", "sync_points"], cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 2 and "--same-cpu" in out.stderr and "--turns call" in out.stderr
     backend_or_skip("torch")
-    from harness.run import interleave
-    from harness.run.interleave import Plan, Schedule, Side
+    from harness.run.interleave import Plan
 
     asked = []
-
-    class Recorded(LocalWorker):
-        def __init__(self, fw, side):
-            super().__init__(fw)
-            self.side = side
-
-        def ask(self, req, timeout=None, progress=None, turn=None):
-            if req.op == "time":
-                asked.append((self.side.name, req.cpu))
-            return super().ask(req, timeout, progress, turn)
-
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
-    sched = Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=Recorded)
-    res = interleave.run(sched, Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=True, same_cpu=True))
+    res = _interleaved(Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=True, same_cpu=True),
+                       lambda side, req, _turn: asked.append((side, req.cpu)))
     assert [d["interleaved"]["same_cpu"] for d in res.docs] == [True, True]
     pairs = [asked[i:i + 2] for i in range(0, len(asked), 2)]
     assert pairs and all({a[0] for a in p} == {"baseline", "candidate"} and p[0][1] == p[1][1] is not None
@@ -327,31 +332,18 @@ def test_a_side_that_fails_while_taking_turns_leaves_the_other_to_finish_and_is_
     waits for ever), the failure is the candidate's rows' status, and the next pair does not ask it again
     at that point."""
     backend_or_skip("torch")
-    import sys
-
-    from harness.run import interleave
-    from harness.run.interleave import Plan, Schedule, Side
+    from harness.run.interleave import Plan
     from harness.workers.protocol import WorkerError
-    from tests.test_interleaved_regress import ROOT
 
     asked = []
 
-    class FailsMidway(LocalWorker):
-        def __init__(self, fw, side):
-            super().__init__(fw)
-            self.side = side
+    def fails_midway(side, _req, turn):
+        asked.append(side)
+        if side == "candidate":
+            turn("eager", None)
+            turn("eager", None)
+            raise WorkerError("planted: failed after two turns")
 
-        def ask(self, req, timeout=None, progress=None, turn=None):
-            if req.op == "time":
-                asked.append(self.side.name)
-                if self.side.name == "candidate":
-                    turn("eager", None)
-                    turn("eager", None)
-                    raise WorkerError("planted: failed after two turns")
-            return super().ask(req, timeout, progress, turn)
-
-    sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
-    sched = Schedule(sides, ["torch"], 120.0, world_size=2, make_worker=FailsMidway)
-    res = interleave.run(sched, Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2, turns=True))
+    res = _interleaved(Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2, turns=True), fails_midway)
     assert asked.count("candidate") == 1 and asked.count("baseline") == 2
     assert res.rows and all(r.verdict == "different" and "planted" in r.status for r in res.rows)
