@@ -270,24 +270,17 @@ def test_a_request_may_run_on_one_cpu_and_gives_the_thread_its_cpus_back():
     assert seen == [{cpu}] and os.sched_getaffinity(0) == may
 
 
-def test_same_cpu_is_refused_without_turns_and_puts_both_sides_of_a_pair_on_one_cpu(tmp_path):
-    """--same-cpu needs the pair taking turns; with it, both sides' requests of a pair name one CPU, the
-    run's CPUs in turn, and the side files say so."""
+@pytest.mark.parametrize("turns", [False, True], ids=["a point at a time", "call by call"])
+def test_same_cpu_puts_both_sides_of_a_pair_on_one_cpu(turns):
+    """--same-cpu: both sides' requests of a framework at a point, in a pair, name one CPU, the run's CPUs in
+    turn, taking turns or not; the side files say so."""
     import os
-    import subprocess
-    import sys
 
-    from tests.test_interleaved_regress import ROOT
-
-    for turns in (["--turns", "point"], []):  # a point at a time is the default
-        out = subprocess.run([sys.executable, "-m", "harness", "regress", "--baseline-tree", str(ROOT), *turns,
-                              "--same-cpu", "--scenarios", "sync_points"], cwd=ROOT, capture_output=True, text=True)
-        assert out.returncode == 2 and "--same-cpu" in out.stderr and "--turns call" in out.stderr
     backend_or_skip("torch")
     from harness.run.interleave import Plan
 
     asked = []
-    res = _interleaved(Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=True, same_cpu=True),
+    res = _interleaved(Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=turns, same_cpu=True),
                        lambda side, req, _turn: asked.append((side, req.cpu)))
     assert [d["interleaved"]["same_cpu"] for d in res.docs] == [True, True]
     pairs = [asked[i:i + 2] for i in range(0, len(asked), 2)]
@@ -295,7 +288,7 @@ def test_same_cpu_is_refused_without_turns_and_puts_both_sides_of_a_pair_on_one_
                          for p in pairs)  # both sides of a pair on one CPU
     if len(os.sched_getaffinity(0)) > 1:
         assert len({p[0][1] for p in pairs}) > 1  # the run's CPUs in turn
-    assert [d["interleaved"]["turns"] for d in res.docs] == ["call", "call"]
+    assert [d["interleaved"]["turns"] for d in res.docs] == ["call" if turns else "point"] * 2
 
 
 def test_a_thread_started_on_the_requests_cpu_gets_the_cpus_back_with_its_starter():

@@ -255,8 +255,6 @@ def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
             setattr(a, key, value)
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
-    if a.same_cpu and a.turns != "call":
-        raise UsageError("--same-cpu puts a pair's processes on one CPU while they take turns: it needs --turns call")
     # both sides inherit this process's environment: a fault planted there would be planted on both alike
     # and cancel out of every pair, so that a run meant to show it reads "no change"
     for key in (faults.ENV, FAULT_RANK_ENV):

@@ -350,8 +350,9 @@ class Schedule:
         """Every wanted point of every scenario through every pair, in pair order: a point's
         processes run one after the other (A-B, B-A, ...), one framework at a time; with turns, a pair's two
         processes time a framework's rows at once, taking turns call by call (harness/workers/turns.py; not
-        a rank group's), the frameworks in turn A-B order for even pairs, and where cpus are given both on
-        one of them, the next in turn for each framework's requests (harness/workers/cpus.py on_cpu). wanted(scenario,
+        a rank group's), the frameworks in turn A-B order for even pairs. Where cpus are given, both sides'
+        requests of a framework at a point run on one of them, the next in turn (harness/workers/cpus.py
+        on_cpu; not a rank group's). wanted(scenario,
         point): True for every running framework, else the frameworks wanted there (none: the point is
         not timed). subset(scenario, point, framework): the variants both sides time there (empty: every
         one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
@@ -399,14 +400,16 @@ class Schedule:
                         self._ask(scn.name, i, params, pair.k, pair.sides[j], procs[j][fw], todo[fw], answers, seed,
                                   subset(scn.name, i, fw), turns, cpu)
 
+                    # one CPU for both sides' requests of a framework here, the run's CPUs in turn (--same-cpu)
+                    cpu = {fw: cpus[next(self._cpu_turn) % len(cpus)] if cpus and rank_procs is None else None
+                           for fw in fws_point}
                     if turns and rank_procs is None:  # the sides' calls of a row take turns (harness/workers/turns.py)
                         for fw in (fws_point if pair.k % 2 == 0 else fws_point[::-1]):
-                            self._take_turns(ask, fw, [procs[0][fw], procs[1][fw]],
-                                             cpus[next(self._cpu_turn) % len(cpus)] if cpus else None)
+                            self._take_turns(ask, fw, [procs[0][fw], procs[1][fw]], cpu[fw])
                         continue
                     for j in range(len(pair.sides)):
                         for fw in (fws_point if j == 0 else fws_point[::-1]):  # mirrored: each framework's gap cancels
-                            ask(j, fw)
+                            ask(j, fw, None, cpu[fw])
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
@@ -551,7 +554,7 @@ class Plan:
     # a pair's two processes take turns call by call (harness/workers/turns.py), where both can; not the default:
     # on an H100 it added 10-60 us to each call of a microsecond row (results/journal.md, 2026-12-07)
     turns: bool = False
-    same_cpu: bool = False  # and, taking turns, run on one CPU (harness/workers/cpus.py on_cpu), where both can
+    same_cpu: bool = False  # a pair's two processes run a point's requests on one CPU (cpus.py on_cpu), where both can
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
@@ -627,13 +630,12 @@ class InterleavedRun:
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             # both sides' workers can take turns call by call (an older tree's take a point at a time)
             self.turns = plan.turns and all(env[s.name][fw].get("turns") for s in schedule.sides for fw in self.running)
-            if plan.same_cpu and self.turns and all(env[s.name][fw].get("cpu") for s in schedule.sides
-                                                    for fw in self.running):
+            if plan.same_cpu and all(env[s.name][fw].get("cpu") for s in schedule.sides for fw in self.running):
                 self.cpus = allowed()
             if plan.turns and not self.turns:  # an older tree's workers
                 schedule.log("a side's workers cannot take turns call by call: the pairs take a point at a time")
-            elif plan.same_cpu and not self.cpus:
-                schedule.log("a side's workers cannot name their CPU: the pairs take turns, each side on its own CPUs")
+            if plan.same_cpu and not self.cpus:
+                schedule.log("a side's workers cannot name their CPU: each side of a pair runs on its own CPUs")
             # judged on another clock: no traced kernel clock, where both sides' workers can leave it out
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
@@ -849,7 +851,7 @@ class InterleavedRun:
         docs = [_document(side, [s for s in self.scns if s.name not in self.left_out], points, self.answers,
                           env[side.name], self.machine[j], self.plan, self.started, j, self.not_timed, self.not_run)
                 for j, side in enumerate(schedule.sides)]
-        for doc in docs:  # how the pairs' processes took turns: call by call (on one CPU), or a point at a time
+        for doc in docs:  # how the pairs' processes took turns: call by call, or a point at a time; on one CPU or not
             doc["interleaved"]["turns"] = "call" if self.turns else "point"
             doc["interleaved"]["same_cpu"] = bool(self.cpus)
         nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks

@@ -311,8 +311,8 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "us to each call of a microsecond row, whose figures and ratios it distorts: "
                            "results/journal.md, 2026-12-07); rank groups always take a point at a time")
     both.add_argument("--same-cpu", action="store_true", default=None,
-                      help="with --turns call: a pair's two processes run each framework's requests at a point on one "
-                           "CPU, the run's CPUs in turn, so that both read that CPU's speed (a host-paced row follows "
-                           "its process's CPU: results/journal.md, 2026-12-07); not yet measured on a GPU")
+                      help="a pair's two processes run each framework's requests at a point on one CPU, the run's "
+                           "CPUs in turn, so that both read that CPU's speed (a host-paced row follows its "
+                           "process's speed: results/journal.md, 2026-12-07); not yet measured on a GPU")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
