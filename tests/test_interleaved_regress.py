@@ -44,7 +44,7 @@ class FakeWorker:
         self.fw, self.side, self.host = fw, side, host
         self.asked: list[tuple[str, int, tuple[str, ...]]] = []  # (scenario, request count, variants named)
 
-    def request(self, op, *args, seed=None, variants=(), timeout=None, progress=None):
+    def request(self, op, *args, seed=None, variants=(), timeout=None, progress=None, turn=None, cpu=None):
         if op == "hello":
             return {"available": True, "why": "fake", "env": {"version": "1.0"}, "on_gpu": False,
                     **({"subsets": True} if self.subsets else {})}

@@ -432,8 +432,7 @@ class Schedule:
             # first=False in every process: no sync census, timeline or profile run (an
             # interleaved run times, it does not re-prove), and no process unlike the others
             got = worker.request("time", scenario, params, todo, False, seed=seed, variants=only, timeout=self.timeout_s,
-                                 **({"turn": turn} if turn is not None else {}),
-                                 **({"cpu": cpu} if cpu is not None else {}))
+                                 turn=turn, cpu=cpu)
         except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
             slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
             self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): {_first_line(str(e))}")
@@ -552,7 +551,7 @@ class Plan:
     cfg: Any = None  # a harness.measure.timing.TimingConfig; None: the size preset's
     history: tuple[Path, ...] = ()  # folders holding earlier results, for the forecast (harness/regress/forecast.py)
     # a pair's two processes take turns call by call (harness/workers/turns.py), where both can; not the default:
-    # on an H100 it added 10-60 us to each call of a microsecond row (results/journal.md, 2026-12-07)
+    # a turn adds tens of microseconds to each call of a microsecond row (docs/regress.md, "Taking turns call by call")
     turns: bool = False
     same_cpu: bool = False  # a pair's two processes run a point's requests on one CPU (cpus.py on_cpu), where both can
 

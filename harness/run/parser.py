@@ -307,12 +307,12 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     both.add_argument("--turns", choices=["point", "call"], default=None,
                       help="how a pair's two processes share the GPU: a point at a time, one side's requests after "
                            "the other's (default), or call by call, each side's call of a row milliseconds from the "
-                           "other's (experimental: on an H100 it narrowed the host-paced rows' spread but added 10-60 "
-                           "us to each call of a microsecond row, whose figures and ratios it distorts: "
-                           "results/journal.md, 2026-12-07); rank groups always take a point at a time")
+                           "other's (experimental: it narrows the host-paced rows' spread but adds tens of "
+                           "microseconds to each call of a microsecond row, whose figures and ratios it distorts: "
+                           "docs/regress.md); rank groups always take a point at a time")
     both.add_argument("--same-cpu", action="store_true", default=None,
                       help="a pair's two processes run each framework's requests at a point on one CPU, the run's "
                            "CPUs in turn, so that both read that CPU's speed (a host-paced row follows its "
-                           "process's speed: results/journal.md, 2026-12-07); not yet measured on a GPU")
+                           "process's speed: docs/regress.md); not yet measured on a GPU")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

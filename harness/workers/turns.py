@@ -3,10 +3,10 @@
 
 With a point at a time (harness/run/interleave.py), the candidate's `eager` row runs seconds after the
 baseline's. The guess was that the host's speed changed between them (docs/design/host_speed.md). Taking
-turns puts the two sides' calls of one row milliseconds apart. On an H100 (results/journal.md, 2026-12-07) it
-narrowed most host-paced rows' spread between pairs, but a pair's two processes still differed by up to 1.4
-times: the speed goes with the process, likely its CPU (harness/workers/cpus.py on_cpu, --same-cpu). And each
-turn added 10-60 us to a microsecond row's call: the other process's work changes what such a row measures.
+turns puts the two sides' calls of one row milliseconds apart. Measured on a GPU (docs/regress.md, "Taking
+turns call by call"), it narrowed most host-paced rows' spread between pairs, but a pair's two processes still
+differed: the speed goes with the process, likely its CPU (harness/workers/cpus.py on_cpu, --same-cpu). And each
+turn added tens of microseconds to a microsecond row's call: the other process's work changes what it measures.
 
 How: both requests run at once, but only the one holding the turn runs; the other waits in its worker. A
 worker hands the turn back wherever a rank would agree with its group (harness/measure/timing.py measure's
