@@ -248,9 +248,9 @@ def test_an_interleaved_run_of_real_workers_takes_turns_and_both_sides_of_a_pair
         assert counts[0] == counts[1]
 
 
-def test_a_request_may_run_on_one_cpu_and_gives_the_thread_its_cpus_back():
-    """Request.cpu: the worker's serving thread runs on that CPU for the request (its rows read that CPU's
-    speed), then gets its CPUs back; off the wire where unset, for an older tree's worker."""
+def test_a_request_may_name_one_cpu_for_its_rows_and_is_off_the_wire_where_unset():
+    """Request.cpu reaches time_point, which runs each row's warm-up and repeats on it (the next test); off the
+    wire where unset, for an older tree's worker."""
     import os
 
     from harness.workers import handlers
@@ -262,12 +262,75 @@ def test_a_request_may_run_on_one_cpu_and_gives_the_thread_its_cpus_back():
     seen = []
     real = handlers.time_point
     try:
-        handlers.time_point = lambda *a, **k: seen.append(os.sched_getaffinity(0)) or {"rows": []}
+        handlers.time_point = lambda *a, **k: seen.append((k.get("cpu"), os.sched_getaffinity(0))) or {"rows": []}
         cpu = max(may)
         handlers.answer(Request.from_dict(wire | {"cpu": cpu}), lambda _t: None)
     finally:
         handlers.time_point = real
-    assert seen == [{cpu}] and os.sched_getaffinity(0) == may
+    assert seen == [(cpu, may)]  # not pinned yet: the row's first call runs where the worker runs
+
+
+def test_time_point_pins_each_timed_row_to_the_requests_cpu():
+    """time_point(cpu=) hands measure() the pin for every row it times (and none without a cpu)."""
+    import contextlib
+
+    backend_or_skip("torch")
+    from harness.workers import handlers
+    from scenarios import get
+
+    pins = []
+
+    @contextlib.contextmanager
+    def on_cpu(cpu):
+        pins.append(cpu)
+        yield
+
+    real, handlers.cpus.on_cpu = handlers.cpus.on_cpu, on_cpu
+    try:
+        params = dict(get("launch_overhead").points("smoke")[0], seed=1)
+        for cpu in (0, None):
+            got = handlers.time_point("torch", "launch_overhead", params, timing.preset("smoke"), False,
+                                      progress=lambda _t: None, cpu=cpu)
+            timed = [r for r in got["rows"] if r.get("timing")]
+            assert timed and pins == [0] * len(timed), cpu
+    finally:
+        handlers.cpus.on_cpu = real
+
+
+def test_a_rows_warm_up_and_repeats_run_on_the_named_cpu_its_first_call_and_the_pool_it_starts_do_not():
+    """measure(pinned=): the first call runs before the pin, so a pool it starts (torch's intra-op threads at
+    a first parallel copy) is born with every CPU. Born under the pin, all its threads crowded onto one CPU:
+    on an H100, torch's 1 MiB h2d_pin_then_copy read 128 ms a call, not 89 us (results/journal.md, lease 11).
+    The warm-up calls and every repeat run on the one CPU, and the thread gets its CPUs back after."""
+    import functools
+    import os
+
+    from harness.measure.timing import TimingConfig, measure
+    from harness.workers import cpus
+    from tests.test_timing import FakeAsyncBackend
+
+    may = os.sched_getaffinity(0)
+    if len(may) < 2:
+        pytest.skip("one CPU: nothing to pin apart")
+    cpu, b, seen, pool, go = max(may), FakeAsyncBackend(latency=1e-4), [], [], threading.Event()
+
+    def call():
+        if not pool:  # the first call starts the framework's pool
+            t = threading.Thread(target=lambda: (pool.append(threading.get_native_id()), go.wait(5)))
+            t.start()
+            while not pool:
+                time.sleep(0.001)
+        seen.append((os.sched_getaffinity(0), os.sched_getaffinity(pool[0])))
+        return b.enqueue()
+
+    try:
+        measure(call, b, TimingConfig(warmup=2, min_repeats=5, max_repeats=5, min_time_s=0.0),
+                pinned=functools.partial(cpus.on_cpu, cpu))
+        assert seen[0] == (may, may)  # the first call, and the pool it started: every CPU
+        assert seen[1:] and all(mine == {cpu} and theirs == may for mine, theirs in seen[1:])  # 2 warm-up, 5 repeats
+        assert len(seen) == 8 and os.sched_getaffinity(0) == may
+    finally:
+        go.set()
 
 
 @pytest.mark.parametrize("turns", [False, True], ids=["a point at a time", "call by call"])

@@ -553,7 +553,7 @@ class Plan:
     # a pair's two processes take turns call by call (harness/workers/turns.py), where both can; not the default:
     # a turn adds tens of microseconds to each call of a microsecond row (docs/regress.md, "Taking turns call by call")
     turns: bool = False
-    same_cpu: bool = False  # a pair's two processes run a point's requests on one CPU (cpus.py on_cpu), where both can
+    same_cpu: bool = False  # a pair's two processes time a point's rows on one CPU (cpus.py on_cpu), where both can
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:

@@ -311,8 +311,9 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "microseconds to each call of a microsecond row, whose figures and ratios it distorts: "
                            "docs/regress.md); rank groups always take a point at a time")
     both.add_argument("--same-cpu", action="store_true", default=None,
-                      help="a pair's two processes run each framework's requests at a point on one CPU, the run's "
-                           "CPUs in turn, so that both read that CPU's speed (a host-paced row follows its "
-                           "process's speed: docs/regress.md); not yet measured on a GPU")
+                      help="a pair's two processes run each framework's rows at a point (warm-up and repeats) on "
+                           "one CPU, the run's CPUs in turn, so that both read that CPU's speed: a host-paced row "
+                           "follows its process's speed, and pinned, the pairs' spread narrowed (docs/regress.md); "
+                           "a pinned row's figures are not an unpinned run's")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

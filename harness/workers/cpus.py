@@ -118,8 +118,9 @@ def place(spec: str | list[int], announce: Callable[[str], None] | None = None) 
 def on_cpu(cpu: int | None) -> Iterator[None]:
     """The block's thread on one CPU (None: where it was), given back its CPUs after. Linux pins a thread:
     a worker's other threads (JAX's, CUDA's) keep theirs, and a thread started in the block (a framework's
-    pool, made at its first use) is given the CPUs back too. Why: an interleaved pair's two processes, taking
-    turns, then read the same CPU's speed (harness/workers/turns.py)."""
+    pool, made at its first use) is given the CPUs back too, at the block's end: until then its threads share
+    the one CPU, so measure() enters the block after a row's first call, where a pool is born. Why: an
+    interleaved pair's two processes then read the same CPU's speed (--same-cpu, docs/regress.md)."""
     if cpu is None:
         yield
         return

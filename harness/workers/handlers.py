@@ -5,6 +5,7 @@ picklable data: names, numbers, numpy arrays and dicts.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import time
@@ -58,7 +59,7 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None,
-               variants: tuple[str, ...] = (), turn: TurnTaker | None = None) -> Answer:
+               variants: tuple[str, ...] = (), turn: TurnTaker | None = None, cpu: int | None = None) -> Answer:
     """Time every variant at the given params (only those named in variants, where any are, and the
     baseline too where the point has no reference: the others are checked against its outputs); check
     the timed outputs; in a row's first process
@@ -69,7 +70,8 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     built here as a model.ProcessRow, and sent as its to_dict(). turn(variant, stop): the timed loops take
     turns with another worker's request (Request.turns; harness/workers/turns.py), which is a rank's agree
     (harness/backends/dist.py) held between two processes; the seconds waiting for a turn are left out of
-    this process's wall times (progress.waited_s)."""
+    this process's wall times (progress.waited_s). cpu: each row's warm-up and repeats run on that CPU
+    (Request.cpu; harness/workers/cpus.py on_cpu), its first call where the worker runs."""
     t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
@@ -97,7 +99,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
         waited = _waited(progress)
         timed, got, got_digest = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first,
                                                agree if turn is None else (lambda stop, v=v.name: turn(v, stop)),
-                                               against == "reference", expected_digest)
+                                               against == "reference", expected_digest, cpu)
         waited = _waited(progress) - waited  # another worker's turns, not this row's wall time
         timed.wall_s -= waited
         if timed.timing is not None:  # measure() counted them in agree: out of its loop and its agreement too
@@ -193,7 +195,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
                   want: Arrays | None, cfg: TimingConfig, census: bool = True,
                   agree: Callable[[str | None], str | None] | None = None,
                   want_is_reference: bool = False,
-                  want_digest: str | None = None) -> tuple[ProcessRow, Arrays | None, str | None]:
+                  want_digest: str | None = None,
+                  cpu: int | None = None) -> tuple[ProcessRow, Arrays | None, str | None]:
     """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs where
     the check copied them, as it always does where there is nothing to check them against, else None: a
     device digest spared the copy; and, where there was nothing to check against, those outputs' device
@@ -214,7 +217,8 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     if v.fresh_process:  # every call a new child: nothing to warm (spec.Variant)
         vcfg = replace(vcfg, warmup=0, warmup_s=0.0)
     timing = measure(lambda: fn(state), b, vcfg, before=poison, check=check, check_every=v.hazard, agree=agree,
-                     calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
+                     calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")),
+                     pinned=None if cpu is None else functools.partial(cpus.on_cpu, cpu))
     syncs = _count_syncs(b, fn, state, poison) if census and not v.fresh_process else None
     state = None  # release device memory before the next variant
     b.free_memory()
@@ -295,7 +299,6 @@ def answer(req: Request, progress: Progress) -> Any:
         turn = getattr(progress, "turn", None) if req.turns else None
         if req.turns and turn is None:
             raise ValueError("a time request that takes turns needs notes that can hand a turn over (protocol.Notes)")
-        with cpus.on_cpu(req.cpu):
-            return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
-                              variants=req.variants, turn=turn)
+        return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
+                          variants=req.variants, turn=turn, cpu=req.cpu)
     return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

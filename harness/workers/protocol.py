@@ -115,8 +115,9 @@ class Request:
     # The time op's: its timed loops take turns with another worker's request, call by call (Notes.turn;
     # harness/workers/turns.py). Only a worker whose hello says "turns" understands it; on the wire where set.
     turns: bool = False
-    # The time op's: the one CPU the worker's serving thread runs on for this request, given back after
-    # (harness/workers/cpus.py on_cpu). Only a worker whose hello says "cpu" understands it; on the wire where set.
+    # The time op's: the one CPU the worker's serving thread runs each row's warm-up and repeats on, given
+    # back after (harness/workers/cpus.py on_cpu). Only a worker whose hello says "cpu" understands it; on the
+    # wire where set.
     cpu: int | None = None
 
     def __post_init__(self) -> None:
