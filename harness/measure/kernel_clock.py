@@ -36,7 +36,7 @@ ROW = KERNEL_RANGES + "row "  # + the row's index in the session: the range arou
 REPEATS = 3  # traced runs per row and process
 # Seconds of untraced runs inside the trace before the traced ones: the device's load of a timed loop. Why: a
 # card at its power cap clocks down under a loop, and a GEMM traced after an idle gap read about 15% under the
-# loop's own events (results/journal.md).
+# loop's own events; with none, a TF32 GEMM read 8% fast after its loop, with 0.05 s it wavered (results/journal.md).
 WARM_S = 0.2
 # Kineto's (torch.profiler) categories of device work in a Chrome trace
 KINETO_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
