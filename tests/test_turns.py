@@ -270,8 +270,19 @@ def test_a_request_may_name_one_cpu_for_its_rows_and_is_off_the_wire_where_unset
     assert seen == [(cpu, may)]  # not pinned yet: the row's first call runs where the worker runs
 
 
+def test_a_row_whose_calls_start_child_processes_is_not_pinned():
+    """A fresh_process row's child would inherit the one CPU for its whole life (its import, its pools): no pin."""
+    from harness.workers import handlers
+    from scenarios.spec import Variant
+
+    assert handlers._pin(Variant("cold", "every call a new child", fresh_process=True), 1) is None
+    assert handlers._pin(Variant("warm", "in the worker"), None) is None
+    assert handlers._pin(Variant("warm", "in the worker"), 1) is not None
+
+
 def test_time_point_pins_each_timed_row_to_the_requests_cpu():
-    """time_point(cpu=) hands measure() the pin for every row it times (and none without a cpu)."""
+    """time_point(cpu=) times its host loop on that CPU and hands measure() the pin for every row it times;
+    without a cpu, nothing is pinned."""
     import contextlib
 
     backend_or_skip("torch")
@@ -289,10 +300,11 @@ def test_time_point_pins_each_timed_row_to_the_requests_cpu():
     try:
         params = dict(get("launch_overhead").points("smoke")[0], seed=1)
         for cpu in (0, None):
+            pins.clear()
             got = handlers.time_point("torch", "launch_overhead", params, timing.preset("smoke"), False,
                                       progress=lambda _t: None, cpu=cpu)
             timed = [r for r in got["rows"] if r.get("timing")]
-            assert timed and pins == [0] * len(timed), cpu
+            assert timed and pins == ([0] * (1 + len(timed)) if cpu == 0 else [None]), cpu  # the host loop, the rows
     finally:
         handlers.cpus.on_cpu = real
 
@@ -329,6 +341,16 @@ def test_a_rows_warm_up_and_repeats_run_on_the_named_cpu_its_first_call_and_the_
         assert seen[0] == (may, may)  # the first call, and the pool it started: every CPU
         assert seen[1:] and all(mine == {cpu} and theirs == may for mine, theirs in seen[1:])  # 2 warm-up, 5 repeats
         assert len(seen) == 8 and os.sched_getaffinity(0) == may
+
+        def fails():  # a repeat that raises: the thread gets its CPUs back all the same
+            if len(seen) > 10:
+                raise RuntimeError("planted")
+            return call()
+
+        with pytest.raises(RuntimeError, match="planted"):
+            measure(fails, b, TimingConfig(warmup=0, min_repeats=5, max_repeats=5, min_time_s=0.0),
+                    pinned=functools.partial(cpus.on_cpu, cpu))
+        assert os.sched_getaffinity(0) == may
     finally:
         go.set()
 

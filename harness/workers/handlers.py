@@ -70,8 +70,9 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     built here as a model.ProcessRow, and sent as its to_dict(). turn(variant, stop): the timed loops take
     turns with another worker's request (Request.turns; harness/workers/turns.py), which is a rank's agree
     (harness/backends/dist.py) held between two processes; the seconds waiting for a turn are left out of
-    this process's wall times (progress.waited_s). cpu: each row's warm-up and repeats run on that CPU
-    (Request.cpu; harness/workers/cpus.py on_cpu), its first call where the worker runs."""
+    this process's wall times (progress.waited_s). cpu: the host loop and each row's warm-up and repeats run
+    on that CPU (Request.cpu; harness/workers/cpus.py on_cpu), a row's first call where the worker runs
+    (_pin)."""
     t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
@@ -84,7 +85,8 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     against = "reference" if expected is not None else "baseline"
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
     # changed speed during the run (a factor of two between processes and runs: docs/design/host_speed.md).
-    host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
+    with cpus.on_cpu(cpu):  # the CPU the rows run on (pure Python: no pool is born here)
+        host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
     rows: list[ProcessRow] = []
     sample = expected_digest = None
     for v in scn.variants:
@@ -218,7 +220,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         vcfg = replace(vcfg, warmup=0, warmup_s=0.0)
     timing = measure(lambda: fn(state), b, vcfg, before=poison, check=check, check_every=v.hazard, agree=agree,
                      calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")),
-                     pinned=None if cpu is None else functools.partial(cpus.on_cpu, cpu))
+                     pinned=_pin(v, cpu))
     syncs = _count_syncs(b, fn, state, poison) if census and not v.fresh_process else None
     state = None  # release device memory before the next variant
     b.free_memory()
@@ -236,6 +238,13 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
     ), check.captured, check.own_digest
+
+
+def _pin(v: Variant, cpu: int | None) -> Callable[[], Any] | None:
+    """The pin measure() holds a row's warm-up and repeats in (cpus.on_cpu), or None: no CPU named, or a row
+    whose every call starts a child process (spec.Variant.fresh_process), which would inherit the one CPU for
+    its whole life, its import and its pools included."""
+    return None if cpu is None or v.fresh_process else functools.partial(cpus.on_cpu, cpu)
 
 
 def _count_syncs(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None) -> Any:
