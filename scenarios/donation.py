@@ -27,9 +27,21 @@ def make_inputs(p: Params) -> dict[str, np.ndarray]:
             "lr": np.asarray(1e-2, dtype=np.float32)}
 
 
+CHUNK = 1 << 20  # elements of the reference's step at a time
+
+
 def reference(inputs: Mapping[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
+    # In place, a chunk at a time: two fresh 2 GiB float64 temporaries made the 1 GiB step's reference take
+    # 9-14 s in a fresh process on a 2-core host (page faults, mostly), the chunks 0.9 s. w + (-lr g) is
+    # w - lr g, bit for bit.
     w = inputs["p"].astype(np.float64)
-    return {"p": w - float(inputs["lr"]) * inputs["g"].astype(np.float64), "head": w[:HEAD].copy()}
+    head, g, lr = w[:HEAD].copy(), inputs["g"], float(inputs["lr"])
+    step = np.empty(min(CHUNK, w.size))
+    for i in range(0, w.size, CHUNK):
+        s = step[:min(CHUNK, w.size - i)]
+        np.multiply(g[i:i + CHUNK], -lr, out=s, dtype=np.float64)
+        w[i:i + CHUNK] += s
+    return {"p": w, "head": head}
 
 
 def floor(p: Params, machine: Mapping[str, float], variant: str) -> float | None:
