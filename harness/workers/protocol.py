@@ -218,23 +218,25 @@ class Notes:
     """What a handler reports through while it serves one request: progress notes (called with the text)
     and, for a request that takes turns, turn(variant, stop), which hands the turn to the parent and
     returns the stop it answers. waited_s: the seconds spent waiting for the turn to come back, which
-    are another worker's (a handler leaves them out of its own wall times)."""
+    are another worker's (a handler leaves them out of its own wall times). progress: where a note goes;
+    hand_over(variant, stop): the turn's way to the parent and back (serve's pipe, or the caller's own
+    side where the request is served in its process); None: a request that takes no turns keeps its stop."""
 
-    def __init__(self, send: Callable[[Message], None], recv: Callable[[], Any]) -> None:
-        self._send, self._recv = send, recv
+    def __init__(self, progress: Progress, hand_over: TurnTaker | None = None) -> None:
+        self._progress, self._hand_over = progress, hand_over
         self.waited_s = 0.0
 
     def __call__(self, text: str) -> None:
-        self._send(note(text))
+        self._progress(text)
 
     def turn(self, variant: str, stop: str | None) -> str | None:
+        if self._hand_over is None:
+            return stop
         t0 = time.perf_counter()
-        self._send({"turn": {"variant": variant, "stop": stop}})
-        msg = self._recv()
-        self.waited_s += time.perf_counter() - t0
-        if not isinstance(msg, dict) or "go" not in msg:  # None: the parent closes this worker mid-request
-            raise ParentGone()
-        return msg["go"]
+        try:
+            return self._hand_over(variant, stop)
+        finally:
+            self.waited_s += time.perf_counter() - t0
 
 
 def failure(fw: str, e: BaseException) -> tuple[str, str]:
@@ -283,11 +285,15 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
         except (OSError, EOFError) as e:  # BrokenPipeError, ConnectionResetError: the parent is gone
             raise ParentGone() from e
 
-    def receive_go() -> Any:
+    def hand_over(variant: str, stop: str | None) -> str | None:  # Notes.turn: {"turn": ...} out, {"go": stop} back
+        send({"turn": {"variant": variant, "stop": stop}})
         try:
-            return conn.recv()
+            msg = conn.recv()
         except (EOFError, OSError) as e:
             raise ParentGone() from e
+        if not isinstance(msg, dict) or "go" not in msg:  # None: the parent closes this worker mid-request
+            raise ParentGone()
+        return msg["go"]
 
     try:
         while True:
@@ -298,7 +304,7 @@ def serve(conn: Any, framework: str, handle: Handler) -> None:
             if msg is None:
                 return
             try:
-                reply = Reply(True, handle(Request.from_dict(msg), Notes(send, receive_go)))
+                reply = Reply(True, handle(Request.from_dict(msg), Notes(lambda text: send(note(text)), hand_over)))
             except ParentGone:
                 raise
             except BaseException as e:  # noqa: BLE001 - report everything; the parent decides

@@ -15,7 +15,6 @@ import atexit
 import multiprocessing as mp
 import multiprocessing.util  # registers multiprocessing's exit handler before _kill_the_rest below (LIFO)
 import signal
-import time
 import weakref
 from abc import ABC, abstractmethod
 from multiprocessing import resource_tracker
@@ -88,7 +87,7 @@ class LocalWorker(Handle):
     def ask(self, req: Request, timeout: float | None = None, progress: Progress | None = None,
             turn: TurnTaker | None = None) -> Any:
         try:
-            return answer(req, _LocalNotes(progress or (lambda _t: None), turn))
+            return answer(req, Notes(progress or (lambda _t: None), turn))
         except Exception as e:  # noqa: BLE001
             status, summary = failure(self.fw, e)
             raise WorkerError(summary, status) from e
@@ -97,25 +96,6 @@ class LocalWorker(Handle):
         pass
 
     kill = stop = close
-
-
-class _LocalNotes(Notes):
-    """A request's notes where it is served in this process: straight to the caller's progress, and a turn
-    straight to the caller's side of it (none: a request that takes no turns)."""
-
-    def __init__(self, progress: Progress, turn: TurnTaker | None) -> None:
-        super().__init__(lambda _m: None, lambda: None)
-        self._progress, self._turn = progress, turn
-
-    def __call__(self, text: str) -> None:
-        self._progress(text)
-
-    def turn(self, variant: str, stop: str | None) -> str | None:
-        t0 = time.perf_counter()
-        try:
-            return stop if self._turn is None else self._turn(variant, stop)
-        finally:
-            self.waited_s += time.perf_counter() - t0
 
 
 class ProcessWorker(Handle):
