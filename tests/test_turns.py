@@ -4,6 +4,7 @@ worker processes."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -175,9 +176,10 @@ def _request_with_turns(worker, turn, scenario="launch_overhead", variants=("eag
                           variants=variants, timeout=120, turn=turn)
 
 
-def _interleaved(plan, on_time=lambda side, req, turn: None):
+def _interleaved(plan, on_time=lambda side, req, turn, cpu: None):
     """An interleaved run of torch on the CPU, both sides' workers in this process (their hellos can take
-    turns and name a CPU); on_time(side name, request, turn) hears each time request first."""
+    turns); on_time(side name, request, turn, the CPU the worker was started with) hears each time request
+    first."""
     import sys
 
     from harness.run import interleave
@@ -185,13 +187,13 @@ def _interleaved(plan, on_time=lambda side, req, turn: None):
     from tests.test_interleaved_regress import ROOT
 
     class Sided(LocalWorker):
-        def __init__(self, fw, side):
+        def __init__(self, fw, side, cpu=None):
             super().__init__(fw)
-            self.side = side
+            self.side, self.cpu = side, cpu
 
         def ask(self, req, timeout=None, progress=None, turn=None):
             if req.op == "time":
-                on_time(self.side.name, req, turn)
+                on_time(self.side.name, req, turn, self.cpu)
             return super().ask(req, timeout, progress, turn)
 
     sides = [Side("baseline", str(ROOT), sys.executable), Side("candidate", str(ROOT), sys.executable)]
@@ -248,161 +250,76 @@ def test_an_interleaved_run_of_real_workers_takes_turns_and_both_sides_of_a_pair
         assert counts[0] == counts[1]
 
 
-def test_a_request_may_name_one_cpu_for_its_rows_and_is_off_the_wire_where_unset():
-    """Request.cpu reaches time_point, which runs each row's warm-up and repeats on it (the next test); off the
-    wire where unset, for an older tree's worker."""
-    import os
-
-    from harness.workers import handlers
-
-    assert "cpu" not in Request.make("time", "torch", "sync_points", {}, timing.preset("smoke"), seed=1).to_dict()
-    wire = Request.make("time", "torch", "sync_points", {}, timing.preset("smoke"), seed=1, cpu=0).to_dict()
-    assert wire["cpu"] == 0 and Request.from_dict(wire).cpu == 0
-    may = os.sched_getaffinity(0)
-    seen = []
-    real = handlers.time_point
-    try:
-        handlers.time_point = lambda *a, **k: seen.append((k.get("cpu"), os.sched_getaffinity(0))) or {"rows": []}
-        cpu = max(may)
-        handlers.answer(Request.from_dict(wire | {"cpu": cpu}), lambda _t: None)
-    finally:
-        handlers.time_point = real
-    assert seen == [(cpu, may)]  # not pinned yet: the row's first call runs where the worker runs
-
-
-def test_a_row_whose_calls_start_child_processes_is_not_pinned():
-    """A fresh_process row's child would inherit the one CPU for its whole life (its import, its pools): no pin."""
-    from harness.workers import handlers
-    from scenarios.spec import Variant
-
-    assert handlers._pin(Variant("cold", "every call a new child", fresh_process=True), 1) is None
-    assert handlers._pin(Variant("warm", "in the worker"), None) is None
-    assert handlers._pin(Variant("warm", "in the worker"), 1) is not None
-
-
-def test_time_point_pins_each_timed_row_to_the_requests_cpu():
-    """time_point(cpu=) times its host loop on that CPU and hands measure() the pin for every row it times;
-    without a cpu, nothing is pinned."""
-    import contextlib
-
-    backend_or_skip("torch")
-    from harness.workers import handlers
-    from scenarios import get
-
-    pins = []
-
-    @contextlib.contextmanager
-    def on_cpu(cpu):
-        pins.append(cpu)
-        yield
-
-    real, handlers.cpus.on_cpu = handlers.cpus.on_cpu, on_cpu
-    try:
-        params = dict(get("launch_overhead").points("smoke")[0], seed=1)
-        for cpu in (0, None):
-            pins.clear()
-            got = handlers.time_point("torch", "launch_overhead", params, timing.preset("smoke"), False,
-                                      progress=lambda _t: None, cpu=cpu)
-            timed = [r for r in got["rows"] if r.get("timing")]
-            assert timed and pins == ([0] * (1 + len(timed)) if cpu == 0 else [None]), cpu  # the host loop, the rows
-    finally:
-        handlers.cpus.on_cpu = real
-
-
-def test_a_rows_warm_up_and_repeats_run_on_the_named_cpu_its_first_call_and_the_pool_it_starts_do_not():
-    """measure(pinned=): the first call runs before the pin, so a pool it starts (torch's intra-op threads at
-    a first parallel copy) is born with every CPU. Born under the pin, all its threads crowded onto one CPU:
-    on an H100, torch's 1 MiB h2d_pin_then_copy read 128 ms a call, not 89 us (results/journal.md, lease 11).
-    The warm-up calls and every repeat run on the one CPU, and the thread gets its CPUs back after."""
-    import functools
-    import os
-
-    from harness.measure.timing import TimingConfig, measure
-    from harness.workers import cpus
-    from tests.test_timing import FakeAsyncBackend
-
-    may = os.sched_getaffinity(0)
-    if len(may) < 2:
-        pytest.skip("one CPU: nothing to pin apart")
-    cpu, b, seen, pool, go = max(may), FakeAsyncBackend(latency=1e-4), [], [], threading.Event()
-
-    def call():
-        if not pool:  # the first call starts the framework's pool
-            t = threading.Thread(target=lambda: (pool.append(threading.get_native_id()), go.wait(5)))
-            t.start()
-            while not pool:
-                time.sleep(0.001)
-        seen.append((os.sched_getaffinity(0), os.sched_getaffinity(pool[0])))
-        return b.enqueue()
-
-    try:
-        measure(call, b, TimingConfig(warmup=2, min_repeats=5, max_repeats=5, min_time_s=0.0),
-                pinned=functools.partial(cpus.on_cpu, cpu))
-        assert seen[0] == (may, may)  # the first call, and the pool it started: every CPU
-        assert seen[1:] and all(mine == {cpu} and theirs == may for mine, theirs in seen[1:])  # 2 warm-up, 5 repeats
-        assert len(seen) == 8 and os.sched_getaffinity(0) == may
-
-        def fails():  # a repeat that raises: the thread gets its CPUs back all the same
-            if len(seen) > 10:
-                raise RuntimeError("planted")
-            return call()
-
-        with pytest.raises(RuntimeError, match="planted"):
-            measure(fails, b, TimingConfig(warmup=0, min_repeats=5, max_repeats=5, min_time_s=0.0),
-                    pinned=functools.partial(cpus.on_cpu, cpu))
-        assert os.sched_getaffinity(0) == may
-    finally:
-        go.set()
-
-
 @pytest.mark.parametrize("turns", [False, True], ids=["a point at a time", "call by call"])
-def test_same_cpu_puts_both_sides_of_a_pair_on_one_cpu(turns):
-    """--same-cpu: both sides' requests of a framework at a point, in a pair, name one CPU, the run's CPUs in
-    turn, taking turns or not; the side files say so."""
+def test_same_cpu_starts_both_sides_workers_of_a_framework_in_a_pair_on_one_cpu(turns):
+    """--same-cpu: a pair's two workers of a framework are started with one CPU, the pairs with the run's
+    CPUs in turn, taking turns or not; the side files say so. Without it, no worker is given a CPU."""
     import os
 
     backend_or_skip("torch")
     from harness.run.interleave import Plan
 
-    asked = []
-    res = _interleaved(Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=turns, same_cpu=True),
-                       lambda side, req, _turn: asked.append((side, req.cpu)))
-    assert [d["interleaved"]["same_cpu"] for d in res.docs] == [True, True]
-    pairs = [asked[i:i + 2] for i in range(0, len(asked), 2)]
-    assert pairs and all({a[0] for a in p} == {"baseline", "candidate"} and p[0][1] == p[1][1] is not None
-                         for p in pairs)  # both sides of a pair on one CPU
-    if len(os.sched_getaffinity(0)) > 1:
-        assert len({p[0][1] for p in pairs}) > 1  # the run's CPUs in turn
-    assert [d["interleaved"]["turns"] for d in res.docs] == ["call" if turns else "point"] * 2
+    for same_cpu in (True, False):
+        asked = []
+        res = _interleaved(Plan(["sync_points"], "smoke", 3, pairs=2, max_pairs=2, turns=turns, same_cpu=same_cpu),
+                           lambda side, req, _turn, cpu: asked.append((side, cpu)))
+        assert [d["interleaved"]["same_cpu"] for d in res.docs] == [same_cpu] * 2
+        pairs = [asked[i:i + 2] for i in range(0, len(asked), 2)]
+        assert len(pairs) == 2 and all({a[0] for a in p} == {"baseline", "candidate"} for p in pairs)
+        if not same_cpu:
+            assert {a[1] for a in asked} == {None}
+            continue
+        assert all(p[0][1] == p[1][1] is not None for p in pairs)  # both sides of a pair on one CPU
+        if len(os.sched_getaffinity(0)) > 1:
+            assert pairs[0][0][1] != pairs[1][0][1]  # the next pair, the next CPU
+        assert [d["interleaved"]["turns"] for d in res.docs] == ["call" if turns else "point"] * 2
 
 
-def test_a_thread_started_on_the_requests_cpu_gets_the_cpus_back_with_its_starter():
-    """A framework's pool is made at its first use, in a pinned request: it must not stay pinned for the
-    worker's life (Linux gives a new thread its creator's mask)."""
-    import os
+def test_the_pairs_take_the_cpus_in_turn_a_framework_after_another():
+    from harness.run.interleave import pair_cpu
 
-    from harness.workers import cpus
+    fws = ["torch", "cupy", "jax"]
+    got = [[pair_cpu(k, fw, fws, [4, 5, 6, 7]) for fw in fws] for k in range(3)]
+    assert got == [[4, 5, 6], [7, 4, 5], [6, 7, 4]]
+    assert pair_cpu(1, "cupy", ["cupy"], [2, 3]) == 3 and pair_cpu(0, "jax", fws, []) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="this platform cannot pin processes to CPUs")
+def test_a_side_worker_on_one_cpu_has_every_thread_there_and_one_openmp_thread_unless_the_user_set_a_count(
+        monkeypatch):
+    """SideWorker(cpu=): the child is pinned before it imports anything, so every thread it has (numpy's BLAS
+    pool, here sized by the user's OMP_NUM_THREADS=3) runs on the one CPU; OMP_NUM_THREADS is 1 unless the
+    side's environment or this process's sets it (a pool sized to the machine crowds onto one CPU: on an
+    H100, torch's 1 MiB h2d_pin_then_copy read 128 ms a call so, not 89 us; results/journal.md). Without a
+    CPU, the worker gets this process's CPUs and no OpenMP count."""
+    import sys
+
+    from harness.run.interleave import Side, SideWorker
+    from tests.test_interleaved_regress import ROOT
 
     may = os.sched_getaffinity(0)
-    if len(may) < 2:
-        pytest.skip("one CPU: nothing to pin apart")
-    tid, go = [], threading.Event()
+    cpu = max(may)
 
-    def pool() -> None:
-        tid.append(threading.get_native_id())
-        go.wait(5)
+    def started(env, cpu):
+        w = SideWorker("torch", Side("baseline", str(ROOT), sys.executable, env=env), cpu)
+        try:
+            w.request("hello", timeout=120)
+            pid = w._proc.proc.pid
+            tasks = os.listdir(f"/proc/{pid}/task")
+            pinned = {t: os.sched_getaffinity(int(t)) for t in tasks}
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            return pinned, environ.get(b"OMP_NUM_THREADS")
+        finally:
+            w.close()
 
-    with cpus.on_cpu(max(may)):
-        t = threading.Thread(target=pool)
-        t.start()
-        while not tid:
-            time.sleep(0.001)
-        assert os.sched_getaffinity(tid[0]) == {max(may)}
-    try:
-        assert os.sched_getaffinity(0) == may and os.sched_getaffinity(tid[0]) == may
-    finally:
-        go.set()
-        t.join(5)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    pinned, omp = started({}, cpu)
+    assert all(c == {cpu} for c in pinned.values()) and omp == b"1"
+    pinned, omp = started({"OMP_NUM_THREADS": "3"}, cpu)
+    assert len(pinned) > 1 and all(c == {cpu} for c in pinned.values()) and omp == b"3", pinned  # BLAS's pool
+    pinned, omp = started({}, None)
+    assert all(c == may for c in pinned.values()) and omp is None
 
 
 def test_a_side_that_fails_while_taking_turns_leaves_the_other_to_finish_and_is_not_asked_again():
@@ -415,7 +332,7 @@ def test_a_side_that_fails_while_taking_turns_leaves_the_other_to_finish_and_is_
 
     asked = []
 
-    def fails_midway(side, _req, turn):
+    def fails_midway(side, _req, turn, _cpu):
         asked.append(side)
         if side == "candidate":
             turn("eager", None)

@@ -167,7 +167,6 @@ def measure(
     agree: Callable[[str | None], str | None] | None = None,
     calls: int = 1,
     name: str = "",
-    pinned: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> ProcessTiming:
     """Time ``call`` (which enqueues work and returns its outputs) on ``backend``.
 
@@ -182,9 +181,6 @@ def measure(
     every clock of a repeat is per call.
     ``name``: the row's name; its warm-up and its repeats become the ranges "<name> warm-up" and
     "<name> repeats" (unnamed: no range).
-    ``pinned()``: a context the warm-up calls and the repeats run in (a pair's one CPU: harness/workers/cpus.py
-    on_cpu); the first call runs before it, so that the threads a framework starts at its first use (a
-    pool) are born with the process's CPUs, not crowded onto the one CPU.
     The answer is the row's timing as one process measured it (model.ProcessTiming): each clock's Stats and its
     samples, the emitted metrics' medians, the checks' counts, why it stopped and how noisy its device_done
     median was then (None: no finite figure), and where measure()'s wall time went: timed_s inside the timed
@@ -200,27 +196,24 @@ def measure(
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
     t_measure = wall()
     agreed = 0.0  # in agree during the warm-up: the group's (or the other worker's turn), not this warm-up's
-    with contextlib.ExitStack() as steady:  # pinned(), where given: from the warm-up to the last repeat
-        with _range(backend, name, "warm-up"):
-            _, first, _, out, _ = _timed_call(call, backend, before, None)
-            del out
-            if pinned is not None:
-                steady.enter_context(pinned())
-            t_warm = wall()
-            for _ in range(cfg.warmup):
-                _timed_call(call, backend, before, None, calls)
-            while True:  # warm-up by time: each rank's clock would give each rank its own count
-                more = wall() - t_warm - agreed < cfg.warmup_s
-                if agree is not None:
-                    t0 = wall()
-                    more = agree(None if more else "noise") is None
-                    agreed += wall() - t0
-                if not more:
-                    break
-                _timed_call(call, backend, before, None, calls)
-        warm_s = wall() - t_measure - agreed
-        with _range(backend, name, "repeats"):
-            m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    with _range(backend, name, "warm-up"):
+        _, first, _, out, _ = _timed_call(call, backend, before, None)
+        del out
+        t_warm = wall()
+        for _ in range(cfg.warmup):
+            _timed_call(call, backend, before, None, calls)
+        while True:  # warm-up by time: each rank's clock would give each rank its own count
+            more = wall() - t_warm - agreed < cfg.warmup_s
+            if agree is not None:
+                t0 = wall()
+                more = agree(None if more else "noise") is None
+                agreed += wall() - t0
+            if not more:
+                break
+            _timed_call(call, backend, before, None, calls)
+    warm_s = wall() - t_measure - agreed
+    with _range(backend, name, "repeats"):
+        m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
     m.loop_s, m.warm_s = wall() - t_measure, warm_s
     m.agree_s += agreed
     return m

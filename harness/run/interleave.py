@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import itertools
 import math
 import os
 import secrets
@@ -63,9 +62,15 @@ from scenarios import get as get_scenario
 from scenarios.spec import Params
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-PARENT_ENV, KEY_ENV = "TRIPTYCH_SIDE_PARENT", "TRIPTYCH_SIDE_KEY"
-# The child: call back to the parent, then serve the side's own worker loop ({workers}: _workers below).
+PARENT_ENV, KEY_ENV, CPU_ENV = "TRIPTYCH_SIDE_PARENT", "TRIPTYCH_SIDE_KEY", "TRIPTYCH_SIDE_CPU"
+# The child: on its pair's one CPU where it has one (--same-cpu), before any import can start a thread, so
+# that every thread it will have runs there (Linux pins a thread; a new one inherits its starter's CPUs); then
+# call back to the parent and serve the side's own worker loop ({workers}: _workers below). This code is the
+# parent's, so an older tree's worker is pinned the same way.
 _CHILD = ("import os, sys\n"
+          "cpu = os.environ.pop('" + CPU_ENV + "', '')\n"
+          "if cpu:\n"
+          "    os.sched_setaffinity(0, {{int(cpu)}})\n"
           "from multiprocessing.connection import Client\n"
           "host, port = os.environ['" + PARENT_ENV + "'].rsplit(':', 1)\n"
           "conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ.pop('" + KEY_ENV + "')))\n"
@@ -221,17 +226,21 @@ class _Child:
 
 class SideWorker(ProcessWorker):
     """A framework's worker process of one side: that side's interpreter, tree and environment,
-    talking to this process over an authenticated local socket (as rank processes do)."""
+    talking to this process over an authenticated local socket (as rank processes do). cpu: the one CPU
+    the process and every thread it starts run on, for its whole life (--same-cpu; None: the run's CPUs)."""
 
-    def __init__(self, fw: str, side: Side) -> None:
+    def __init__(self, fw: str, side: Side, cpu: int | None = None) -> None:
+        self.side, self.cpu = side, cpu
         super().__init__(fw)
-        self.side = side
 
     def _start(self) -> None:
         key = secrets.token_bytes(32)
         listener = Listener(("127.0.0.1", 0), authkey=key)
         env = os.environ | self.side.environ() | {PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}",
                                                   KEY_ENV: key.hex()}
+        if self.cpu is not None:  # the pair's one CPU (_CHILD), and one OpenMP thread unless the user set a count:
+            # a pool sized to the machine crowds onto one CPU and spins there (docs/regress.md, "One CPU for a pair")
+            env = {"OMP_NUM_THREADS": "1"} | env | {CPU_ENV: str(self.cpu)}
         code = _CHILD.format(workers=_workers(self.side.tree))
         child = _Child(subprocess.Popen([self.side.python, "-c", code, self.fw], cwd=self.side.tree, env=env,
                                         start_new_session=True))
@@ -275,6 +284,13 @@ class SideGroups(Groups):
 # -- the schedule ---------------------------------------------------------------------------------
 
 
+def pair_cpu(k: int, fw: str, frameworks: list[str], cpus: list[int] | tuple[int, ...]) -> int | None:
+    """The one CPU pair k's two workers of fw share (--same-cpu), or None without cpus: the CPUs in turn, a
+    framework after another and a pair after another, so that a pair's sides read one CPU's speed and the
+    pairs read many CPUs' (a host's CPUs run at their own speeds: docs/regress.md, "One CPU for a pair")."""
+    return cpus[(k * len(frameworks) + frameworks.index(fw)) % len(cpus)] if cpus else None
+
+
 def pair_order(k: int) -> tuple[int, int]:
     """Side indices (0 baseline, 1 candidate) of pair k in the order they run: A-B, B-A, A-B, ..."""
     return (0, 1) if k % 2 == 0 else (1, 0)
@@ -295,31 +311,32 @@ Answers = dict[tuple[str, int, str], list[list[Answer]]]  # (scenario, point, fw
 
 @dataclass
 class Schedule:
-    """What the interleaved run needs from its caller; make_worker(fw, side) is replaced in tests."""
+    """What the interleaved run needs from its caller; make_worker(fw, side, cpu) is replaced in tests."""
 
     sides: list[Side]  # [baseline, candidate]
     frameworks: list[str]
     timeout_s: float
     world_size: int | None = None
-    make_worker: Callable[[str, Side], Any] = SideWorker
+    make_worker: Callable[[str, Side, int | None], Any] = SideWorker
     order: Callable[[int], tuple[int, int]] = pair_order
     log: Callable[[str], None] = lambda _t: None
     now: Callable[[], float] = time.perf_counter
     # (rank scenario, framework) -> {side name: why} where that side's rank group did not start in some pair
     groups_down: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
-    _cpu_turn: Iterator[int] = field(default_factory=itertools.count)  # whose turn it is to be a pair's one CPU
 
-    def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None
-                    ) -> tuple[list[Pair], dict[str, dict[str, Hello]]]:
+    def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None,
+                    cpus: list[int] | tuple[int, ...] = ()) -> tuple[list[Pair], dict[str, dict[str, Hello]]]:
         """Pairs ks, every worker (of frameworks, default all) started side by side, and rank groups ready
         to start at the first rank scenario (of ranked, default frameworks); {side name: {framework: its
-        hello}} where a framework is available only if every one of its workers started."""
+        hello}} where a framework is available only if every one of its workers started. cpus: a pair's two
+        workers of a framework start on one of them for their whole life (pair_cpu; not a rank group's)."""
         fws = self.frameworks if frameworks is None else frameworks
         ranked = fws if ranked is None else ranked
         pairs = []
         for k in ks:
             sides = [self.sides[i] for i in self.order(k)]
-            procs = [{fw: self.make_worker(fw, s) for fw in fws} for s in sides]
+            cpu = {fw: pair_cpu(k, fw, self.frameworks, cpus) for fw in fws}
+            procs = [{fw: self.make_worker(fw, s, cpu[fw]) for fw in fws} for s in sides]
             pairs.append(Pair(k, sides, procs, SideGroups(sides, ranked, self.world_size, self.timeout_s)))
         work = [(p.sides[j].name, fw, w) for p in pairs for j, proc in enumerate(p.processes) for fw, w in proc.items()]
 
@@ -345,14 +362,12 @@ class Schedule:
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[Params]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False,
-                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False,
-                    cpus: list[int] | tuple[int, ...] = ()) -> list[tuple[str, int]]:
+                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False
+                    ) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
         processes run one after the other (A-B, B-A, ...), one framework at a time; with turns, a pair's two
         processes time a framework's rows at once, taking turns call by call (harness/workers/turns.py; not
-        a rank group's), the frameworks in turn A-B order for even pairs. Where cpus are given, both sides'
-        requests of a framework at a point run on one of them, the next in turn (harness/workers/cpus.py
-        on_cpu; not a rank group's). wanted(scenario,
+        a rank group's), the frameworks in turn A-B order for even pairs. wanted(scenario,
         point): True for every running framework, else the frameworks wanted there (none: the point is
         not timed). subset(scenario, point, framework): the variants both sides time there (empty: every
         one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
@@ -394,33 +409,29 @@ class Schedule:
                     todo = {fw: planned(cfg, answers.get((scn.name, i, fw), [[], []])) if pair.k >= processes.PLAN_AFTER
                             else cfg for fw in fws_point}
 
-                    def ask(j: int, fw: str, turns: tuple[Turns, int] | None = None, cpu: int | None = None,
+                    def ask(j: int, fw: str, turns: tuple[Turns, int] | None = None,
                             pair: Pair = pair, procs: list[dict[str, Handle]] = procs,
                             todo: dict[str, Any] = todo) -> None:
                         self._ask(scn.name, i, params, pair.k, pair.sides[j], procs[j][fw], todo[fw], answers, seed,
-                                  subset(scn.name, i, fw), turns, cpu)
+                                  subset(scn.name, i, fw), turns)
 
-                    # one CPU for both sides' requests of a framework here, the run's CPUs in turn (--same-cpu)
-                    cpu = {fw: cpus[next(self._cpu_turn) % len(cpus)] if cpus and rank_procs is None else None
-                           for fw in fws_point}
                     if turns and rank_procs is None:  # the sides' calls of a row take turns (harness/workers/turns.py)
                         for fw in (fws_point if pair.k % 2 == 0 else fws_point[::-1]):
-                            self._take_turns(ask, fw, [procs[0][fw], procs[1][fw]], cpu[fw])
+                            self._take_turns(ask, fw, [procs[0][fw], procs[1][fw]])
                         continue
                     for j in range(len(pair.sides)):
                         for fw in (fws_point if j == 0 else fws_point[::-1]):  # mirrored: each framework's gap cancels
-                            ask(j, fw, None, cpu[fw])
+                            ask(j, fw)
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
         return left
 
     def _ask(self, scenario: str, i: int, params: Params, k: int, side: Side, worker: Handle, todo: Any,
-             answers: Answers, seed: int | None, only: tuple[str, ...], turns: tuple[Turns, int] | None = None,
-             cpu: int | None = None) -> None:
+             answers: Answers, seed: int | None, only: tuple[str, ...], turns: tuple[Turns, int] | None = None
+             ) -> None:
         """One side's time request of pair k at point i, its answer (or failure) kept in answers. turns: the
-        pair's Turns and this side's index in it, where the two sides' requests take turns; cpu: the CPU its
-        serving thread runs on meanwhile."""
+        pair's Turns and this side's index in it, where the two sides' requests take turns."""
         fw = worker.fw
         self.log(f"{scenario} · {params.get('label', '') or i} · pair {k + 1} · {side.name} · {fw}")
         slot = answers.setdefault((scenario, i, fw), [[], []])[self.sides.index(side)]
@@ -432,7 +443,7 @@ class Schedule:
             # first=False in every process: no sync census, timeline or profile run (an
             # interleaved run times, it does not re-prove), and no process unlike the others
             got = worker.request("time", scenario, params, todo, False, seed=seed, variants=only, timeout=self.timeout_s,
-                                 turn=turn, cpu=cpu)
+                                 turn=turn)
         except (WorkerLost, WorkerError) as e:  # the rows it named fail, not rows it did not ask for
             slot.append({"status": e.status, "reason": str(e), **({"variants": list(only)} if only else {})})
             self.log(f"  {fw} failed ({e.status}, {time.perf_counter() - t0:.1f} s): {_first_line(str(e))}")
@@ -448,16 +459,16 @@ class Schedule:
                      f"({time.perf_counter() - t0 - waited:.1f} s): {_first_line(why)}")
 
     @staticmethod
-    def _take_turns(ask: Callable[..., None], fw: str, workers: list[Handle], cpu: int | None = None) -> None:
+    def _take_turns(ask: Callable[..., None], fw: str, workers: list[Handle]) -> None:
         """Both sides of a pair time fw's rows at once, taking turns call by call (harness/workers/turns.py),
-        the pair's first side first (workers: the two sides' in that order); both on one CPU where cpu is given."""
+        the pair's first side first (workers: the two sides' in that order)."""
         turns = Turns()
 
         def side(j: int) -> None:
             if not turns.begin(j):
                 return  # the run stopped before this side's turn came
             try:
-                ask(j, fw, (turns, j), cpu)
+                ask(j, fw, (turns, j))
             finally:
                 turns.end(j)
 
@@ -553,7 +564,7 @@ class Plan:
     # a pair's two processes take turns call by call (harness/workers/turns.py), where both can; not the default:
     # a turn adds tens of microseconds to each call of a microsecond row (docs/regress.md, "Taking turns call by call")
     turns: bool = False
-    same_cpu: bool = False  # a pair's two processes time a point's rows on one CPU (cpus.py on_cpu), where both can
+    same_cpu: bool = False  # a pair's two workers of a framework live on one CPU (pair_cpu)
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
@@ -590,7 +601,7 @@ class InterleavedRun:
         self.running: list[str] = []
         self.subsets = False
         self.turns = False
-        self.cpus: list[int] = []  # the CPUs a pair's two processes share in turn (plan.same_cpu), else none
+        self.cpus: list[int] = allowed() if plan.same_cpu else []  # a pair's workers' one CPU is one of these
         self.not_timed: dict[tuple[str, int, str], str] = {}
         self.not_run: list[dict[str, str]] = []
         self.left_out: set[str] = set()
@@ -622,19 +633,18 @@ class InterleavedRun:
         pairs: list[Pair] = []
         try:
             t_start = schedule.now()
-            pairs, self.env = schedule.start_pairs(stages[0])  # a stop while they start: they close, and it raises
+            if plan.same_cpu and not self.cpus:
+                schedule.log("this platform cannot pin processes to CPUs: each side of a pair runs on its own CPUs")
+            # a stop while they start: they close, and it raises
+            pairs, self.env = schedule.start_pairs(stages[0], cpus=self.cpus)
             env = self.env
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
             # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             # both sides' workers can take turns call by call (an older tree's take a point at a time)
             self.turns = plan.turns and all(env[s.name][fw].get("turns") for s in schedule.sides for fw in self.running)
-            if plan.same_cpu and all(env[s.name][fw].get("cpu") for s in schedule.sides for fw in self.running):
-                self.cpus = allowed()
             if plan.turns and not self.turns:  # an older tree's workers
                 schedule.log("a side's workers cannot take turns call by call: the pairs take a point at a time")
-            if plan.same_cpu and not self.cpus:
-                schedule.log("a side's workers cannot name their CPU: each side of a pair runs on its own CPUs")
             # judged on another clock: no traced kernel clock, where both sides' workers can leave it out
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
@@ -643,7 +653,7 @@ class InterleavedRun:
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price
             self.left = schedule.time_points(pairs, scns, points, lambda _s, _i: True, self.running, self.cfg,
-                                             self.answers, plan.seed, stop=self.spent, turns=self.turns, cpus=self.cpus)
+                                             self.answers, plan.seed, stop=self.spent, turns=self.turns)
             if not said and not self.left and plan.max_pairs > len(stages[0]):  # nothing to go by before: its own
                 self._forecast_from(len(stages[0]), schedule.now() - t_points + start_s, start_s)
             for ks in stages[1:]:
@@ -656,13 +666,12 @@ class InterleavedRun:
                     break
                 named = _named(ks)
                 schedule.log(f"{named} over every point: starting their workers")
-                pairs, env_k = schedule.start_pairs(ks, self.running, self.running)
+                pairs, env_k = schedule.start_pairs(ks, self.running, self.running, self.cpus)
                 fws_k = [fw for fw in self.running if all(env_k[s.name][fw]["available"] for s in schedule.sides)]
                 for fw in sorted(set(self.running) - set(fws_k)):  # its rows keep the earlier pairs, as a rank group's do
                     schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
                 self.short = schedule.time_points(pairs, scns, points, lambda _s, _i: True, fws_k, self.cfg,
-                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns,
-                                                  cpus=self.cpus)
+                                                  self.answers, plan.seed, stop=self.spent, turns=self.turns)
         except (KeyboardInterrupt, Stopped) as e:
             if self.env is None:  # stopped while the first workers started: nothing was timed, nothing is written
                 raise
@@ -813,7 +822,8 @@ class InterleavedRun:
             schedule.log(f"{named}: {len(open_points)} point(s) with unknown rows "
                          f"({sum(map(len, open_points.values()))} request(s) a process, "
                          f"{sum(map(len, open_rows.values()))} row(s))")
-            more, env_more = schedule.start_pairs(ks, plain, ranked)  # none for a framework with nothing left to decide
+            # none for a framework with nothing left to decide
+            more, env_more = schedule.start_pairs(ks, plain, ranked, self.cpus)
             down = {fw for fw in plain if not all(env_more[s.name][fw]["available"] for s in schedule.sides)}
             for fw in sorted(down):  # its rows keep the earlier pairs, as in a later stage of the first pairs
                 schedule.log(f"{fw}: a worker of {named} did not start: its rows are not timed in them")
@@ -823,7 +833,7 @@ class InterleavedRun:
                                  [fw for fw in self.running if fw in plain or fw in ranked], self.cfg, self.answers,
                                  self.plan.seed, stop=self.spent,
                                  subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if self.subsets else (),
-                                 turns=self.turns, cpus=self.cpus)
+                                 turns=self.turns)
         except (KeyboardInterrupt, Stopped) as e:
             self.stopped_by = stops.name_of(e)
             return f"stopped ({self.stopped_by})", False

@@ -311,10 +311,10 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "microseconds to each call of a microsecond row, whose figures and ratios it distorts: "
                            "docs/regress.md); rank groups always take a point at a time")
     both.add_argument("--same-cpu", action="store_true", default=None,
-                      help="a pair's two processes time each framework's rows at a point (warm-up and repeats) "
-                           "with their serving thread on one CPU, the run's CPUs in turn, so that both read that "
-                           "CPU's speed: a host-paced row follows its process's speed. Measured on a GPU with "
-                           "whole requests pinned, not yet rows (docs/regress.md); a pinned row's figures are not "
-                           "an unpinned run's")
+                      help="a pair's two processes of a framework live on one CPU, every thread of theirs "
+                           "included, with one OpenMP thread unless OMP_NUM_THREADS is set; the pairs take the "
+                           "run's CPUs in turn. Both sides then read that CPU's speed: a host-paced row follows "
+                           "its process's speed (docs/regress.md). A one-CPU process's figures are not an "
+                           "unpinned run's")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

@@ -10,17 +10,19 @@ All is the default because auto did not help on the lent GPU machine: its CPUs r
 speeds, in spells of milliseconds, each CPU on its own, so no CPU was slower than another for long
 (docs/design/host_speed.md). The sweep is still a record of the host's state as a run starts.
 
+An interleaved regress with --same-cpu goes further: a pair's two workers of a framework live on one CPU
+(harness/run/interleave.py pair_cpu), so that the two sides read the same CPU's speed.
+
 Steal time is the time the hypervisor ran something else while this machine's CPUs wanted to run:
 the run records its share of the CPU time over the whole run (/proc/stat), Linux only.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import statistics
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from harness.measure.calibrate import python_loop_s
 
@@ -112,35 +114,6 @@ def place(spec: str | list[int], announce: Callable[[str], None] | None = None) 
         keep, why = list(spec), "named by --cpus"
     os.sched_setaffinity(0, set(keep))
     return out | {"kept": _ranges(keep), "why": why}
-
-
-@contextlib.contextmanager
-def on_cpu(cpu: int | None) -> Iterator[None]:
-    """The block's thread on one CPU (None: where it was), given back its CPUs after. Linux pins a thread:
-    a worker's other threads (JAX's, CUDA's) keep theirs, and a thread started in the block (a framework's
-    pool, made at its first use) is given the CPUs back too, at the block's end: until then its threads share
-    the one CPU, so measure() enters the block after a row's first call, where a pool is born. Why: an
-    interleaved pair's two processes then read the same CPU's speed (--same-cpu, docs/regress.md)."""
-    if cpu is None:
-        yield
-        return
-    before, born = os.sched_getaffinity(0), _threads()
-    os.sched_setaffinity(0, {cpu})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-        for tid in _threads() - born:  # a thread started in the block took its mask: a pool's, for good
-            with contextlib.suppress(OSError):  # one that has ended since
-                os.sched_setaffinity(tid, before)
-
-
-def _threads() -> set[int]:
-    """This process's thread ids (Linux's /proc/self/task; none elsewhere)."""
-    try:
-        return {int(t) for t in os.listdir("/proc/self/task")}
-    except OSError:
-        return set()
 
 
 def restore(cpus: list[int]) -> None:

@@ -5,7 +5,6 @@ picklable data: names, numbers, numpy arrays and dicts.
 """
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import time
@@ -16,7 +15,7 @@ import numpy as np
 
 from harness import backends
 from harness.backends.base import RankCeilings
-from harness.workers import cpus, point_cache
+from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
 from harness.measure.calibrate import Calibration, python_loop_s
 from harness.check.equivalence import strided_sample
@@ -39,10 +38,9 @@ def hello(fw: str) -> Hello:
     ok, why = b.available()
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
-    # with another worker's request (protocol.Request.turns); cpu: it may name its thread's CPU (Request.cpu)
+    # with another worker's request (protocol.Request.turns)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
-            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
-            "cpu": True}
+            "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
@@ -59,7 +57,7 @@ def time_scenario(fw: str, scenario: str, params: Params, cfg: TimingConfig, pro
 
 def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first: bool = True, *,
                progress: Progress, agree: Callable[[str | None], str | None] | None = None,
-               variants: tuple[str, ...] = (), turn: TurnTaker | None = None, cpu: int | None = None) -> Answer:
+               variants: tuple[str, ...] = (), turn: TurnTaker | None = None) -> Answer:
     """Time every variant at the given params (only those named in variants, where any are, and the
     baseline too where the point has no reference: the others are checked against its outputs); check
     the timed outputs; in a row's first process
@@ -70,9 +68,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     built here as a model.ProcessRow, and sent as its to_dict(). turn(variant, stop): the timed loops take
     turns with another worker's request (Request.turns; harness/workers/turns.py), which is a rank's agree
     (harness/backends/dist.py) held between two processes; the seconds waiting for a turn are left out of
-    this process's wall times (progress.waited_s). cpu: the host loop and each row's warm-up and repeats run
-    on that CPU (Request.cpu; harness/workers/cpus.py on_cpu), a row's first call where the worker runs
-    (_pin)."""
+    this process's wall times (progress.waited_s)."""
     t_served = time.perf_counter()
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
@@ -85,8 +81,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     against = "reference" if expected is not None else "baseline"
     # The host's speed now, in this process: the start-up calibration alone cannot show a host that
     # changed speed during the run (a factor of two between processes and runs: docs/design/host_speed.md).
-    with cpus.on_cpu(cpu):  # the CPU the rows run on (pure Python: no pool is born here)
-        host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
+    host_loop, host_loop_at = python_loop_s(3), time.time()  # wall-clock time: comparable across processes
     rows: list[ProcessRow] = []
     sample = expected_digest = None
     for v in scn.variants:
@@ -101,7 +96,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
         waited = _waited(progress)
         timed, got, got_digest = _time_variant(scn, v, b, impl, inputs, params, expected, cfg, first,
                                                agree if turn is None else (lambda stop, v=v.name: turn(v, stop)),
-                                               against == "reference", expected_digest, cpu)
+                                               against == "reference", expected_digest)
         waited = _waited(progress) - waited  # another worker's turns, not this row's wall time
         timed.wall_s -= waited
         if timed.timing is not None:  # measure() counted them in agree: out of its loop and its agreement too
@@ -197,8 +192,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
                   want: Arrays | None, cfg: TimingConfig, census: bool = True,
                   agree: Callable[[str | None], str | None] | None = None,
                   want_is_reference: bool = False,
-                  want_digest: str | None = None,
-                  cpu: int | None = None) -> tuple[ProcessRow, Arrays | None, str | None]:
+                  want_digest: str | None = None) -> tuple[ProcessRow, Arrays | None, str | None]:
     """(the row's status, timing, check and sync fields; the first checked repeat's numpy outputs where
     the check copied them, as it always does where there is nothing to check them against, else None: a
     device digest spared the copy; and, where there was nothing to check against, those outputs' device
@@ -219,8 +213,7 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
     if v.fresh_process:  # every call a new child: nothing to warm (spec.Variant)
         vcfg = replace(vcfg, warmup=0, warmup_s=0.0)
     timing = measure(lambda: fn(state), b, vcfg, before=poison, check=check, check_every=v.hazard, agree=agree,
-                     calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")),
-                     pinned=_pin(v, cpu))
+                     calls=scn.calls(params), name=row_name(scn.name, b.name, v.name, params.get("label", "")))
     syncs = _count_syncs(b, fn, state, poison) if census and not v.fresh_process else None
     state = None  # release device memory before the next variant
     b.free_memory()
@@ -238,13 +231,6 @@ def _time_variant(scn: Scenario, v: Variant, b: Any, impl: Any, inputs: Arrays, 
         **({"host_syncs": syncs.count, "sync_method": syncs.method, "sync_why": syncs.why} if syncs is not None else {}),
         wall_s=time.perf_counter() - t_variant,  # everything for this variant, untimed work included
     ), check.captured, check.own_digest
-
-
-def _pin(v: Variant, cpu: int | None) -> Callable[[], Any] | None:
-    """The pin measure() holds a row's warm-up and repeats in (cpus.on_cpu), or None: no CPU named, or a row
-    whose every call starts a child process (spec.Variant.fresh_process), which would inherit the one CPU for
-    its whole life, its import and its pools included."""
-    return None if cpu is None or v.fresh_process else functools.partial(cpus.on_cpu, cpu)
 
 
 def _count_syncs(b: Any, fn: Callable[[Any], Any], state: Any, poison: Callable[[], None] | None) -> Any:
@@ -309,5 +295,5 @@ def answer(req: Request, progress: Progress) -> Any:
         if req.turns and turn is None:
             raise ValueError("a time request that takes turns needs notes that can hand a turn over (protocol.Notes)")
         return time_point(fw, str(req.scenario), req.point(), req.timing, req.first, progress=progress,
-                          variants=req.variants, turn=turn, cpu=req.cpu)
+                          variants=req.variants, turn=turn)
     return {"hello": hello, "ceilings": ceilings, "calibrate": calibrate, "selfcheck": selfcheck}[req.op](fw)

@@ -55,7 +55,6 @@ class Hello(TypedDict):
     subsets: NotRequired[bool]
     kernel_optional: NotRequired[bool]
     turns: NotRequired[bool]  # a time request may take turns with another worker's (Request.turns)
-    cpu: NotRequired[bool]  # a time request may name the CPU its thread runs on (Request.cpu)
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 
 
@@ -115,10 +114,6 @@ class Request:
     # The time op's: its timed loops take turns with another worker's request, call by call (Notes.turn;
     # harness/workers/turns.py). Only a worker whose hello says "turns" understands it; on the wire where set.
     turns: bool = False
-    # The time op's: the one CPU the worker's serving thread runs each row's warm-up and repeats on, given
-    # back after (harness/workers/cpus.py on_cpu). Only a worker whose hello says "cpu" understands it; on the
-    # wire where set.
-    cpu: int | None = None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -130,7 +125,7 @@ class Request:
     def make(cls, op: str, framework: str, scenario: str | None = None, params: Params | None = None,
              timing: TimingConfig | None = None, first: bool = True, *, seed: int | None = None,
              points: list[Params] | tuple[Params, ...] = (), variants: tuple[str, ...] = (),
-             turns: bool = False, cpu: int | None = None) -> "Request":
+             turns: bool = False) -> "Request":
         """A request from a point as a scenario reads it: a seed found in params (hypothesis draws it
         as a field) becomes the seed field; one given twice must agree."""
         if params is not None and "seed" in params:
@@ -140,7 +135,7 @@ class Request:
                 raise ValueError(f"seed {seed} and params' seed {drawn} disagree")
             seed = drawn
         return cls(op, framework, scenario, None if params is None else dict(params), seed, timing, first,
-                   tuple(points), tuple(variants), turns, cpu)
+                   tuple(points), tuple(variants), turns)
 
     def point(self) -> Params:
         """The params as the scenario's functions read them: the seed among them."""
@@ -156,9 +151,8 @@ class Request:
             del d["variants"]
         else:
             d["variants"] = list(self.variants)
-        for name, unset in (("turns", False), ("cpu", None)):  # the wire an older tree's worker reads
-            if d[name] == unset:
-                del d[name]
+        if not self.turns:  # the wire an older tree's worker reads
+            del d["turns"]
         return d
 
     @classmethod

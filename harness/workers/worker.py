@@ -60,13 +60,12 @@ class Handle(ABC):
     def request(self, op: str, scenario: str | None = None, params: Params | None = None,
                 timing: Any = None, first: bool = True, *, seed: int | None = None, points: Any = (),
                 variants: tuple[str, ...] = (), timeout: float | None = None, progress: Progress | None = None,
-                turn: TurnTaker | None = None, cpu: int | None = None) -> Any:
+                turn: TurnTaker | None = None) -> Any:
         """Ask this framework's worker; params are a point as the scenario reads it, its seed (if not
         given as seed) among them (protocol.Request.make). turn: a time request's timed loops take turns
-        with another request's, turn(variant, stop) answering each (harness/workers/turns.py); cpu: the
-        one CPU its serving thread runs on meanwhile."""
+        with another request's, turn(variant, stop) answering each (harness/workers/turns.py)."""
         req = Request.make(op, self.fw, scenario, params, timing, first, seed=seed, points=points, variants=variants,
-                           turns=turn is not None, cpu=cpu)
+                           turns=turn is not None)
         return self.ask(req, timeout=timeout, progress=progress, turn=turn)
 
     @abstractmethod
