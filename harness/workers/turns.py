@@ -5,7 +5,7 @@ With a point at a time (harness/run/interleave.py), the candidate's `eager` row 
 baseline's. The guess was that the host's speed changed between them (docs/design/host_speed.md). Taking
 turns puts the two sides' calls of one row milliseconds apart. Measured on a GPU (docs/regress.md, "Taking
 turns call by call"), it narrowed most host-paced rows' spread between pairs, but a pair's two processes still
-differed: the speed goes with the process, likely its CPU (harness/workers/cpus.py on_cpu, --same-cpu). And each
+differed: the speed goes with the process, likely its CPU (--same-cpu: harness/run/interleave.py pair_cpu). And each
 turn added tens of microseconds to a microsecond row's call: the other process's work changes what it measures.
 
 How: both requests run at once, but only the one holding the turn runs; the other waits in its worker. A
