@@ -5,13 +5,14 @@
 # they reach lease 11's 6-10 pairs. Lease 13 ran only the planted run, at 290 s and 4 pairs: it could not
 # decide. If both hold (nothing different in the control; both plants and nothing else in the planted run),
 # --same-cpu can become the interleaved regress's default. A look at the workers' CPUs goes to cpus.log.
-# $1: seconds of device time left when it starts (the planted run's budget shrinks to fit). No carry needed.
+# $1: seconds of device time left when it starts (the planted run's budget shrinks to fit); $2: the commit the
+# copy is of (the device copy's .git can be stale: lease 13 named 0ac19e3 at f070f46). No carry needed.
 set -u
 export PYTHONUNBUFFERED=1
 O=/tmp/L14; mkdir -p $O/results
 cd /tmp/L14tree
 start=$(date +%s)
-echo "start $(date -u +%FT%TZ)" > $O/steps.log
+echo "start $(date -u +%FT%TZ) at ${2:-unnamed}" > $O/steps.log
 nvidia-smi > $O/nvidia-smi.txt 2>&1
 ( sleep 120; for p in $(pgrep -f "TRIPTYCH_SIDE"); do
     echo "$p $(tr '\0' ' ' < /proc/$p/cmdline | tail -c 12) | $(cat /proc/$p/task/*/status 2>/dev/null | grep Cpus_allowed_list | sort | uniq -c | tr -s ' \n' ' ')"
