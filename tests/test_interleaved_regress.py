@@ -175,6 +175,35 @@ def test_unknown_rows_get_more_pairs_until_decided():
     assert res.pairs == 3 and "--max-pairs 3" in res.stopped
 
 
+def test_same_cpu_gives_every_pair_its_cpu_in_later_stages_and_added_pairs_too():
+    """--same-cpu: the workers of the first pairs, of a later stage of them and of pairs added while rows are
+    unknown are all started with their pair's CPU (interleave.pair_cpu), both sides the same one."""
+    from harness.run.interleave import pair_cpu
+    from harness.workers.cpus import allowed
+
+    host, started = Host(1.0), []
+
+    class Noisy(FakeWorker):
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            if op == "time":  # 30% between processes: no row is decided within seven pairs
+                _process_factor(out, 0.3, 300 + self.host.t)
+            return out
+
+    def make(fw, side, cpu=None):
+        started.append((side.name, cpu))
+        return Noisy(fw, side, host)
+
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=make)
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=7, same_cpu=True))
+    assert res.pairs == 7 and len(started) == 14  # two stages of first pairs, then three added, a worker a side
+    cpus = allowed()
+    for k in range(7):  # pairs start in order, the two sides of a pair one after the other
+        pair = started[2 * k:2 * k + 2]
+        assert {name for name, _ in pair} == {"baseline", "candidate"}
+        assert [cpu for _, cpu in pair] == [pair_cpu(k, "torch", ["torch"], cpus)] * 2, (k, started)
+
+
 def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
     """Issue 32 wants the timed share recorded: a side's timing phase is its own requests' round trips
     (the other side's interleave with them), against the seconds inside its timed repeats. And no process

@@ -287,14 +287,17 @@ def test_the_pairs_take_the_cpus_in_turn_a_framework_after_another():
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="this platform cannot pin processes to CPUs")
 def test_a_side_worker_on_one_cpu_has_every_thread_there_and_one_openmp_thread_unless_the_user_set_a_count(
         monkeypatch):
-    """SideWorker(cpu=): the child is pinned before it imports anything, so every thread it has (numpy's BLAS
-    pool, here sized by the user's OMP_NUM_THREADS=3) runs on the one CPU; OMP_NUM_THREADS is 1 unless the
-    side's environment or this process's sets it (a pool sized to the machine crowds onto one CPU: on an
-    H100, torch's 1 MiB h2d_pin_then_copy read 128 ms a call so, not 89 us; results/journal.md). Without a
-    CPU, the worker gets this process's CPUs and no OpenMP count."""
+    """SideWorker(cpu=): the child pins itself before it imports anything, so every thread it has runs on the
+    one CPU: the thread that watches its parent, started later, and none left behind by its imports. (A pin
+    that came after the imports shows here where the user asks numpy's OpenBLAS for threads: it starts them
+    at import, sized by the CPUs it may use then, so a late pin leaves them on every CPU.) OMP_NUM_THREADS is
+    1 unless set (a pool sized to the machine crowds onto one CPU: on an H100, torch's 1 MiB h2d_pin_then_copy
+    read 128 ms a call so, not 89 us; results/journal.md). Without a CPU, the worker gets this process's CPUs
+    and no OpenMP count, even where a stray pin variable is set."""
+    import contextlib
     import sys
 
-    from harness.run.interleave import Side, SideWorker
+    from harness.run.interleave import CPU_ENV, Side, SideWorker
     from tests.test_interleaved_regress import ROOT
 
     may = os.sched_getaffinity(0)
@@ -304,9 +307,10 @@ def test_a_side_worker_on_one_cpu_has_every_thread_there_and_one_openmp_thread_u
         w = SideWorker("torch", Side("baseline", str(ROOT), sys.executable, env=env), cpu)
         try:
             w.request("hello", timeout=120)
-            pid = w._proc.proc.pid
-            tasks = os.listdir(f"/proc/{pid}/task")
-            pinned = {t: os.sched_getaffinity(int(t)) for t in tasks}
+            pid, pinned = w._proc.proc.pid, {}
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(ProcessLookupError):  # a thread that ended since
+                    pinned[t] = os.sched_getaffinity(int(t))
             with open(f"/proc/{pid}/environ", "rb") as f:
                 environ = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
             return pinned, environ.get(b"OMP_NUM_THREADS")
@@ -314,10 +318,15 @@ def test_a_side_worker_on_one_cpu_has_every_thread_there_and_one_openmp_thread_u
             w.close()
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
     pinned, omp = started({}, cpu)
-    assert all(c == {cpu} for c in pinned.values()) and omp == b"1"
+    assert len(pinned) > 1 and all(c == {cpu} for c in pinned.values()) and omp == b"1", pinned
     pinned, omp = started({"OMP_NUM_THREADS": "3"}, cpu)
-    assert len(pinned) > 1 and all(c == {cpu} for c in pinned.values()) and omp == b"3", pinned  # BLAS's pool
+    assert all(c == {cpu} for c in pinned.values()) and omp == b"3", pinned
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # empty: no count, as OpenMP reads it
+    assert started({}, cpu)[1] == b"1"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setenv(CPU_ENV, str(cpu))  # left over in this process's environment: no pin without a CPU
     pinned, omp = started({}, None)
     assert all(c == may for c in pinned.values()) and omp is None
 

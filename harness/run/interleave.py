@@ -236,11 +236,11 @@ class SideWorker(ProcessWorker):
     def _start(self) -> None:
         key = secrets.token_bytes(32)
         listener = Listener(("127.0.0.1", 0), authkey=key)
-        env = os.environ | self.side.environ() | {PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}",
-                                                  KEY_ENV: key.hex()}
+        env = {k: v for k, v in os.environ.items() if k != CPU_ENV} | self.side.environ() | {
+            PARENT_ENV: f"{listener.address[0]}:{listener.address[1]}", KEY_ENV: key.hex()}
         if self.cpu is not None:  # the pair's one CPU (_CHILD), and one OpenMP thread unless the user set a count:
             # a pool sized to the machine crowds onto one CPU and spins there (docs/regress.md, "One CPU for a pair")
-            env = {"OMP_NUM_THREADS": "1"} | env | {CPU_ENV: str(self.cpu)}
+            env |= {CPU_ENV: str(self.cpu)} | ({} if env.get("OMP_NUM_THREADS") else {"OMP_NUM_THREADS": "1"})
         code = _CHILD.format(workers=_workers(self.side.tree))
         child = _Child(subprocess.Popen([self.side.python, "-c", code, self.fw], cwd=self.side.tree, env=env,
                                         start_new_session=True))

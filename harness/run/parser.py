@@ -314,7 +314,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                       help="a pair's two processes of a framework live on one CPU, every thread of theirs "
                            "included, with one OpenMP thread unless OMP_NUM_THREADS is set; the pairs take the "
                            "run's CPUs in turn. Both sides then read that CPU's speed: a host-paced row follows "
-                           "its process's speed (docs/regress.md). A one-CPU process's figures are not an "
-                           "unpinned run's")
+                           "its process's speed (docs/regress.md). Rank groups are not pinned. A one-CPU "
+                           "process's figures are not an unpinned run's")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
