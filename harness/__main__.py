@@ -18,6 +18,9 @@ if __name__ == "__main__":
     from harness.run import stops  # the standard library alone: before anything that can be interrupted
 
     stops.process_wide()
+    from harness.workers import bytecode  # the standard library alone: before the imports it can spare
+
+    bytecode.offer()
     from harness.run import output
 
     output.install()

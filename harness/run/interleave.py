@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from harness.workers import point_cache, processes
+from harness.workers import bytecode, point_cache, processes
 from harness.run.options import STARTUP_TIMEOUT_S
 from harness.workers.ranks import Groups, RankGroup
 from harness.workers.turns import Turns
@@ -65,12 +65,20 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 PARENT_ENV, KEY_ENV, CPU_ENV = "TRIPTYCH_SIDE_PARENT", "TRIPTYCH_SIDE_KEY", "TRIPTYCH_SIDE_CPU"
 # The child: on its pair's one CPU where it has one (--same-cpu), before any import can start a thread, so
 # that every thread it will have runs there (Linux pins a thread; a new one inherits its starter's CPUs); then
-# call back to the parent and serve the side's own worker loop ({workers}: _workers below). This code is the
-# parent's, so an older tree's worker is pinned the same way.
+# keep compiled modules in the run's folder where it names one (harness/workers/bytecode.py keep); then call
+# back to the parent and serve the side's own worker loop ({workers}: _workers below). This code is the
+# parent's, so an older tree's worker is pinned, and keeps its compiled modules, the same way.
 _CHILD = ("import os, sys\n"
           "cpu = os.environ.pop('" + CPU_ENV + "', '')\n"
           "if cpu:\n"
           "    os.sched_setaffinity(0, {{int(cpu)}})\n"
+          "pyc = os.environ.get('" + bytecode.ENV + "', '')\n"
+          "if pyc and pyc != '" + bytecode.OFF + "':\n"
+          "    try:\n"
+          "        os.makedirs(pyc, exist_ok=True)\n"
+          "        sys.pycache_prefix, sys.dont_write_bytecode = pyc, False\n"
+          "    except OSError:\n"
+          "        pass\n"
           "from multiprocessing.connection import Client\n"
           "host, port = os.environ['" + PARENT_ENV + "'].rsplit(':', 1)\n"
           "conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ.pop('" + KEY_ENV + "')))\n"

@@ -19,7 +19,7 @@ import sys
 from multiprocessing.connection import Client
 from typing import Any
 
-from harness.workers import handlers, protocol
+from harness.workers import bytecode, handlers, protocol
 from harness.backends import FRAMEWORKS, get as get_backend
 from harness.backends.base import Unavailable
 from harness.backends.dist import RankEnv, agree_stop, join, leave
@@ -123,4 +123,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    bytecode.keep()  # before a framework is imported (harness/workers/bytecode.py)
     sys.exit(main())

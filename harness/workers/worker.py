@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from multiprocessing import resource_tracker
 from typing import Any
 
-from harness.workers import protocol
+from harness.workers import bytecode, protocol
 from harness.workers.handlers import answer
 from harness.workers.protocol import (STOPS, Notes, Progress, Request, Turn, TurnTaker, WorkerError, WorkerLost, died,
                                       failure)
@@ -48,6 +48,7 @@ def _kill_the_rest() -> None:
 
 def _serve(conn: Any, fw: str) -> None:
     """A process worker child's main (also an interleaved side's: harness/run/interleave.py)."""
+    bytecode.keep()  # before its framework is imported (harness/workers/bytecode.py)
     protocol.serve(conn, fw, answer)
 
 
