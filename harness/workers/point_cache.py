@@ -5,8 +5,11 @@ inputs and float64 reference, deterministic from the params. Made in each, they 
 untimed cost of several scenarios in a GPU run (sync_points' 1 GiB of inputs: seconds a process;
 docs/design/untimed_costs.md). The first process to reach a point
 writes them as .npy files to the run's folder ($TRIPTYCH_POINT_CACHE, made by the runner, emptied after
-each point, removed with the run); the others read them back into fresh arrays with np.load, not as
-memory maps, so that what an impl copies from is ordinary anonymous memory in every process.
+each point, removed with the run); the others read the inputs back into fresh arrays with np.load, not as
+memory maps, so that what an impl copies from is ordinary anonymous memory in every process. The reference
+comes back as a copy-on-write memory map: only the untimed checks read it, a chunk at a time, and copying it
+whole cost a process seconds (donation's 2 GiB: reading its point back was 18.6 s of a profiled GPU run's
+CPU, docs/design/processes.md).
 Without the variable (tests, a rank under torchrun) every process makes its own.
 
 The same folder keeps the verdicts of the timed checks against the reference (remember / recall),
@@ -84,10 +87,11 @@ def _read(path: str) -> tuple[Arrays, Arrays | None]:
     with open(os.path.join(path, "meta.json")) as f:
         meta = json.load(f)
 
-    def part(name: str) -> Arrays:
-        return {k: np.load(os.path.join(path, f"{name}-{i}.npy")) for i, k in enumerate(meta[name])}
+    def part(name: str, mmap: str | None = None) -> Arrays:
+        return {k: np.load(os.path.join(path, f"{name}-{i}.npy"), mmap_mode=mmap) for i, k in enumerate(meta[name])}
 
-    return part("inputs"), None if meta["reference"] is None else part("reference")
+    # the reference mapped, not copied ("c": a write stays in this process); the inputs as fresh arrays
+    return part("inputs"), None if meta["reference"] is None else part("reference", "c")
 
 
 DIGEST_MIN_BYTES = 8 << 20  # below this a comparison costs less than hashing and a file
