@@ -20,6 +20,9 @@ from harness.check.equivalence import register_profiles
 
 register_profiles()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# no run the tests start keeps compiled Python in the user's ~/.cache (harness/workers/bytecode.py); the
+# tests of that folder name one of their own
+os.environ.setdefault("TRIPTYCH_PYCACHE", "off")
 use_cublas_gemms()  # as the runner does: JAX's GEMMs through cuBLAS, no Triton autotuning at compile time
 
 

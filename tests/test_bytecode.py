@@ -4,6 +4,7 @@ start do not."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -41,8 +42,12 @@ def test_the_folder_is_the_users_or_one_of_the_runs_only_where_python_would_comp
     writes = types.SimpleNamespace(dont_write_bytecode=False)
     writes_none = types.SimpleNamespace(dont_write_bytecode=True)
     assert bytecode.folder({bytecode.ENV: "/somewhere"}) == "/somewhere"
+    assert bytecode.folder({bytecode.ENV: "~/pyc"}) == os.path.expanduser("~/pyc")  # one folder for every cwd
+    assert bytecode.folder({bytecode.ENV: "rel"}) == os.path.abspath("rel")
     assert bytecode.folder({bytecode.ENV: bytecode.OFF}) is None
     restored.setattr(bytecode, "uncompiled", lambda: ["torch"])
+    restored.setattr(sys, "flags", writes_none)
+    assert bytecode.folder({"PYTHONPYCACHEPREFIX": "/mine"}) is None  # the user's own prefix stands
     restored.setattr(sys, "flags", writes)
     assert bytecode.folder({}) is None  # Python keeps its own __pycache__
     restored.setattr(sys, "flags", writes_none)
@@ -56,15 +61,14 @@ def test_keep_compiles_into_the_named_folder_and_a_process_started_after_compile
     (cold_start's, which times a user's cold start) keeps the user's setting."""
     from impls._shared.child import child_env
 
+    code = "import json, sys; print(json.dumps([sys.pycache_prefix, sys.dont_write_bytecode]))"
+    want = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
+                          check=True).stdout  # before keep(): as the user's own process
     restored.setenv(bytecode.ENV, str(tmp_path / "pyc"))
     restored.setattr(sys, "dont_write_bytecode", True)
     bytecode.keep()
     assert sys.pycache_prefix == str(tmp_path / "pyc") and not sys.dont_write_bytecode
     assert (tmp_path / "pyc").is_dir()
-    code = "import json, sys; print(json.dumps([sys.pycache_prefix, sys.dont_write_bytecode]))"
-    want = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in child_env().items()
-                                                            if k != bytecode.ENV},
-                          capture_output=True, text=True, check=True).stdout
     got = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(got) == json.loads(want) and json.loads(got)[0] is None
@@ -80,9 +84,9 @@ def test_keep_does_nothing_where_no_folder_is_named_or_it_is_off(restored):
 
 @pytest.mark.parametrize("side", [False, True], ids=["a run's worker", "a side's worker"])
 def test_a_worker_compiles_what_it_imports_into_the_runs_folder(restored, tmp_path, side):
-    """A worker of this tree (multiprocessing's spawn, which passes -B where this Python writes no bytecode)
-    and a side's worker (its start-up code, which an older tree's worker runs too) both write the modules they
-    import into the folder."""
+    """A worker of this tree (multiprocessing's spawn, which passes -B where this Python writes no bytecode,
+    through bytecode.serve) and a side's worker (its start-up code, which an older tree's worker runs too) both
+    write the modules they import into the folder, from the first: numpy and the worker's own."""
     backend_or_skip("torch")
     from harness.workers.worker import ProcessWorker
 
@@ -101,8 +105,8 @@ def test_a_worker_compiles_what_it_imports_into_the_runs_folder(restored, tmp_pa
         w.close()
     compiled = list(folder.rglob("torch/**/*.pyc"))
     assert compiled, sorted(p.name for p in folder.rglob("*.pyc"))[:5]
-    if side:  # its start-up code keeps them before it imports the side's worker, and numpy with it
-        assert list(folder.rglob("numpy/__init__.*.pyc"))
+    # kept before the worker's own modules are imported, and numpy with them
+    assert list(folder.rglob("numpy/__init__.*.pyc")) and list(folder.rglob("harness/workers/protocol.*.pyc"))
 
 
 def test_a_run_names_the_folder_to_its_processes_and_keeps_its_own_modules_there(tmp_path):
@@ -118,4 +122,5 @@ def test_a_run_names_the_folder_to_its_processes_and_keeps_its_own_modules_there
     got = subprocess.run([sys.executable, "-m", "harness.workers.rank_main", "--framework", "torch"],
                          env={k: v for k, v in env.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
                          | {bytecode.ENV: str(ranks)}, capture_output=True, text=True, timeout=300)
-    assert got.returncode == 2 and ranks.is_dir(), got.stderr[-300:]
+    assert got.returncode == 2, got.stderr[-300:]
+    assert list(ranks.rglob("harness/workers/handlers.*.pyc"))  # kept before the rank's own imports

@@ -62,12 +62,15 @@ def _compiled(source: str) -> bool:
 
 def folder(environ: dict[str, str] | None = None) -> str | None:
     """The folder a run's processes keep compiled modules in, or None where the interpreter does itself:
-    the user's $TRIPTYCH_PYCACHE where set (off: none); else, where this Python writes no bytecode and an
-    installed package came without its compiled modules, triptych/pycache under $XDG_CACHE_HOME (~/.cache)."""
+    the user's $TRIPTYCH_PYCACHE where set (off: none); else none where the user keeps a prefix of their own;
+    else, where this Python writes no bytecode and an installed package came without its compiled modules,
+    triptych/pycache under $XDG_CACHE_HOME (~/.cache)."""
     env = os.environ if environ is None else environ
     named = env.get(ENV, "")
     if named:
-        return None if named == OFF else named
+        return None if named == OFF else os.path.abspath(os.path.expanduser(named))
+    if sys.pycache_prefix or env.get("PYTHONPYCACHEPREFIX"):  # the user keeps compiled modules somewhere already
+        return None
     if not sys.flags.dont_write_bytecode or not uncompiled():
         return None
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -95,3 +98,12 @@ def keep() -> None:
     except OSError:
         return
     sys.pycache_prefix, sys.dont_write_bytecode = named, False
+
+
+def serve(conn: object, fw: str) -> None:
+    """A spawned worker's target (harness/workers/worker.py ProcessWorker): the folder kept before the
+    worker's modules, numpy among them, are imported; then the worker's loop."""
+    keep()
+    from harness.workers.worker import _serve
+
+    _serve(conn, fw)

@@ -13,13 +13,18 @@ of the global semantics, prints one line per scenario and exits 1 if any was wro
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # a rank keeps compiled modules in the run's folder before the imports below
+    from harness.workers import bytecode  # the standard library alone
+
+    bytecode.keep()
+
 import argparse
 import os
 import sys
 from multiprocessing.connection import Client
 from typing import Any
 
-from harness.workers import bytecode, handlers, protocol
+from harness.workers import handlers, protocol
 from harness.backends import FRAMEWORKS, get as get_backend
 from harness.backends.base import Unavailable
 from harness.backends.dist import RankEnv, agree_stop, join, leave
@@ -123,5 +128,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    bytecode.keep()  # before a framework is imported (harness/workers/bytecode.py)
     sys.exit(main())

@@ -47,8 +47,8 @@ def _kill_the_rest() -> None:
 
 
 def _serve(conn: Any, fw: str) -> None:
-    """A process worker child's main (also an interleaved side's: harness/run/interleave.py)."""
-    bytecode.keep()  # before its framework is imported (harness/workers/bytecode.py)
+    """A process worker child's main (also an interleaved side's: harness/run/interleave.py), reached through
+    bytecode.serve or the side's start-up code, which keep compiled modules first."""
     protocol.serve(conn, fw, answer)
 
 
@@ -110,7 +110,7 @@ class ProcessWorker(Handle):
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
+        proc = ctx.Process(target=bytecode.serve, args=(child, self.fw), name=f"triptych-{self.fw}", daemon=True)
         # The child inherits this thread's signal mask: blocked, a Ctrl-C to the group while it imports
         # is not a KeyboardInterrupt traceback in it; _serve ignores the stop signals and unblocks them.
         # multiprocessing's resource tracker, started by the first start, unblocks SIGINT and SIGTERM in the
