@@ -19,12 +19,15 @@ from pathlib import Path
 
 ENV = "TRIPTYCH_PYCACHE"  # the folder, from a run to its workers and ranks; set to "off" by a user: none
 OFF = "off"
-MODULES = ("numpy", "torch", "cupy", "jax")  # what a worker imports most of
 
 
-def uncompiled(modules: tuple[str, ...] = MODULES) -> list[str]:
-    """The installed modules among these whose package has no usable compiled file beside its source (found,
-    not imported)."""
+def uncompiled(modules: tuple[str, ...] | None = None) -> list[str]:
+    """The installed modules among these (default: numpy and the frameworks, what a worker imports most of)
+    whose package has no usable compiled file beside its source (found, not imported)."""
+    if modules is None:
+        from harness.backends import FRAMEWORKS  # a framework's name is its module's
+
+        modules = ("numpy", *FRAMEWORKS)
     out = []
     for name in modules:
         try:

@@ -26,8 +26,7 @@ def _model(flat, dims, device):
     for i, (w, b) in enumerate(dp.unflatten(flat, dims)):
         lin = torch.nn.Linear(*w.shape, device=device)
         with torch.no_grad():
-            # torch stores W as (out, in): uploaded as drawn and transposed on the device, not on the host
-            lin.weight.copy_(torch.from_numpy(w).to(device).T)
+            lin.weight.copy_(torch.from_numpy(w).to(device).T)  # W is (out, in) in torch: transposed on the device
             lin.bias.copy_(torch.from_numpy(b))
         layers += [lin, torch.nn.ReLU()] if i < len(dims) - 2 else [lin]
     return torch.nn.Sequential(*layers)
