@@ -309,6 +309,47 @@ def test_a_framework_is_lost_if_any_group_fails_and_its_other_groups_are_closed(
     assert [set(p) for p in procs] == [{"torch", "jax"}] * 2 and sorted(closed) == ["jax", "jax"]
 
 
+def test_the_runs_groups_close_at_once_each_with_its_grace(monkeypatch):
+    """Groups.close: a group whose ranks are slow to leave (CuPy's rank 0 waited out its grace at exit) costs
+    the run its grace once, not once a group: every group's close is under way before any ends."""
+    import threading
+
+    from harness.workers.ranks import Groups
+
+    groups = Groups(["torch", "jax"], 2, timeout_s=1)
+    groups.groups = [{"torch": RankGroup("torch", 2), "jax": RankGroup("jax", 2)} for _ in range(2)]
+    together, graces = threading.Barrier(4, timeout=5), []
+
+    def close(self, grace=10.0):
+        graces.append(grace)
+        together.wait()  # a BrokenBarrierError, raised here, where one close waits for another to end first
+
+    monkeypatch.setattr(RankGroup, "close", close)
+    groups.close(3.0)
+    assert graces == [3.0] * 4
+
+
+def test_leaving_a_cupy_group_stops_rank_0s_store_server(monkeypatch):
+    """cupyx.distributed's rank 0 serves its TCP store from a child process that CuPy does not stop at exit:
+    leave() stops it, or the rank's exit would wait for it until the harness kills the rank."""
+    from harness.backends import dist, nccl
+
+    stopped = []
+
+    class Store:
+        def stop(self):
+            stopped.append(True)
+
+    class Comm:
+        _store = Store()
+
+    monkeypatch.setitem(nccl._COMM, "cupy", Comm())
+    dist.leave("cupy")
+    assert stopped == [True]
+    monkeypatch.setitem(nccl._COMM, "cupy", object())  # a rank without a store (CuPy's own change): nothing to stop
+    dist.leave("cupy")
+
+
 def test_free_ports_never_hands_out_a_port_twice():
     """Groups start side by side and their ranks bind the ports seconds later: a port given once is
     not given again by this process."""

@@ -158,5 +158,11 @@ def leave(fw: str) -> None:
             import jax
 
             jax.distributed.shutdown()
+        elif fw == "cupy":
+            # rank 0's TCP store serves from a child process that CuPy does not stop at exit: the rank's exit
+            # joins it and waits until the harness kills the rank, a group's whole grace (10 s)
+            store = getattr(nccl.cupy_comm(), "_store", None)
+            if store is not None:
+                store.stop()
     except Exception:  # noqa: BLE001 - a peer already gone; exiting anyway
         pass
