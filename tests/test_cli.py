@@ -113,6 +113,9 @@ def test_an_interpreter_without_the_dependencies_is_told_in_one_line(tmp_path, h
     else:  # python -S: no site-packages at all
         cmd = ["make", "-s", "--no-print-directory", "compare", f"PYTHON={sys.executable} -S", f"ARGS=--out {out}"]
         name = "numpy"
+        # and a Python that writes no bytecode: the run's first step looks for uncompiled packages (bytecode.py)
+        env.pop("TRIPTYCH_PYCACHE", None)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2, (r.returncode, r.stdout[-1000:], r.stderr[-1000:])
     # make's own line ("make: ***", or "make[1]: ***" when the suite itself runs under make) is not ours,

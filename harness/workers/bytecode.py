@@ -25,8 +25,10 @@ def uncompiled(modules: tuple[str, ...] | None = None) -> list[str]:
     """The installed modules among these (default: numpy and the frameworks, what a worker imports most of)
     whose package has no usable compiled file beside its source (found, not imported)."""
     if modules is None:
-        from harness.backends import FRAMEWORKS  # a framework's name is its module's
-
+        try:
+            from harness.backends import FRAMEWORKS  # a framework's name is its module's
+        except ImportError:  # the harness's own dependencies are missing: python -m harness says which, next
+            return []
         modules = ("numpy", *FRAMEWORKS)
     out = []
     for name in modules:
