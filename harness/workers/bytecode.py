@@ -107,8 +107,9 @@ def keep() -> None:
 
 def serve(conn: object, fw: str) -> None:
     """A spawned worker's target (harness/workers/worker.py ProcessWorker): the folder kept before the
-    worker's modules, numpy among them, are imported; then the worker's loop."""
+    worker's modules, numpy among them, are imported; then the worker's loop (as worker._serve)."""
     keep()
-    from harness.workers.worker import _serve
+    from harness.workers import protocol
+    from harness.workers.handlers import answer
 
-    _serve(conn, fw)
+    protocol.serve(conn, fw, answer)

@@ -47,8 +47,8 @@ def _kill_the_rest() -> None:
 
 
 def _serve(conn: Any, fw: str) -> None:
-    """A process worker child's main (also an interleaved side's: harness/run/interleave.py), reached through
-    bytecode.serve or the side's start-up code, which keep compiled modules first."""
+    """An interleaved side's worker's main (harness/run/interleave.py _CHILD, which keeps compiled modules
+    first); a spawned worker starts at bytecode.serve, which does the same."""
     protocol.serve(conn, fw, answer)
 
 
