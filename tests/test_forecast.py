@@ -108,7 +108,7 @@ def _logged_run(history: tuple[Path, ...], max_pairs: int = 2) -> list[str]:
                 said.append("<timed>")
             return super().request(op, *args, **kw)
 
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Logged(fw, s, host),
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Logged(fw, s, host),
                      log=said.append)
     interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=max_pairs, budget_s=300.0,
                                history=history))

@@ -92,10 +92,18 @@ def _process_factor(out: dict, sd: float, seed: int) -> dict:
     return out
 
 
+class Undecided(FakeWorker):
+    """Processes 30% apart: no row is decided within seven pairs."""
+
+    def request(self, op, *args, **kw):
+        out = super().request(op, *args, **kw)
+        return _process_factor(out, 0.3, 300 + self.host.t) if op == "time" else out
+
+
 def fake_run(step: float, order=interleave.pair_order, slow=None, pairs: int = 6, fws=("torch",)):
     host = Host(step, slow)
     sides = _sides()
-    sched = Schedule(sides, list(fws), 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: FakeWorker(fw, s, host),
+    sched = Schedule(sides, list(fws), 60.0, world_size=2, make_worker=lambda fw, s, *_: FakeWorker(fw, s, host),
                      order=order)
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=pairs, max_pairs=pairs))
     return res, host
@@ -135,7 +143,7 @@ def test_a_framework_that_starts_on_the_baseline_and_not_on_the_candidate_fails_
 
     host = Host(1.0)
     sides = _sides()
-    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Broken(fw, s, host))
+    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Broken(fw, s, host))
     plan = Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2)
     res = interleave.run(sched, plan)
     said: list[str] = []
@@ -168,7 +176,7 @@ def test_unknown_rows_get_more_pairs_until_decided():
             return out
 
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Noisy(fw, s, host))
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Noisy(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=20))
     assert all(r.verdict == "same" for r in res.rows) and 2 < res.pairs < 20 and not res.stopped
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=3))
@@ -183,16 +191,9 @@ def test_same_cpu_gives_every_pair_its_cpu_in_later_stages_and_added_pairs_too()
 
     host, started = Host(1.0), []
 
-    class Noisy(FakeWorker):
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            if op == "time":  # 30% between processes: no row is decided within seven pairs
-                _process_factor(out, 0.3, 300 + self.host.t)
-            return out
-
     def make(fw, side, cpu=None):
         started.append((side.name, cpu))
-        return Noisy(fw, side, host)
+        return Undecided(fw, side, host)
 
     sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=make)
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=7, same_cpu=True))
@@ -227,7 +228,7 @@ def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
             return out
 
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Timed(fw, s, host))
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Timed(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
     for d in res.docs:
         ph = d["scenarios"]["sync_points"]["timing_phase"]
@@ -268,7 +269,7 @@ def test_pairs_after_the_first_two_run_the_repeats_where_the_variance_is_the_sam
                 return out
 
         sides = _sides()
-        sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Costed(fw, s, host))
+        sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Costed(fw, s, host))
         interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=4))
         return seen
 
@@ -306,16 +307,9 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     monkeypatch.setattr(interleave, "judge_pairs", lambda rows, th, conf, fdr: rates.append(fdr) or real(
         rows, th, conf, fdr))
 
-    class Noisy(FakeWorker):
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            if op == "time":  # 30% between processes: no row is decided within six pairs
-                _process_factor(out, 0.3, 300 + self.host.t)
-            return out
-
     logged: list[str] = []
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Noisy(fw, s, host),
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Undecided(fw, s, host),
                      log=logged.append)
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=7))
     assert res.pairs == 7 and "--max-pairs 7" in res.stopped
@@ -351,7 +345,8 @@ def test_added_pairs_time_only_the_frameworks_with_an_unknown_row_at_a_point():
         started.clear()
         timed.clear()
         sides = _sides()
-        sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: HalfNoisy(fw, s, host))
+        sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2,
+                         make_worker=lambda fw, s, *_: HalfNoisy(fw, s, host))
         res = interleave.run(sched, Plan(scenarios, "smoke", 1, pairs=4, max_pairs=8))
         return {(r.framework, r.scenario): r.pairs for r in res.rows}, res
 
@@ -427,7 +422,7 @@ def test_a_request_for_some_rows_that_fails_fails_those_rows_and_no_decided_one(
                         r["timing"]["samples"]["device_done"] = [x * f for x in r["timing"]["samples"]["device_done"]]
             return out
 
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: FailsWhenNamed(fw, s, host))
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: FailsWhenNamed(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=4, max_pairs=8))
     got = {r.variant: r for r in res.rows}
     assert (got["item_each_step"].verdict, got["item_each_step"].pairs) == ("same", 4)
@@ -448,7 +443,7 @@ def test_added_pairs_start_single_workers_and_rank_groups_only_for_the_framework
     assert interleave.needed({("collectives", 0): {"jax"}}, {"collectives"}, ["torch", "jax"]) == ([], ["jax"])
     sides = _sides()
     sched = Schedule(sides, ["torch", "cupy", "jax"], 60.0, world_size=2,
-                     make_worker=lambda fw, s, _cpu=None: FakeWorker(fw, s, Host(1.0)))
+                     make_worker=lambda fw, s, *_: FakeWorker(fw, s, Host(1.0)))
     pairs, _ = sched.start_pairs([4, 5], ["jax"], ["torch"])
     assert [list(proc) for pair in pairs for proc in pair.processes] == [["jax"]] * 4
     assert [pair.groups.frameworks for pair in pairs] == [["torch"], ["torch"]]
@@ -476,7 +471,7 @@ def test_the_budget_stops_the_first_pairs_between_points_and_names_what_it_left(
             return super().request(op, *args, **kw)
 
     sides = _sides()
-    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Slow(fw, s, host),
+    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Slow(fw, s, host),
                      now=lambda: now[0])
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=30.0)
     res = interleave.run(sched, plan)
@@ -534,7 +529,7 @@ def test_a_budget_that_cannot_afford_every_first_pair_leaves_pairs_short_not_poi
 
     logged: list[str] = []
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Slow(fw, s, host),
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Slow(fw, s, host),
                      now=lambda: now[0], log=logged.append)
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=8, budget_s=130.0)
     res = interleave.run(sched, plan)  # pairs 1-2 over three points: 120 s; pairs 3-4 start one point
@@ -566,7 +561,7 @@ def test_a_failed_row_or_request_is_named_in_the_progress_where_it_happens():
                 out["rows"][0].update(status="oom", reason="RESOURCE_EXHAUSTED: Out of memory\nallocation summary")
             return out
 
-    sched = Schedule(_sides(), ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Failing(fw, s, host),
+    sched = Schedule(_sides(), ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Failing(fw, s, host),
                      log=said.append)
     interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
     oom = [line for line in said if "row(s) oom" in line]
@@ -609,7 +604,7 @@ def test_a_stop_during_the_timing_keeps_what_both_sides_timed_and_names_the_rest
             closed.append((self.side.name, self.fw, grace))
 
     sides = _sides()
-    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Stopping(fw, s, host))
+    sched = Schedule(sides, ["torch", "jax"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Stopping(fw, s, host))
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=2, max_pairs=8)
     res = _signalled(lambda: interleave.run(sched, plan))
     assert res.signal == "SIGTERM" and res.stopped == "stopped (SIGTERM); 1 point(s) not timed", res.stopped
@@ -653,7 +648,7 @@ def test_a_stop_in_the_added_pairs_keeps_the_first_pairs_and_closes_the_added_on
         def close(self, grace=0.0):
             closed.append(self)
 
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Noisy(fw, s, host))
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Noisy(fw, s, host))
     res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=8)))
     assert res.signal == "SIGTERM" and res.stopped == "stopped (SIGTERM)" and res.not_timed == 0
     assert len(started) == 8 and sorted(map(id, closed)) == sorted(map(id, started))  # pairs 1-2, then 3-4
@@ -681,7 +676,7 @@ def test_a_stop_while_the_workers_start_closes_every_one_started():
             closed.append(self)
 
     sched = Schedule(_sides(), ["torch", "jax"], 60.0, world_size=2,
-                     make_worker=lambda fw, s, _cpu=None: Starting(fw, s, Host(1.0)))
+                     make_worker=lambda fw, s, *_: Starting(fw, s, Host(1.0)))
     with pytest.raises(stops.Stopped):
         _signalled(lambda: sched.start_pairs([0, 1]))
     assert len(made) == 8 and sorted(map(id, closed)) == sorted(map(id, made))
@@ -741,7 +736,7 @@ def test_pairs_3_4_start_no_workers_once_the_budget_is_spent_and_a_framework_who
 
     logged: list[str] = []
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Slow(fw, s, host),
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Slow(fw, s, host),
                      now=lambda: now[0], log=logged.append)
     plan = Plan(["device_creation", "sync_points"], "smoke", 1, pairs=4, max_pairs=4, budget_s=120.0)
     res = interleave.run(sched, plan)  # pairs 1-2 over three points: 120 s, the whole budget
@@ -779,7 +774,7 @@ def test_a_worker_that_does_not_start_in_the_added_pairs_leaves_its_rows_their_e
             return super().request(op, *args, **kw)
 
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Flaky(fw, s, host),
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Flaky(fw, s, host),
                      log=logged.append)
     plan = Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=4)
     res = interleave.run(sched, plan)
@@ -806,7 +801,7 @@ def test_a_framework_whose_rank_groups_start_on_the_baseline_and_not_on_the_cand
 
     monkeypatch.setattr(interleave.SideGroups, "make_group", group)
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: FakeWorker(fw, s, host))
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: FakeWorker(fw, s, host))
     plan = Plan(["sync_points", "ranks"], "smoke", 1, pairs=2, max_pairs=2)
     res = interleave.run(sched, plan)
     assert res.lost == [("torch", "its ranks rank group: planted: rank 0 died")], res.lost
@@ -833,7 +828,7 @@ def test_a_stop_as_the_added_pairs_begin_still_returns_what_was_timed():
         if "point(s) with unknown rows" in text:
             os.kill(os.getpid(), signal.SIGINT)
 
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Noisy(fw, s, host), log=log)
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Noisy(fw, s, host), log=log)
     try:
         res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6)))
     except KeyboardInterrupt:
@@ -853,7 +848,7 @@ def test_a_stop_between_a_pairs_two_sides_leaves_no_half_pair_in_either_file():
                     raise KeyboardInterrupt
             return super().request(op, *args, **kw)
 
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: StopAtFour(fw, s, host))
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: StopAtFour(fw, s, host))
     res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2)))
     assert res.signal == "SIGINT" and all(r.pairs == 1 for r in res.rows)
     for d in res.docs:
@@ -863,7 +858,7 @@ def test_a_stop_between_a_pairs_two_sides_leaves_no_half_pair_in_either_file():
         spread = 0.3
 
     calls[0] = -2  # the stop at the sixth request: pair 3's second side (pairs 1-2 take four, pair 3's first one)
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Noisy(fw, s, host))
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Noisy(fw, s, host))
     res = _signalled(lambda: interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6)))
     assert res.signal == "SIGINT" and all(r.pairs == 2 for r in res.rows)
     for d in res.docs:
@@ -982,7 +977,7 @@ def test_the_intervals_are_split_over_the_looks_as_the_rate_is():
     class Noisy(FakeWorker):
         spread = 0.05
 
-    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Noisy(fw, s, host))
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Noisy(fw, s, host))
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6))
     assert res.level == pytest.approx(1 - 0.05 / 3)  # looks after pairs 2, 4 and 6
     for r in res.rows:
@@ -998,7 +993,7 @@ def test_a_row_whose_clock_read_zero_gets_no_more_pairs_and_says_why():
     assert "would call" not in paired_line(zero) and "p nan" in paired_line(zero)
     host.log.clear()
     sched = Schedule(_sides(), ["torch"], 60.0, world_size=2,
-                     make_worker=lambda fw, s, _cpu=None: FakeWorker(fw, s, host))
+                     make_worker=lambda fw, s, *_: FakeWorker(fw, s, host))
     host.slow = {("baseline", "on_device"): 0.0}
     interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=6))
     assert len(host.log) == 4  # the other row is same after two pairs; this one is not re-timed
@@ -1202,7 +1197,7 @@ def test_each_sides_processes_share_a_point_cache_of_their_own(monkeypatch):
 
     host = Host(1.0)
     sides = _sides()
-    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: CacheWorker(fw, s, host))
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: CacheWorker(fw, s, host))
     interleave.run(sched, Plan(["sync_points", "launch_overhead"], "smoke", 1, pairs=2, max_pairs=2))
     (base,), (cand,) = seen["baseline"], seen["candidate"]
     assert base != cand
@@ -1330,7 +1325,7 @@ def test_a_run_judged_on_another_clock_asks_for_no_traced_kernel_clock_where_bot
                     seen.append(args[2].kernel_clock)
                 return out
 
-        sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, _cpu=None: Asked(fw, s, host))
+        sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Asked(fw, s, host))
         interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2, clock=clock))
         return list(seen)
 
