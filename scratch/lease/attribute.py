@@ -28,6 +28,7 @@ RULES = [
 SERVING = ("answer", "Rank.answer")  # inside a request
 WAITING = "waiting for a request"
 START = "worker start (import, device)"
+EXIT = "worker and rank exit (joining what they started)"
 
 
 def frames(line):
@@ -37,9 +38,13 @@ def frames(line):
 
 
 def step(names, parts):
+    if all(p.startswith("process ") for p in parts):
+        return None  # no Python frame at all: a thread in native code, idle where py-spy ran with --idle
     worker = any(("spawn_main" in p or "rank_main" in p) for p in parts[:3]) or any("rank_main" in p for p in parts)
     if not worker or any(n.endswith("_bootstrap_inner") for n in names):
         return None  # the runner's own process, or a thread that is not a worker's main thread
+    if any(n == "_exit_function" for n in names):
+        return EXIT
     if not any(n in ("serve", "_serve") for n in names):
         return START
     if not any(n in SERVING for n in names):
@@ -69,7 +74,7 @@ def attribute(path, rate):
 def main():
     rate, paths = float(sys.argv[1]), sys.argv[2:]
     cols = [attribute(p, rate) for p in paths]
-    order = [START] + [r[0] for r in RULES] + ["other, inside a request"]
+    order = [START] + [r[0] for r in RULES] + ["other, inside a request", EXIT]
     background = RULES[0][0]
     print("| step | " + " | ".join(paths) + " |")
     print("|---|" + "---|" * len(paths))
