@@ -1,9 +1,9 @@
 """Compiled Python for the harness's own processes, where the interpreter keeps none.
 
 A Python that writes no bytecode (PYTHONDONTWRITEBYTECODE, -B), over packages installed without their
-compiled modules, compiles every module it imports from source, in every process. On a lent H100 host that
-was 49 s of CPU in one run of three scenarios at four processes, 16 s of it inside `prepare`, on the timing
-phase's path (docs/design/processes.md). There the run keeps its compiled modules in a folder of its own
+compiled modules, compiles every module it imports from source, in every process: seconds of each worker's
+start, some of them inside `prepare`, on the timing phase's path (docs/design/processes.md has a GPU host's
+figures). There the run keeps its compiled modules in a folder of its own
 (sys.pycache_prefix), and its workers and ranks read and write them there.
 
 Each process sets this in itself, at its start (keep): nothing reaches a process through its environment but

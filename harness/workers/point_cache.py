@@ -8,8 +8,7 @@ writes them as .npy files to the run's folder ($TRIPTYCH_POINT_CACHE, made by th
 each point, removed with the run); the others read the inputs back into fresh arrays with np.load, not as
 memory maps, so that what an impl copies from is ordinary anonymous memory in every process. The reference
 comes back as a copy-on-write memory map: only the untimed checks read it, a chunk at a time, and copying it
-whole cost a process seconds (donation's 2 GiB: reading its point back was 18.6 s of a profiled GPU run's
-CPU, docs/design/processes.md).
+whole cost a process seconds (donation's 2 GiB reference; docs/design/processes.md).
 Without the variable (tests, a rank under torchrun) every process makes its own.
 
 The same folder keeps the verdicts of the timed checks against the reference (remember / recall),
