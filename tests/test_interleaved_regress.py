@@ -19,7 +19,7 @@ from harness.run.interleave import Plan, Schedule, Side
 from harness.regress.regress import Paired, judge_pairs, regress
 from harness.results.model import Stats
 from tests.conftest import backend_or_skip
-from tests.synthetic import doc, load, row
+from tests.synthetic import doc, load, row, samples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -953,6 +953,27 @@ def test_each_row_says_the_smallest_change_its_pairs_could_have_found():
         judge_pairs(rows, 0.10, 0.95)
         planted = rows[-1]
         assert (planted.verdict == "different") == (planted.detectable < 0.15), (pairs, planted.detectable)
+
+
+def test_the_summary_says_how_often_the_host_was_at_its_slower_speed():
+    """A host that runs Python at two speeds moves the rows it paces between pairs: the summary gives the two
+    speeds and each side's share at the slower, from the loop every request times; at one speed it says
+    nothing."""
+    from harness.regress.view import render_paired
+
+    def said(base_loops: list[float], cand_loops: list[float]) -> list[str]:
+        docs = [doc([row("torch", "async", samples(1e-3, n=20), processes=len(h), host_loop=h)])
+                for h in (base_loops, cand_loops)]
+        res = SimpleNamespace(rows=[], docs=docs, not_comparable=[], lost=[], wall_s=0.0, pairs=4, signal="",
+                              stopped="", not_timed=0, short=0, level=0.95)
+        out: list[str] = []
+        render_paired(res, _sides(), Plan(["async_dispatch"], "full", 1), out.append)
+        return [line for line in out if line.startswith("host:")]
+
+    two = said([6.5e-3] * 3 + [12.5e-3] * 1, [6.5e-3] * 1 + [12.5e-3] * 3)
+    assert len(two) == 1 and "about 6.5 and 12.5 ms" in two[0], two
+    assert "slower in 25% of the baseline's measurements and 75% of the candidate's" in two[0], two
+    assert said([6.5e-3] * 4, [6.7e-3] * 4) == []  # one speed: within the effect floor
 
 
 def test_pairs_whose_ratios_are_all_equal_decide_nothing_at_a_few_pairs():

@@ -75,7 +75,7 @@ def host_speed(base: Result, cand: Result) -> HostSpeed | None:
 def host_during(doc: Result) -> list[float]:
     """The host's Python-loop seconds measured by every process just before each point it timed
     (timing.processes[].host_loop_s; older files have none)."""
-    return [float(p.host_loop_s) for scn in doc.scenarios.values() for r in scn.rows
+    return [float(p.host_loop_s) for scn in (doc.scenarios or {}).values() for r in scn.rows
             for p in ((r.timing.processes if r.timing else None) or []) if p.host_loop_s]
 
 
@@ -88,6 +88,20 @@ def host_loops(doc: Result) -> tuple[list[float], str]:
         return during, "every process, before every point"
     return ([v for k, vs in _calibration(doc).items() if k.endswith(" python_loop_s") for v in vs],
             "every process at its start")
+
+
+def slow_share(base: list[float], cand: list[float], threshold: float) -> tuple[float, float, float, float] | None:
+    """(fast, slow, base share, cand share) where two runs' host loops (seconds) together span two speeds:
+    their 10th and 90th percentiles further apart than 1 + threshold. Each share is the run's part of its
+    loops above the two speeds' geometric mean. None at one speed, or where a run has no loop. Why: a
+    host-paced row's median moves with the share of its time at the slower speed (docs/design/host_speed.md)."""
+    if not base or not cand:
+        return None
+    fast, slow = (float(x) for x in np.quantile(base + cand, [0.1, 0.9], method="nearest"))
+    if slow / fast <= 1 + threshold:
+        return None
+    split = math.sqrt(fast * slow)
+    return fast, slow, float(np.mean(np.asarray(base) > split)), float(np.mean(np.asarray(cand) > split))
 
 
 def describe_host_during(base: Result, cand: Result, threshold: float) -> str | None:
@@ -104,10 +118,9 @@ def describe_host_during(base: Result, cand: Result, threshold: float) -> str | 
     if not hb or not hc:
         return None
     where = wb if wb == wc else f"the baseline: {wb}; the candidate: {wc}"
-    fast, slow = (float(x) for x in np.quantile(hb + hc, [0.1, 0.9], method="nearest"))
-    if slow / fast > 1 + threshold:
-        split = math.sqrt(fast * slow)
-        sb, sc = (float(np.mean(np.asarray(v) > split)) for v in (hb, hc))
+    speeds = slow_share(hb, hc, threshold)
+    if speeds is not None:
+        fast, slow, sb, sc = speeds
         if abs(sc - sb) < 0.1:
             return None
         return (f"the host's speed during the runs differs: it ran a fixed Python loop at two speeds, about "

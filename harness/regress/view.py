@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.regress.regress import Regress
-from harness.regress.env import describe, fw_version, typed
+from harness.regress.env import describe, fw_version, host_during, slow_share, typed
 from harness.report.report import fmt_s
 from harness.results.model import Json, Phase, Result
 
@@ -168,6 +168,12 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
                          for side, p in zip(sides, phases))
         say(f"timed share: {timed:.1f} s inside timed repeats of the run's {res.wall_s:.0f} s "
             f"({100 * timed / res.wall_s:.0f}%); {each}")
+    speeds = slow_share(*(host_during(d) for d in docs), plan.threshold)
+    if speeds is not None:  # what a host-paced row's pairs moved with (docs/design/host_speed.md)
+        fast, slow, sb, sc = speeds
+        say(f"host: a fixed Python loop ran at two speeds, about {1e3 * fast:.1f} and {1e3 * slow:.1f} ms, at the "
+            f"slower in {100 * sb:.0f}% of the baseline's measurements and {100 * sc:.0f}% of the candidate's; rows "
+            "that the host paces (launches, syncs, pageable copies) move with it, so their pairs differ more")
     timed_rows = [r for r in res.rows if not r.status]
     could = sum(r.detectable <= plan.threshold * (1 + 1e-9) for r in timed_rows)
     if timed_rows:  # what the run could have found: a verdict of no change means little where nothing could be
