@@ -313,8 +313,8 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
     both.add_argument("--same-cpu", action="store_true", default=None,
                       help="a pair's two processes of a framework live on one CPU, every thread of theirs "
                            "included, with one OpenMP thread unless OMP_NUM_THREADS is set; the pairs take the "
-                           "run's CPUs in turn. Both sides then read that CPU's speed: a host-paced row follows "
-                           "its process's speed (docs/regress.md). Rank groups are not pinned. A one-CPU "
-                           "process's figures are not an unpinned run's")
+                           "run's CPUs in turn, so that both sides read one CPU. Not shown to narrow host-paced "
+                           "rows on a host at two speeds (docs/regress.md). Rank groups are not pinned. A "
+                           "one-CPU process's figures are not an unpinned run's")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
