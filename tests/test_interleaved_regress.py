@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -1181,6 +1182,9 @@ def test_one_commit_against_itself_torch_and_jax(tmp_path):
     assert [d["interleaved"]["side"] for d in docs] == ["baseline", "candidate"]
     assert all(len(r["timing"]["processes"]) == 2 for d in docs for r in d["scenarios"]["launch_overhead"]["rows"]
                if r["status"] == "ok")
+    # each process's row carries the host's loop just before and after its repeats: the pairs' covariate
+    assert all(p["row_loop_s"] > 0 for d in docs for r in d["scenarios"]["launch_overhead"]["rows"]
+               if r["status"] == "ok" for p in r["timing"]["processes"])
 
 
 def test_a_planted_slowdown_on_the_candidate_alone_is_the_one_difference(tmp_path):
@@ -1318,6 +1322,38 @@ def test_a_side_from_before_the_stage_packages_runs_its_own_flat_workers(tmp_pat
     assert interleave.SideGroups([side], ["torch"], 2, 60.0).make_group("torch", 0).rank_main == "harness.rank_main"
     assert interleave._workers(tmp_path) == "harness" and interleave._workers(ROOT) == "harness.workers"
     assert "from harness.worker import _serve" in interleave._CHILD.format(workers=interleave._workers(tmp_path))
+
+
+def test_a_run_asks_for_the_host_beside_each_row_where_every_worker_can():
+    """The host's loop just before and after each row's repeats (TimingConfig.host_beside) is asked for where
+    every worker's hello says it can time it; an older tree's worker, whose TimingConfig has no such field, is
+    sent the wire it reads, without it."""
+    from harness.measure.timing import preset
+    from harness.workers.protocol import Request
+
+    seen: list[bool] = []
+
+    def run(can: bool) -> list[bool]:
+        seen.clear()
+        host = Host(1.0)
+
+        class Asked(FakeWorker):
+            def request(self, op, *args, **kw):
+                out = super().request(op, *args, **kw)
+                if op == "hello" and can:
+                    out["host_beside"] = True
+                if op == "time":
+                    seen.append(args[2].host_beside)
+                return out
+
+        sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Asked(fw, s, host))
+        interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
+        return list(seen)
+
+    assert all(run(True)) and run(False) and not any(run(False))
+    assert "host_beside" not in Request.make("time", "torch", "sync_points", {}, preset("full")).to_dict()["timing"]
+    on = Request.make("time", "torch", "sync_points", {}, replace(preset("full"), host_beside=True)).to_dict()
+    assert Request.from_dict(on).timing.host_beside is True
 
 
 def test_a_row_without_a_p_value_does_not_poison_the_others():

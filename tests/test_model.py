@@ -99,7 +99,8 @@ def test_a_process_timing_and_a_merged_one_write_their_keys_where_the_one_timing
     spent = ["timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s"]
     ranks = ["rank_time", "slowest_rank", "slowest_rank_samples"]
     assert list(ProcessTiming._FIELDS) == [*clocks, "stopped", "noise", *spent,
-                                           "host_loop_s", "host_loop_at", "served_s", "request_s", "kernel_s", *ranks]
+                                           "host_loop_s", "host_loop_at", "row_loop_s", "served_s", "request_s", "kernel_s",
+                                           *ranks]
     assert list(Timing._FIELDS) == [*clocks, "noise", "processes", *spent, "host_sensitivity", *ranks]
 
 

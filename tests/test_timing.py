@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -253,3 +254,25 @@ def test_another_threads_sleep_does_not_move_the_virtual_clock(virtual_clock):
         pass
     stop.set()
     assert time.perf_counter() - t0 < 0.01
+
+
+def test_a_row_asked_for_the_host_beside_it_times_the_loop_before_and_after_its_repeats(monkeypatch):
+    """An interleaved regress's covariate (TimingConfig.host_beside): the host's Python loop just before the
+    repeat loop and just after it, their mean; nothing where not asked for (a default run's rows)."""
+    from harness.measure import calibrate
+
+    b = FakeAsyncBackend(latency=0.0)
+    order: list[str] = []
+    loops = iter([0.006, 0.010])
+    monkeypatch.setattr(calibrate, "python_loop_s", lambda repeats=5: order.append("loop") or next(loops))
+
+    def call():
+        order.append("call")
+        return b.enqueue()
+
+    cfg = TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0)
+    assert measure(call, b, cfg).row_loop_s is None and "loop" not in order
+    order.clear()
+    m = measure(call, b, replace(cfg, host_beside=True))
+    assert m.row_loop_s == pytest.approx(0.008)
+    assert order == ["call", "call", "loop", "call", "call", "call", "loop"]  # first, warm-up, loop, repeats, loop

@@ -62,6 +62,10 @@ class TimingConfig:
     # the timed repeats. False: a run that judges another clock (an interleaved regress on device_done) reads
     # none, since its profiler sessions cost seconds a point (docs/regress.md).
     kernel_clock: bool = True
+    # The host's Python loop (harness/measure/calibrate.py) timed once just before the repeat loop and once just
+    # after it: the host's speed beside this row in this process (ProcessTiming.row_loop_s), which a request's
+    # one loop at its start is too far from to pair by (docs/regress.md). An interleaved regress asks for it.
+    host_beside: bool = False
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
@@ -212,8 +216,13 @@ def measure(
                 break
             _timed_call(call, backend, before, None, calls)
     warm_s = wall() - t_measure - agreed
+    if cfg.host_beside:
+        from harness.measure.calibrate import python_loop_s  # calibrate imports this module
+        loop_before = python_loop_s(1)
     with _range(backend, name, "repeats"):
         m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
+    if cfg.host_beside:
+        m.row_loop_s = (loop_before + python_loop_s(1)) / 2
     m.loop_s, m.warm_s = wall() - t_measure, warm_s
     m.agree_s += agreed
     return m

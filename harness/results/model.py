@@ -184,6 +184,7 @@ class Process(_Record):
     first_call_s: float | None
     host_loop_s: float | None = None  # the host's speed beside it (harness/measure/calibrate.py's Python loop)
     host_loop_at: float | None = None  # when, wall-clock seconds
+    row_loop_s: float | None = None  # the same loop just before the row's repeats and just after, their mean
     timed_s: float | None = None  # seconds inside its timed repeats
     phase_s: float | None = None  # its whole wall time for the row
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
@@ -276,6 +277,8 @@ class ProcessTiming(_Timing):
     noise: float | None  # its device_done median's relative half-width; null: no finite figure
     host_loop_s: float | None = _after("agree_s", default=None)  # the host's Python loop beside it (calibrate.py)
     host_loop_at: float | None = None  # when, wall-clock seconds
+    # the same loop just before the row's repeats and just after, their mean (timing.py TimingConfig.host_beside)
+    row_loop_s: float | None = None
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
     request_s: float | None = None  # and its round trip, messages included (processes.round_trip)
     kernel_s: float | None = None  # its request's trace of the kernel clock, part of served_s (shared by its rows)

@@ -657,6 +657,9 @@ class InterleavedRun:
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
                 self.cfg = replace(self.cfg, kernel_clock=False)
+            # the host's loop beside each row, the pairs' covariate (TimingConfig.host_beside), where every worker can
+            if all(env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running):
+                self.cfg = replace(self.cfg, host_beside=True)
             start_s = schedule.now() - t_start
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price

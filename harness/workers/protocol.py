@@ -55,6 +55,7 @@ class Hello(TypedDict):
     subsets: NotRequired[bool]
     kernel_optional: NotRequired[bool]
     turns: NotRequired[bool]  # a time request may take turns with another worker's (Request.turns)
+    host_beside: NotRequired[bool]  # its timing config may ask for the host's loop beside each row (TimingConfig)
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 
 
@@ -146,6 +147,8 @@ class Request:
         d["timing"] = None if self.timing is None else asdict(self.timing)
         if self.timing is not None and self.timing.kernel_clock:  # the default: the wire an older tree's worker reads
             del d["timing"]["kernel_clock"]
+        if self.timing is not None and not self.timing.host_beside:  # likewise
+            del d["timing"]["host_beside"]
         d["points"] = list(self.points)
         if not self.variants:  # every variant: the wire an older tree's worker reads
             del d["variants"]

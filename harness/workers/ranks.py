@@ -289,8 +289,9 @@ def merge_rows(rows: list[Json], world_size: int, rank_time: str = "slowest") ->
         timing["slowest_rank"] = {c: got[0].to_dict() for c, got in slowest.items()}
         timing["slowest_rank_samples"] = {c: got[1] for c, got in slowest.items()}
     timing["first_call_s"] = max(r["timing"]["first_call_s"] for r in rows)
-    if all("host_loop_s" in r["timing"] for r in rows):
-        timing["host_loop_s"] = max(r["timing"]["host_loop_s"] for r in rows)  # the slowest rank's host
+    for loop in ("host_loop_s", "row_loop_s"):
+        if all(r["timing"].get(loop) is not None for r in rows):
+            timing[loop] = max(r["timing"][loop] for r in rows)  # the slowest rank's host
     metrics = dict(timing["metrics"])
     if "bytes" in metrics and "bus_factor" in metrics:  # nccl-tests' algbw and busbw, decimal GB/s
         algbw = metrics["bytes"] / timing["device_done"]["median"] / 1e9

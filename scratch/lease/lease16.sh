@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lease 16 (issue 51), for the next session, started detached from a copy under /tmp (/tmp/L16tree):
-# 1. probe16 (about 5 minutes): does the Python loop a request times as it starts say how fast a host-paced
+# 1. probe16 (about 6 minutes; and fresh processes one after another, each alone, timing CuPy's launches and torch's): does the Python loop a request times as it starts say how fast a host-paced
 #    row runs, and is a slow spell the host's (every process at once) or a process's own? Lease 14 read CuPy
 #    eager 1.5x apart after equal loops (results/journal.md, 2026-12-07, midday). Two and four CuPy processes,
 #    two torch processes, side by side.
@@ -15,10 +15,11 @@ start=$(date +%s)
 left() { echo $(( ${1:-600} - ($(date +%s) - start) - 60 )); }
 echo "start $(date -u +%FT%TZ) at ${2:-unnamed}" > $O/steps.log
 nvidia-smi > $O/nvidia-smi.txt 2>&1
-for run in "cupy 2 90" "cupy 4 60" "torch 2 60"; do
-  read -r fw n secs <<< "$run"
-  PYTHONPATH=. timeout 150 python3 scratch/lease/probe16.py $fw $n $secs > "$O/probe16_${fw}_$n.jsonl" 2>&1
-  echo "probe16 $fw $n exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
+for run in "cupy 2 45" "cupy 4 45" "--serial both 20 3" "pin --serial both 16 3"; do
+  pin=; case $run in pin*) pin=3; run=${run#pin };; esac
+  name=$(echo "$run" | tr -d '-' | tr ' ' '_')${pin:+_cpu$pin}
+  PROBE_CPU=$pin PYTHONPATH=. timeout 200 python3 scratch/lease/probe16.py $run > "$O/probe16_$name.jsonl" 2>&1
+  echo "probe16 $run${pin:+ on CPU $pin} exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
 done
 P=$(left "$1")
 echo "compare timeout $P s" >> $O/steps.log
