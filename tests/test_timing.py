@@ -259,12 +259,12 @@ def test_another_threads_sleep_does_not_move_the_virtual_clock(virtual_clock):
 def test_a_row_asked_for_the_host_beside_it_times_the_loop_before_and_after_its_repeats(monkeypatch):
     """An interleaved regress's covariate (TimingConfig.host_beside): the host's Python loop just before the
     repeat loop and just after it, their mean; nothing where not asked for (a default run's rows)."""
-    from harness.measure import calibrate
+    from harness.measure import timing
 
     b = FakeAsyncBackend(latency=0.0)
     order: list[str] = []
     loops = iter([0.006, 0.010])
-    monkeypatch.setattr(calibrate, "python_loop_s", lambda repeats=5: order.append("loop") or next(loops))
+    monkeypatch.setattr(timing, "python_loop_s", lambda repeats=5: order.append("loop") or next(loops))
 
     def call():
         order.append("call")

@@ -14,21 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any, TypedDict
 
+from harness.measure.host_loop import python_loop_s
 from harness.measure.timing import TimingConfig, measure
 
-LOOP = 200_000
 TINY = TimingConfig(warmup=20, min_repeats=200, max_repeats=200, min_time_s=0.0)
-
-
-def python_loop_s(repeats: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        total = 0
-        for i in range(LOOP):
-            total += i
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 class Calibration(TypedDict, total=False):

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends.base import Backend, wall
+from harness.measure.host_loop import python_loop_s
 from harness.measure.metrics import collecting
 from harness.measure.noise import median_rel_halfwidth
 from harness.results.model import Json, ProcessTiming, Stats
@@ -62,7 +63,7 @@ class TimingConfig:
     # the timed repeats. False: a run that judges another clock (an interleaved regress on device_done) reads
     # none, since its profiler sessions cost seconds a point (docs/regress.md).
     kernel_clock: bool = True
-    # The host's Python loop (harness/measure/calibrate.py) timed once just before the repeat loop and once just
+    # The host's Python loop (harness/measure/host_loop.py) timed once just before the repeat loop and once just
     # after it: the host's speed beside this row in this process (ProcessTiming.row_loop_s), which a request's
     # one loop at its start is too far from to pair by (docs/regress.md). An interleaved regress asks for it.
     host_beside: bool = False
@@ -217,7 +218,6 @@ def measure(
             _timed_call(call, backend, before, None, calls)
     warm_s = wall() - t_measure - agreed
     if cfg.host_beside:
-        from harness.measure.calibrate import python_loop_s  # calibrate imports this module
         loop_before = python_loop_s(1)
     with _range(backend, name, "repeats"):
         m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)

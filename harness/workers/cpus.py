@@ -24,7 +24,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-from harness.measure.calibrate import python_loop_s
+from harness.measure.host_loop import python_loop_s
 
 ROUNDS = 6  # sweeps over the CPUs; each times the loop best of 2 (~15-30 ms a CPU)
 GAP_S = 0.5  # between rounds: longer than a lent host's slow spells (docs/design/host_speed.md)

@@ -17,7 +17,8 @@ from harness import backends
 from harness.backends.base import RankCeilings
 from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
-from harness.measure.calibrate import Calibration, python_loop_s
+from harness.measure.calibrate import Calibration
+from harness.measure.host_loop import python_loop_s
 from harness.check.equivalence import strided_sample
 from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
