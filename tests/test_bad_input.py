@@ -151,6 +151,8 @@ BAD: dict[str, tuple[list[str], str, dict[str, str]]] = {
                                    "--fdr only apply to an interleaved run", {}),
     "size with result files": (["--baseline", "{good}", "--candidate", "{good}", "--size", "full"],
                                "--size only apply to an interleaved run", {}),
+    "host covariate with result files": (["--baseline", "{good}", "--candidate", "{good}", "--host-covariate"],
+                                         "--host-covariate only apply to an interleaved run", {}),
     "fresh: an empty --out": (["--baseline", "{good}", "--out", ""], "--out is empty", {}),
     "an empty --baseline": (["--baseline", "", "--candidate", "{good}"], "--baseline is empty", {}),
 }

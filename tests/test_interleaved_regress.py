@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,6 +132,81 @@ def test_the_drift_cancels_for_every_framework_of_a_pair():
     res, _ = fake_run(1.03, fws=("torch", "cupy", "jax"))
     assert {r.framework for r in res.rows} == {"torch", "cupy", "jax"}
     assert all(abs(r.ratio - 1) < 0.01 for r in res.rows), sorted({(r.framework, round(r.ratio, 3)) for r in res.rows})
+
+
+class TwoSpeeds(FakeWorker):
+    """A host at two speeds, 2x apart, drawn for each request (a process): every figure of the request and the loop
+    timed beside its rows (row_loop_s) follow it, the loop with 2% noise of its own."""
+
+    def request(self, op, *args, **kw):
+        out = super().request(op, *args, **kw)
+        if op != "time":
+            return out
+        rng = np.random.default_rng(7000 + self.host.t)
+        speed = 2.0 if rng.random() < 0.5 else 1.0
+        for r in out["rows"]:
+            t = r["timing"]
+            t["samples"]["device_done"] = [x * speed for x in t["samples"]["device_done"]]
+            t["row_loop_s"] = 0.006 * speed * math.exp(rng.normal(0, 0.02))
+        return out
+
+
+def _two_speed_run(covariate: bool, pairs: int = 8) -> Any:
+    host = Host(1.0, {("candidate", "item_each_step"): 1.15})
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: TwoSpeeds(fw, s, host))
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=pairs, max_pairs=pairs,
+                                     host_covariate=covariate))
+    return {r.variant: r for r in res.rows}, res
+
+
+def test_on_a_host_at_two_speeds_the_loop_beside_each_row_decides_what_the_plain_pairs_cannot():
+    """A pair whose two processes met the host at different speeds reads 2x or 0.5x whatever the code did: the plain
+    test leaves a 15% change unknown. Judged at equal host speeds (--host-covariate: the pairs' log ratios on their
+    loops' log ratios), the change is found, the unchanged row is not called different, and each says so."""
+    plain, _ = _two_speed_run(False)
+    assert plain["item_each_step"].verdict == "unknown" and plain["item_each_step"].theta is None
+    adjusted, res = _two_speed_run(True)
+    slow, same = adjusted["item_each_step"], adjusted["on_device"]
+    assert slow.verdict == "different" and abs(slow.ratio - 1.15) < 0.02 and 0.9 < slow.theta < 1.1, slow
+    assert same.verdict == "same" and abs(same.ratio - 1) < 0.05, same
+    assert all(d["interleaved"]["host_covariate"] for d in res.docs)
+    from harness.regress.view import paired_line
+
+    assert "at equal host speeds (θ +" in paired_line(slow)
+
+
+def test_a_row_of_fewer_pairs_or_without_the_loop_is_judged_plain():
+    """The covariate costs a degree of freedom, too many under COVARIATE_MIN_PAIRS pairs; a side whose processes
+    did not time the loop (an older tree's worker) gives nothing to regress on."""
+    from harness.regress.regress import COVARIATE_MIN_PAIRS
+
+    few, _ = _two_speed_run(True, pairs=COVARIATE_MIN_PAIRS - 2)
+    assert all(r.theta is None for r in few.values())
+    r = Paired("s", "", "torch", "v", [1.0, 2.0, 1.0, 2.0, 1.0, 2.0], [2.3, 1.15, 1.15, 2.3, 2.3, 1.15],
+               base_loop=[1.0] * 6, cand_loop=[])
+    judge_pairs([r], 0.1, 0.95, covariate=True)
+    assert r.theta is None and r.verdict == "unknown"
+
+
+def test_judged_at_equal_host_speeds_null_rows_are_seldom_called_different():
+    """Under no change, with pairs scrambled by a host at two speeds and a loop that tracks it, the covariate test
+    keeps Benjamini-Hochberg's promise: 400 unchanged rows of 8 pairs, none called different; its intervals hold
+    the truth in about 95% of them."""
+    rng = np.random.default_rng(20261207)
+    rows = []
+    for i in range(400):
+        speed = np.where(rng.random((2, 8)) < 0.5, 2.0, 1.0)
+        theta = rng.uniform(0, 1.5)  # device-paced to more than host-paced
+        noise = np.exp(rng.normal(0, 0.05, (2, 8)))
+        figures = 1e-3 * speed ** theta * noise
+        loops = 0.006 * speed * np.exp(rng.normal(0, 0.02, (2, 8)))
+        rows.append(Paired("s", str(i), "torch", "v", list(figures[0]), list(figures[1]),
+                           base_loop=list(loops[0]), cand_loop=list(loops[1])))
+    judge_pairs(rows, 0.1, 0.95, covariate=True)
+    assert all(r.theta is not None for r in rows)
+    assert not [r for r in rows if r.verdict == "different"]
+    covered = sum(r.lo <= 1 <= r.hi for r in rows) / len(rows)
+    assert 0.92 <= covered <= 0.98, covered
 
 
 def test_a_framework_that_starts_on_the_baseline_and_not_on_the_candidate_fails_the_run():
@@ -305,8 +381,8 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     host = Host(1.0)
     rates: list[float] = []
     real = regress_mod.judge_pairs
-    monkeypatch.setattr(interleave, "judge_pairs", lambda rows, th, conf, fdr: rates.append(fdr) or real(
-        rows, th, conf, fdr))
+    monkeypatch.setattr(interleave, "judge_pairs", lambda rows, th, conf, fdr, cov: rates.append(fdr) or real(
+        rows, th, conf, fdr, cov))
 
     logged: list[str] = []
     sides = _sides()

@@ -443,6 +443,13 @@ class Paired:
     # The smallest change these pairs would call different if measured as such, by their spread, had the
     # row been the run's only change (detectable); inf where none could be.
     detectable: float = math.inf
+    # Each process's host loop just before and after the row's repeats (timing.processes[].row_loop_s), pair
+    # order; empty where a side did not record it. With --host-covariate, theta: how far the row's log ratio
+    # followed the pairs' log loop ratio, where the verdict was taken at equal host speeds (covariate_test); None
+    # where it was not.
+    base_loop: list[float] = field(default_factory=list)
+    cand_loop: list[float] = field(default_factory=list)
+    theta: float | None = None
 
     @property
     def pairs(self) -> int:
@@ -495,6 +502,44 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
     return ratio, ratio * math.exp(-half), ratio * math.exp(half), float(2 * stats.t.sf(abs(t), n - 1))
 
 
+COVARIATE_MIN_PAIRS = 6  # fewer pairs: the plain test (the covariate's degree of freedom costs too much below)
+
+
+def covariate_test(base: list[float], cand: list[float], base_loop: list[float], cand_loop: list[float],
+                   confidence: float) -> tuple[float, float, float, float, float, float] | None:
+    """(ratio, lo, hi, p, se, theta) at equal host speeds: the intercept of the pairs' log ratios regressed on their
+    log loop ratios (analysis of covariance; CUPED is the same idea), its Student-t interval and two-sided p on
+    n - 2 degrees of freedom, its standard error, and the slope. None where it cannot stand in for paired_test: under
+    COVARIATE_MIN_PAIRS pairs, a loop missing or not above 0, loops whose ratios do not vary, or no spread left.
+    Why: a host-paced row's pairs differ by the host's speed when a pair's two requests met the host at different
+    speeds; the loop timed beside the row's repeats (TimingConfig.host_beside) tracks that speed, and the intercept
+    is the change had both met it at one. It is unbiased where the change under test does not move the loop: two
+    trees on one Python (the loop is the harness's, the same code on both sides)."""
+    n = min(len(base), len(cand), len(base_loop), len(cand_loop))
+    if n < COVARIATE_MIN_PAIRS or n != len(base) or n != len(cand):
+        return None
+    v = np.asarray([base, cand, base_loop, cand_loop], dtype=np.float64)
+    if not (np.isfinite(v).all() and (v > 0).all()):
+        return None
+    d, x = np.log(v[1] / v[0]), np.log(v[3] / v[2])
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    if sxx <= EQUAL_RATIOS ** 2:
+        return None
+    theta = float(np.sum((x - x.mean()) * (d - d.mean())) / sxx)
+    delta = float(d.mean() - theta * x.mean())
+    resid = d - delta - theta * x
+    s2 = float(resid @ resid) / (n - 2)
+    if s2 <= EQUAL_RATIOS ** 2:
+        return None
+    se = math.sqrt(s2 * (1 / n + x.mean() ** 2 / sxx))
+    from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
+
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * se
+    ratio = math.exp(delta)
+    p = float(2 * stats.t.sf(abs(delta) / se, n - 2))
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half), p, se, theta
+
+
 def detectable(base: list[float], cand: list[float], threshold: float, alpha: float) -> float:
     """The smallest relative change (slower; a faster one needs its inverse) that pairs with this spread
     would call different when measured as such, at a two-sided paired t test's level alpha: judge_pairs'
@@ -537,7 +582,8 @@ def bh_adjust(ps: list[float]) -> list[float]:
     return out.tolist()
 
 
-def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: float = FDR) -> None:
+def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: float = FDR,
+                covariate: bool = False) -> None:
     """Every row's verdict, the false discoveries controlled across all the run's rows.
 
     different  the paired test passes Benjamini-Hochberg at fdr and the ratio is beyond the effect
@@ -546,11 +592,23 @@ def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: fl
                as the floor is unlikely (Pinpoint's SAME; the equivalence half of a TOST)
     unknown    neither: more pairs may decide it (not where a process median is 0 or not finite)
     A row that ran on one side and failed on the other is different whatever its times. A run that
-    looks at its rows several times passes fdr and confidence already split over its looks."""
+    looks at its rows several times passes fdr and confidence already split over its looks.
+    covariate (--host-covariate): a row whose pairs recorded the host loop beside its repeats is tested at equal
+    host speeds where covariate_test can (r.theta says so), its smallest change from that test's error."""
     timed = [r for r in rows if not r.status]
+    alpha = fdr / max(len(timed), 1)
     for r in timed:
-        r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
-        r.detectable = detectable(r.base, r.cand, threshold, fdr / max(len(timed), 1))
+        r.theta = None
+        got = covariate_test(r.base, r.cand, r.base_loop, r.cand_loop, confidence) if covariate else None
+        if got is None:
+            r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
+            r.detectable = detectable(r.base, r.cand, threshold, alpha)
+            continue
+        r.ratio, r.lo, r.hi, r.p, se, r.theta = got
+        from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
+
+        log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, r.pairs - 2)) * se)
+        r.detectable = math.expm1(log) if log < 700 else math.inf
     for r, q in zip(timed, bh_adjust([r.p for r in timed])):
         r.q = q
         floor = math.log1p(threshold)

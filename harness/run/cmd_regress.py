@@ -212,7 +212,7 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                 raise UsageError(f"{option} {e}") from None
     history = tuple(dict.fromkeys(Path(f).resolve() for f in (out, ROOT / "runs", ROOT / "results")))
     plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock,
-                history=history, turns=a.turns == "call", same_cpu=a.same_cpu)
+                history=history, turns=a.turns == "call", same_cpu=a.same_cpu, host_covariate=a.host_covariate)
     with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
         res, sides = _run_sides(a, envs, frameworks, fraction, plan)
         paths, invalid = _write_sides(res, sides, argv, out)

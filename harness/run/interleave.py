@@ -573,6 +573,8 @@ class Plan:
     # a turn adds tens of microseconds to each call of a microsecond row (docs/regress.md, "Taking turns call by call")
     turns: bool = False
     same_cpu: bool = False  # a pair's two workers of a framework live on one CPU (pair_cpu)
+    # rows with the host's loop beside their repeats are judged at equal host speeds (regress.covariate_test)
+    host_covariate: bool = False
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:
@@ -781,7 +783,7 @@ class InterleavedRun:
         each ADDED pairs that unknown rows get, until none is unknown, --max-pairs, the budget or a stop."""
         plan = self.plan
         rows, nc = _rows(self.answers, self.scns, self.points, plan.clock)
-        judge_pairs(rows, plan.threshold, self.level, self.fdr)
+        judge_pairs(rows, plan.threshold, self.level, self.fdr, plan.host_covariate)
         k, stopped = plan.pairs, (f"{why_cut}; {len(self.left)} point(s) not timed" if self.left else
                                   f"{self.budget}; {len(self.short)} point(s) with fewer than {plan.pairs} pairs"
                                   if self.short else why_cut if self.stopped_by else "")
@@ -809,7 +811,7 @@ class InterleavedRun:
                     break
             k += len(ks)
             rows, nc = _rows(self.answers, self.scns, self.points, plan.clock)
-            judge_pairs(rows, plan.threshold, self.level, self.fdr)
+            judge_pairs(rows, plan.threshold, self.level, self.fdr, plan.host_covariate)
         return rows, nc, stopped
 
     def _add_pairs(self, ks: list[int], open_rows: dict[tuple[str, int, str], tuple[str, ...]]
@@ -874,6 +876,7 @@ class InterleavedRun:
         for doc in docs:  # how the pairs' processes took turns: call by call, or a point at a time; on one CPU or not
             doc["interleaved"]["turns"] = "call" if self.turns else "point"
             doc["interleaved"]["same_cpu"] = bool(self.cpus)
+            doc["interleaved"]["host_covariate"] = self.plan.host_covariate
         nc = [(fw, f"did not start on the {s.name} side: {env[s.name][fw]['why']}") for fw in schedule.frameworks
               for s in schedule.sides if not env[s.name][fw]["available"]] + nc
         nc += [("/".join(filter(None, (name, points[name][i].get("label", ""), fw))), why)
@@ -947,8 +950,17 @@ def _rows(answers: Answers, scns: list[Any], points: dict[str, list[Params]], cl
                     continue
                 n = min(len(med[0]), len(med[1]))
                 r.base, r.cand = med[0][:n], med[1][:n]
+                r.base_loop, r.cand_loop = (_row_loops(g)[:n] for g in got)
                 rows.append(r)
     return rows, nc
+
+
+def _row_loops(row: Row) -> list[float]:
+    """Each process's host loop beside the row's repeats (timing.processes[].row_loop_s), in process order; empty
+    where a process has none (an older tree's worker, a request that did not ask)."""
+    procs = (row.timing.processes if row.timing else None) or []
+    loops = [p.row_loop_s for p in procs]
+    return [float(v) for v in loops] if procs and all(v is not None for v in loops) else []
 
 
 def _variant(merged: Any, variant: str) -> Row:

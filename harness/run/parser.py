@@ -24,7 +24,8 @@ MAX_EXAMPLES = 10_000
 MAX_PROCESSES = 16  # --processes; a baseline file's count too (cmd_regress), which the schema bounds alike
 # The interleaved run's options and their defaults; a run of result files takes none of them.
 INTERLEAVED = {"size": "auto", "seed": None, "pairs": 4, "max_pairs": 12, "budget": None, "fdr": 0.05,
-               "world_size": None, "turns": "point", "same_cpu": False}
+               "world_size": None, "turns": "point", "same_cpu": False,
+               "host_covariate": False}
 
 
 def default(name: str) -> Any:
@@ -316,5 +317,10 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "run's CPUs in turn, so that both sides read one CPU. Not shown to narrow host-paced "
                            "rows on a host at two speeds (docs/regress.md). Rank groups are not pinned. A "
                            "one-CPU process's figures are not an unpinned run's")
+    both.add_argument("--host-covariate", action="store_true", default=None,
+                      help="judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios regressed "
+                           "on the host's Python loop timed beside each process's repeats, the change read where "
+                           "the two loops agree (experimental: on one H100 run it narrowed host-paced rows' "
+                           "intervals; not yet shown on a control run of that many pairs: docs/regress.md)")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
