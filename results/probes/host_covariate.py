@@ -10,9 +10,12 @@ Reads interleaved runs' side files (results/regress/<stamp>_interleaved*/, as re
 and prints, per run and covariate (`host_loop_s`: the loop at the request's start, every file has it;
 `row_loop_s`: the loop just before and after the row's repeats, where the run recorded it), the median 95%
 half-width of the rows' change, plain (the regress's paired t test) and adjusted, how many rows narrowed, and
-each host-paced row (`eager`, `item_each_step`) and each planted row (PLANTED) as plain -> adjusted.
+each host-paced row (`eager`, `item_each_step`) and each planted row (PLANTED) as plain -> adjusted. Then, where
+the run recorded `row_loop_s`, the verdicts that regress's own judge_pairs gives its last look's pairs, plain and
+with --host-covariate (harness/regress/regress.py covariate_test), at the rate and confidence split over --looks
+(the run's header says how many: 4 for --pairs 4 --max-pairs 10).
 No GPU runs for it. Usage:
-  python results/probes/host_covariate.py results/regress/<stamp>_interleaved_* [...]
+  python results/probes/host_covariate.py [--looks N] results/regress/<stamp>_interleaved_* [...]
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from scipy import stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pair_spread import rows, sides  # noqa: E402
+
+from harness.regress.regress import Paired, judge_pairs  # noqa: E402
 
 COVARIATES = ("host_loop_s", "row_loop_s")
 HOST_PACED = ("eager", "item_each_step")
@@ -54,7 +59,36 @@ def pairs(rb: dict, rc: dict, covariate: str) -> tuple[np.ndarray, np.ndarray] |
     return np.log(g[:, 1] / g[:, 0]), np.log(g[:, 3] / g[:, 2])
 
 
-def main(folders: list[str]) -> None:
+def verdicts(rb: dict, rc: dict, looks: int) -> None:
+    """judge_pairs' verdicts on the rows' pairs, plain and at equal host speeds: the counts, and the rows called
+    different by either."""
+    def paired(covariate: bool) -> list[Paired]:
+        out = []
+        for key in sorted(set(rb) & set(rc), key=str):
+            pb, pc = (r["timing"]["processes"] for r in (rb[key], rc[key]))
+            n = min(len(pb), len(pc))
+            if n < 2 or not all(p.get("median") for p in pb[:n] + pc[:n]):
+                continue
+            r = Paired(key[0], str(key[1]), key[2], key[3], [p["median"] for p in pb[:n]], [p["median"] for p in pc[:n]])
+            if all(p.get("row_loop_s") for p in pb[:n] + pc[:n]):
+                r.base_loop, r.cand_loop = [p["row_loop_s"] for p in pb[:n]], [p["row_loop_s"] for p in pc[:n]]
+            out.append(r)
+        judge_pairs(out, 0.10, 1 - 0.05 / looks, 0.05 / looks, covariate)
+        return out
+
+    for covariate in (False, True):
+        got = paired(covariate)
+        counts = {v: sum(r.verdict == v for r in got) for v in ("different", "same", "unknown")}
+        print(f"  judge_pairs {'at equal host speeds' if covariate else 'plain'}: {counts}; "
+              f"{sum(r.theta is not None for r in got)} rows adjusted")
+        for r in got:
+            if r.verdict == "different" or (r.scenario, r.framework, r.variant) in PLANTED:
+                print(f"    {r.verdict:<9} {r.scenario}/{r.label}/{r.framework}/{r.variant}: {100 * (r.ratio - 1):+.1f}% "
+                      f"[{100 * (r.lo - 1):+.1f}%, {100 * (r.hi - 1):+.1f}%] q {r.q:.2g}, {r.pairs} pairs"
+                      + (f", theta {r.theta:+.2f}" if r.theta is not None else ""))
+
+
+def main(folders: list[str], looks: int = 1) -> None:
     for folder in folders:
         base, cand = sides(folder)
         rb, rc = rows(base), rows(cand)
@@ -74,9 +108,15 @@ def main(folders: list[str]) -> None:
                 if v in HOST_PACED or (s, fw, v) in PLANTED:
                     print(f"  {s}/{point}/{fw}/{v}, {n} pairs: {100 * math.expm1(m0):+.1f}% ±{100 * h0:.1f} -> "
                           f"{100 * math.expm1(m1):+.1f}% ±{100 * h1:.1f}")
+            if covariate == "row_loop_s":
+                verdicts(rb, rc, looks)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__)
-    main(sys.argv[1:])
+    import argparse
+
+    ap = argparse.ArgumentParser(description="the host loop as a covariate of an interleaved run's pairs")
+    ap.add_argument("--looks", type=int, default=1, help="the run's looks, which split its FDR and confidence")
+    ap.add_argument("folders", nargs="+")
+    a = ap.parse_args()
+    main(a.folders, a.looks)
