@@ -195,7 +195,8 @@ def measure(
     and the warm-up calls, each with its `before` and synchronize), before_s in `before` between the repeats
     (poisoning, refreshing state: part of repeats_s), agree_s in agree, in the warm-up and after each repeat
     (the rank group's agreement, or the other worker's turn: part of neither warm_s nor repeats_s; a worker that
-    takes turns leaves its waits out of loop_s and agree_s after: harness/workers/handlers.py time_point).
+    takes turns leaves its waits out of loop_s and agree_s after: harness/workers/handlers.py time_point); with
+    cfg.host_beside, loop_s also holds the two loops beside the repeats (row_loop_s, their mean).
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")

@@ -503,6 +503,7 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
 
 
 COVARIATE_MIN_PAIRS = 6  # fewer pairs: the plain test (the covariate's degree of freedom costs too much below)
+LOOP_SPREAD_MIN = 0.01  # the pairs' log loop ratios' standard deviation below which the plain test stands
 
 
 def covariate_test(base: list[float], cand: list[float], base_loop: list[float], cand_loop: list[float],
@@ -510,11 +511,13 @@ def covariate_test(base: list[float], cand: list[float], base_loop: list[float],
     """(ratio, lo, hi, p, se, theta) at equal host speeds: the intercept of the pairs' log ratios regressed on their
     log loop ratios (analysis of covariance; CUPED is the same idea), its Student-t interval and two-sided p on
     n - 2 degrees of freedom, its standard error, and the slope. None where it cannot stand in for paired_test: under
-    COVARIATE_MIN_PAIRS pairs, a loop missing or not above 0, loops whose ratios do not vary, or no spread left.
+    COVARIATE_MIN_PAIRS pairs, a loop missing or not above 0, loop ratios that spread less than LOOP_SPREAD_MIN (the
+    loop's own noise: a slope fitted to it only widens the interval), or no spread left.
     Why: a host-paced row's pairs differ by the host's speed when a pair's two requests met the host at different
     speeds; the loop timed beside the row's repeats (TimingConfig.host_beside) tracks that speed, and the intercept
     is the change had both met it at one. It is unbiased where the change under test does not move the loop: two
-    trees on one Python (the loop is the harness's, the same code on both sides)."""
+    trees on one Python that time one loop (harness/measure/host_loop.py identity), and a change that leaves the
+    host's CPUs alone (a candidate whose threads load the host moves both)."""
     n = min(len(base), len(cand), len(base_loop), len(cand_loop))
     if n < COVARIATE_MIN_PAIRS or n != len(base) or n != len(cand):
         return None
@@ -523,7 +526,7 @@ def covariate_test(base: list[float], cand: list[float], base_loop: list[float],
         return None
     d, x = np.log(v[1] / v[0]), np.log(v[3] / v[2])
     sxx = float(np.sum((x - x.mean()) ** 2))
-    if sxx <= EQUAL_RATIOS ** 2:
+    if sxx <= (n - 1) * LOOP_SPREAD_MIN ** 2:  # loops about equal in every pair: nothing to tell the host from the change
         return None
     theta = float(np.sum((x - x.mean()) * (d - d.mean())) / sxx)
     delta = float(d.mean() - theta * x.mean())

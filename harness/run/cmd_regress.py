@@ -255,6 +255,14 @@ def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
             setattr(a, key, value)
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
+    pythons = {os.path.realpath(p or sys.executable) for p in (a.baseline_python, a.candidate_python)}
+    if a.host_covariate and len(pythons) > 1:  # the covariate must not move with the change under test
+        raise UsageError("--host-covariate needs one Python on both sides: the loop it reads is timed by each side's "
+                         "interpreter, so another Python moves it with the change (drop --baseline-python/"
+                         "--candidate-python or --host-covariate)")
+    if a.host_covariate and a.turns == "call":  # the loop runs outside the turns: beside the other side's calls
+        raise UsageError("--host-covariate times the loop outside a pair's turns, where --turns call runs the other "
+                         "side's calls: drop one of them")
     # both sides inherit this process's environment: a fault planted there would be planted on both alike
     # and cancel out of every pair, so that a run meant to show it reads "no change"
     for key in (faults.ENV, FAULT_RANK_ENV):

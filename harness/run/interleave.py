@@ -659,9 +659,14 @@ class InterleavedRun:
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
                 self.cfg = replace(self.cfg, kernel_clock=False)
-            # the host's loop beside each row, the pairs' covariate (TimingConfig.host_beside), where every worker can
-            if all(env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running):
+            # --host-covariate: the host's loop beside each row (TimingConfig.host_beside), where every worker times
+            # one and the same loop; else the rows have no loop and are judged plain
+            loops = {env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running}
+            if plan.host_covariate and len(loops) == 1 and None not in loops:
                 self.cfg = replace(self.cfg, host_beside=True)
+            elif plan.host_covariate:
+                schedule.log("--host-covariate: the two sides' workers do not time one loop (an older tree's time none, "
+                             "a tree that changed harness/measure/host_loop.py another): every row is judged plain")
             start_s = schedule.now() - t_start
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price

@@ -318,9 +318,11 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "rows on a host at two speeds (docs/regress.md). Rank groups are not pinned. A "
                            "one-CPU process's figures are not an unpinned run's")
     both.add_argument("--host-covariate", action="store_true", default=None,
-                      help="judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios regressed "
-                           "on the host's Python loop timed beside each process's repeats, the change read where "
-                           "the two loops agree (experimental: on one H100 run it narrowed host-paced rows' "
-                           "intervals; not yet shown on a control run of that many pairs: docs/regress.md)")
+                      help="time the host's Python loop beside each row's repeats (two loops of about 6 ms a row) "
+                           "and judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios "
+                           "regressed on their loops' log ratios, the change read where the two loops agree. One "
+                           "Python on both sides; not with --turns call. Experimental: on one H100 run it narrowed "
+                           "host-paced rows' intervals; not yet shown on a control run of that many pairs "
+                           "(docs/regress.md)")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
