@@ -321,8 +321,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                       help="time the host's Python loop beside each row's repeats (two loops of about 6 ms a row) "
                            "and judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios "
                            "regressed on their loops' log ratios, the change read where the two loops agree. One "
-                           "Python on both sides; not with --turns call. Experimental: on one H100 run it narrowed "
-                           "host-paced rows' intervals; not yet shown on a control run of that many pairs "
-                           "(docs/regress.md)")
+                           "Python on both sides; not with --turns call. Experimental: its false-discovery rate is "
+                           "not yet measured on a GPU (docs/regress.md)")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
