@@ -521,7 +521,7 @@ def covariate_test(base: list[float], cand: list[float], base_loop: list[float],
     n = min(len(base), len(cand), len(base_loop), len(cand_loop))
     if n < COVARIATE_MIN_PAIRS or n != len(base) or n != len(cand):
         return None
-    v = np.asarray([base, cand, base_loop, cand_loop], dtype=np.float64)
+    v = np.asarray([base, cand, base_loop[:n], cand_loop[:n]], dtype=np.float64)
     if not (np.isfinite(v).all() and (v > 0).all()):
         return None
     d, x = np.log(v[1] / v[0]), np.log(v[3] / v[2])
@@ -566,9 +566,15 @@ def smallest_change(sd: float, n: int, threshold: float, alpha: float) -> float:
         return math.inf
     if sd <= EQUAL_RATIOS:  # equal ratios: the sign test (paired_test), whose p depends on n alone
         return threshold if 2.0 ** (1 - n) <= alpha else math.inf
+    return change_at(sd / math.sqrt(n), n - 1, threshold, alpha)
+
+
+def change_at(se: float, df: int, threshold: float, alpha: float) -> float:
+    """The smallest change a Student-t test of a log change with standard error se on df degrees of freedom calls
+    different at level alpha, never below the effect floor (smallest_change's, and covariate_test's intercept's)."""
     from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
 
-    log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n))
+    log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, df)) * se)
     return math.expm1(log) if log < 700 else math.inf  # beyond a float: no change that pairs can show
 
 
@@ -608,10 +614,7 @@ def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: fl
             r.detectable = detectable(r.base, r.cand, threshold, alpha)
             continue
         r.ratio, r.lo, r.hi, r.p, se, r.theta = got
-        from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
-
-        log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, r.pairs - 2)) * se)
-        r.detectable = math.expm1(log) if log < 700 else math.inf
+        r.detectable = change_at(se, r.pairs - 2, threshold, alpha)
     for r, q in zip(timed, bh_adjust([r.p for r in timed])):
         r.q = q
         floor = math.log1p(threshold)

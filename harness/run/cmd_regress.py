@@ -255,8 +255,8 @@ def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
             setattr(a, key, value)
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
-    pythons = {os.path.realpath(p or sys.executable) for p in (a.baseline_python, a.candidate_python)}
-    if a.host_covariate and len(pythons) > 1:  # the covariate must not move with the change under test
+    if a.host_covariate and len({os.path.realpath(p or sys.executable)  # the covariate must not move with the change
+                                 for p in (a.baseline_python, a.candidate_python)}) > 1:
         raise UsageError("--host-covariate needs one Python on both sides: the loop it reads is timed by each side's "
                          "interpreter, so another Python moves it with the change (drop --baseline-python/"
                          "--candidate-python or --host-covariate)")
