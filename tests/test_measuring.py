@@ -88,6 +88,31 @@ def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
     assert t["host_sensitivity"] == {"slope": None, "r": None, "n": 2}  # two processes: nothing to regress on
 
 
+def _answer(timing: dict) -> dict:
+    row = {"scenario": "s", "framework": "torch", "variant": "v", "status": "ok", "wall_s": 1.0, "timing": timing,
+           "check": {"checked": 2, "wrong": 0, "worst": "", "max_rel_err": 0.0}}
+    return {"rows": [row], "sample": None}
+
+
+def test_two_processes_that_timed_the_same_repeats_bit_for_bit_fail_the_row():
+    """A state shared between processes (a cache of timings, one worker asked twice) would pool one process's
+    repeats twice and shrink the spread between processes that the row's interval rests on: the row fails and
+    says why. Equal medians from different repeats are a measurement, and a clock too coarse to tell repeats
+    apart proves nothing."""
+    a, b, c = (_process(1e-3, 0.010, 1000.0 + i, seed=i) for i in range(3))
+    (row,), _ = processes.merge([_answer(a), _answer(b), _answer(c)])
+    assert row.status == "ok" and len(row.timing.processes) == 3
+    (row,), _ = processes.merge([_answer(a), _answer(b), _answer(dict(a, host_loop_at=1010.0))])
+    assert row.status == "error" and row.timing is None and row.check is None
+    assert row.reason.startswith("processes 1 and 3 timed the same 20 repeats, bit for bit: they shared a state")
+    ties = dict(b, samples={"device_done": sorted(b["samples"]["device_done"]), "host_return": b["samples"]["host_return"]})
+    (row,), _ = processes.merge([_answer(b), _answer(ties)])  # the same repeats in another order: measured
+    assert row.status == "ok"
+    flat = dict(a, samples={"device_done": [1e-3] * 20, "host_return": [1e-3] * 20})
+    (row,), _ = processes.merge([_answer(flat), _answer(flat)])
+    assert row.status == "ok"
+
+
 def _typed(rows):
     return [Row.from_dict(r) for r in rows]
 

@@ -48,6 +48,7 @@ PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a
 # a share of a second a process (results/journal.md), and a device-paced clock varies little between processes;
 # CUDA events, which cost nothing, time every process.
 KERNEL_PROCESSES = 2
+SAME_REPEATS_MIN = 3  # repeats that two processes must share, bit for bit, to be called one source (same_repeats)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
 Timed = Answer  # a time request's answer (handlers.time_point), or its failure
@@ -167,6 +168,12 @@ def _merge_row(per: list[ProcessRow]) -> Row:
     row = per[0]
     if row.timing is None:
         return row.merged(None)
+    twins = same_repeats([r.timing for r in per if r.timing is not None])
+    if twins is not None:  # not a measurement: the row fails rather than count one process's figures twice
+        i, j = twins
+        return row.merged(None, status="error", check=None, wall_s=None, reason=(
+            f"processes {i + 1} and {j + 1} timed the same {len(per[i].timing.samples['device_done'])} repeats, "  # type: ignore[union-attr]
+            f"bit for bit: they shared a state (a cache of timings, one process asked twice), not a GPU's run"))
     bad = next((r for r in per if r.status == "wrong"), None)
     if bad is not None:
         status, check = "wrong", bad.check
@@ -178,6 +185,23 @@ def _merge_row(per: list[ProcessRow]) -> Row:
                                          if r.check.max_rel_err is not None), default=None))
     return row.merged(pool_timing([r.timing for r in per]), status=status, check=check,
                       wall_s=sum(r.wall_s for r in per))
+
+
+def same_repeats(timings: list[ProcessTiming]) -> tuple[int, int] | None:
+    """The first two processes whose repeats on the row's clock are the same values in the same order, or
+    None. Two processes' clocks never agree on SAME_REPEATS_MIN differing repeats to the last bit; where
+    they do, the figures came from one source, and pooling them would shrink the spread between processes
+    that the row's interval and regress's pairs rest on. A process whose repeats are all one value (a
+    clock too coarse for the row) proves nothing and is not compared."""
+    seen: dict[tuple[float, ...], int] = {}
+    for j, t in enumerate(timings):
+        x = tuple(t.samples.get("device_done") or ())
+        if len(x) < SAME_REPEATS_MIN or len(set(x)) == 1:
+            continue
+        if x in seen:
+            return seen[x], j
+        seen[x] = j
+    return None
 
 
 def pool_timing(timings: list[ProcessTiming]) -> Timing:
