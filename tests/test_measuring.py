@@ -343,6 +343,7 @@ def check_path(request, monkeypatch):
     from harness.backends import base
 
     monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0 if request.param == "device digest" else math.inf)
+    monkeypatch.setattr(base, "DIGEST_ON_CPU", request.param == "device digest")
     return request.param
 
 
@@ -458,6 +459,7 @@ def test_with_a_device_digest_a_process_copies_to_the_host_only_outputs_it_has_n
 
     backend_or_skip("torch")
     monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setattr(base, "DIGEST_ON_CPU", True)
     b = backends.get("torch").load()
     copies: list[int] = []
     real = b.to_numpy
@@ -584,6 +586,7 @@ def test_a_verdict_against_a_framework_own_baseline_is_never_shared(monkeypatch)
 
     backend_or_skip("torch")
     monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setattr(base, "DIGEST_ON_CPU", True)
     monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)
     monkeypatch.setitem(_cache, "sync_points", dataclasses.replace(get("sync_points"), cheap_reference=lambda p: False))
     params = get("sync_points").params_for_size("smoke") | {"seed": 3}
@@ -617,6 +620,7 @@ def test_a_first_check_recomputes_output_metrics_that_a_remembered_verdict_lacks
 
     backend_or_skip("torch")
     monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setattr(base, "DIGEST_ON_CPU", True)
     params = get("matmul_precision").params_for_size("smoke") | {"seed": 2}
     cfg = timing.TimingConfig(warmup=0, min_repeats=2, max_repeats=2, min_time_s=0.0)
     root = point_cache.start()
@@ -758,6 +762,7 @@ def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_ot
 
     backend_or_skip("torch")
     monkeypatch.setattr(base, "DIGEST_MIN_BYTES", 0)
+    monkeypatch.setattr(base, "DIGEST_ON_CPU", True)
     scn = dataclasses.replace(get("pinned_transfer"), cheap_reference=lambda p: False)
     monkeypatch.setitem(_cache, "pinned_transfer", scn)
     b = backends.get("torch").load()

@@ -16,6 +16,11 @@ from typing import Any, Callable, Iterator, NotRequired, TypedDict
 import numpy as np
 
 from harness.backends.digest import MIN_BYTES as DIGEST_MIN_BYTES
+
+# Without a GPU the outputs are host memory: a check reads them in place, and sha256 keys them for the point
+# cache (harness/workers/point_cache.py digest), faster than the device digest's emulated uint32 arithmetic on a
+# CPU. Tests set it to run the device digest's path on a CPU machine.
+DIGEST_ON_CPU = False
 from harness.backends.digest import key as digest_key
 from harness.backends.digest import lanes as digest_lanes
 from harness.backends.digest import words as digest_words
@@ -214,14 +219,16 @@ class Backend(ABC):
     def digest(self, x: Any) -> str | None:
         """The key of outputs (an array or a dict of them) computed on their device: their names, dtypes,
         shapes and bytes (harness/backends/digest.py); a few integers cross to the host, not the bytes.
-        None where the outputs are anything else, smaller than its MIN_BYTES in all, in host memory on a GPU
-        machine, of a dtype this framework cannot view as words, or where the digest fails (out of memory):
+        None where the outputs are anything else, smaller than its MIN_BYTES in all, in host memory (on a
+        machine without a GPU, all of them: DIGEST_ON_CPU), of a dtype this framework cannot view as words, or where the digest fails (out of memory):
         the caller then copies and compares."""
         arrays = x if isinstance(x, dict) else {"": x}
         if not self.device_digest or not arrays or not all(self.is_array(a) for a in arrays.values()):
             return None
         if self.on_gpu and not all(self._on_device(a) for a in arrays.values()):
             return None  # host memory (a device-to-host copy's output) is read in place: cheaper than a digest there
+        if not self.on_gpu and not DIGEST_ON_CPU:
+            return None  # likewise every output on a CPU machine (torch's digest there: about 60 s a GiB)
         try:
             described = {k: self._describe(a) for k, a in arrays.items()}
             if sum(size for _, _, size in described.values()) < DIGEST_MIN_BYTES:
