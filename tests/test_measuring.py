@@ -447,6 +447,58 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
         point_cache.stop(root)
 
 
+def test_variants_judged_alike_compare_the_same_bytes_once_and_a_hazard_or_another_tolerance_on_its_own(
+        monkeypatch, check_path):
+    """donation's new_buffer and in_place write the same bytes and are judged alike (the scenario's tolerance,
+    not a hazard): the second is not compared again, in this process or in a second one. The hazard keeps no
+    error, and a variant of its own tolerance passes bytes another would not: each is judged on its own. A
+    planted wrong element in one variant is still compared, and caught."""
+    from dataclasses import replace
+
+    from harness.measure import timing
+    from harness.workers import handlers, point_cache
+    from scenarios import get
+    from scenarios.spec import Tolerance
+    from tests.conftest import backend_or_skip
+    from tests.test_planted_bugs import _break_one_element
+
+    backend_or_skip("torch")
+    monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)  # smoke outputs are small: shortcut them too
+    compared: list[str] = []
+    real = outputs.compare_outputs
+    monkeypatch.setattr(outputs, "compare_outputs",
+                        lambda scn, params, got, want, variant: compared.append(variant) or real(
+                            scn, params, got, want, variant=variant))
+    scn = get("donation")
+    params = scn.params_for_size("smoke") | {"seed": 5}
+    cfg = timing.TimingConfig(warmup=1, min_repeats=4, max_repeats=4, min_time_s=0.0)
+    alike = {v.name: outputs.judged_alike(v) for v in scn.variants}
+    assert alike["new_buffer"] == alike["in_place"] != alike["read_after_update"]
+    assert outputs.judged_alike(replace(scn.variants[1], tolerance=Tolerance({"float32": (1e-2, 1e-3)}))) not in (
+        alike.values())
+
+    def one_process():
+        return {r["variant"]: r for r in handlers.time_scenario("torch", "donation", params, cfg,
+                                                                progress=lambda _t: None)}
+
+    root = point_cache.start()
+    try:
+        first = one_process()
+        assert all(r["status"] == "ok" for r in first.values()) and first["read_after_update"]["check"]["wrong"] > 0
+        assert compared[:1] == ["new_buffer"] and "in_place" not in compared and "read_after_update" in compared
+        assert first["in_place"]["check"]["max_rel_err"] == first["new_buffer"]["check"]["max_rel_err"]
+        n_first = len(compared)
+        again = one_process()
+        assert len(compared) == n_first and {v: r["status"] for v, r in again.items()} == (
+            {v: r["status"] for v, r in first.items()})
+        _break_one_element(monkeypatch, "donation", "torch", "in_place", 1.0, check_path == "device digest")
+        broken = one_process()
+        assert compared[n_first:] == ["in_place"] and broken["in_place"]["status"] == "wrong"
+        assert broken["new_buffer"]["status"] == "ok"
+    finally:
+        point_cache.stop(root)
+
+
 def test_with_a_device_digest_a_process_copies_to_the_host_only_outputs_it_has_not_judged(monkeypatch):
     """The first process copies each variant's first checked outputs once (none for the repeats after it,
     whose digests match); a second process of the run copies none: the digests recall the verdicts."""

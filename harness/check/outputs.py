@@ -4,13 +4,16 @@ OutputCheck judges the outputs of the checked repeats against `want`: the float6
 the reference is too costly at the size, this framework's baseline outputs. It spends as little as the
 verdict allows: outputs whose device digest (harness/backends/digest.py) is that of the first checked
 outputs get the first verdict without a copy; outputs with the baseline's own digest pass with error 0;
-another process's verdict on the same bytes stands (the run's point cache, by device digest or sha256).
+a verdict on the same bytes by another process, framework or variant judged alike (judged_alike) stands
+(the run's point cache, by device digest or sha256).
 With nothing to check against it keeps a copy of the first outputs, which become the later variants'
 `want`. Why a small object: the timer's loop stays about timing, and this state (the first verdict, the
 errors, the metrics computed from the outputs) is one thing with its own tests.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
@@ -86,12 +89,13 @@ class OutputCheck:
         def usable(known: Verdict | None) -> bool:
             return known is not None and (not metrics or "metrics" in known)
 
-        known = cache.recall(scn, params, v.name, dev) if self.want_is_reference else None
+        alike = judged_alike(v)
+        known = cache.recall(scn, params, alike, dev) if self.want_is_reference else None
         if not usable(known):
             got = self.b.to_numpy(out) if got is None else got
             exact = bit_exact(scn, params, want, v.name)  # one pass decides; sha256 would cost more than it saves
             key = cache.digest(got) if self.want_is_reference and dev is None and (metrics or not exact) else None
-            known = cache.recall(scn, params, v.name, key)
+            known = cache.recall(scn, params, alike, key)
             if not usable(known):
                 m = compare_outputs(scn, params, got, want, variant=v.name)
                 # bit-exact outputs that pass equal the reference element for element: their error is 0
@@ -99,13 +103,24 @@ class OutputCheck:
                 known = {"err": err, "verdict": None if m is None else m.describe()}
                 if metrics:
                     known["metrics"] = {k: float(x) for k, x in scn.output_metrics(got, want, params).items()}
-                cache.remember(scn, params, v.name, key, known)
+                cache.remember(scn, params, alike, key, known)
             if self.want_is_reference:
-                cache.remember(scn, params, v.name, dev, known)
+                cache.remember(scn, params, alike, dev, known)
         assert known is not None
         if metrics:
             self.metrics.update(known["metrics"])
         return known["err"], known["verdict"], got
+
+
+def judged_alike(v: Variant) -> str:
+    """The name a verdict on given bytes is kept under in the point cache: what a check depends on besides
+    the bytes and the point, the variant's own tolerance (or the scenario's) and whether it is a hazard (whose
+    error is not kept). Variants alike in both share verdicts, across frameworks too: most variants of a
+    scenario compute the same values by other means (donation's new_buffer and in_place write the same
+    1 GiB), and those bytes are compared with the reference once a point, not once a variant."""
+    tol = "scenario" if v.tolerance is None else hashlib.sha256(
+        json.dumps(sorted(v.tolerance.by_dtype.items())).encode()).hexdigest()[:12]
+    return f"{'hazard' if v.hazard else 'timed'}-{tol}"
 
 
 def copied(a: Any) -> Any:

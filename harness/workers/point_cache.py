@@ -12,10 +12,11 @@ whole cost a process seconds (donation's 2 GiB reference; docs/design/processes.
 Without the variable (tests, a rank under torchrun) every process makes its own.
 
 The same folder keeps the verdicts of the timed checks against the reference (remember / recall),
-keyed by the variant and a digest of the checked outputs' bytes: a process whose outputs are the bytes
-another process already checked gets that check's verdict, error and output metrics without comparing
-64 M elements in float64 again (matmul_precision: seconds a check, most of its timing
-phase). Outputs that differ by one bit are compared in full, so a wrong output is still caught.
+keyed by how the outputs are judged (harness/check/outputs.py judged_alike: a tolerance, a hazard or not) and a
+digest of their bytes: a process whose outputs are the bytes another process, framework or variant already
+checked the same way gets that check's verdict, error and output metrics without comparing 64 M elements in
+float64 again (matmul_precision: seconds a check, most of its timing phase). Outputs that differ by one bit are
+compared in full, so a wrong output is still caught.
 """
 from __future__ import annotations
 
@@ -113,16 +114,17 @@ def digest(outputs: Any) -> str | None:
     return h.hexdigest()
 
 
-def _verdict_path(scn: Scenario, params: Params, variant: str, key: str) -> str | None:
+def _verdict_path(scn: Scenario, params: Params, alike: str, key: str) -> str | None:
     root = os.environ.get(ENV)
     if not root or not os.path.isdir(root):
         return None
-    return os.path.join(root, f"verdicts-{_key(scn, params)}", f"{variant}-{key[:40]}.json")
+    return os.path.join(root, f"verdicts-{_key(scn, params)}", f"{alike}-{key[:40]}.json")
 
 
-def recall(scn: Scenario, params: Params, variant: str, key: str | None) -> Verdict | None:
-    """What remember stored for these outputs at this point (checked against its reference), or None."""
-    path = _verdict_path(scn, params, variant, key) if key else None
+def recall(scn: Scenario, params: Params, alike: str, key: str | None) -> Verdict | None:
+    """What remember stored for outputs of digest `key` at this point, judged as `alike` names (checked against
+    its reference), or None."""
+    path = _verdict_path(scn, params, alike, key) if key else None
     if path is None or not os.path.isfile(path):
         return None
     try:
@@ -132,9 +134,10 @@ def recall(scn: Scenario, params: Params, variant: str, key: str | None) -> Verd
         return None
 
 
-def remember(scn: Scenario, params: Params, variant: str, key: str | None, known: Verdict) -> None:
-    """Store a check's outcome ({"err", "verdict", "metrics"?}, JSON) for outputs of digest `key`."""
-    path = _verdict_path(scn, params, variant, key) if key else None
+def remember(scn: Scenario, params: Params, alike: str, key: str | None, known: Verdict) -> None:
+    """Store a check's outcome ({"err", "verdict", "metrics"?}, JSON) for outputs of digest `key`, judged as
+    `alike` names."""
+    path = _verdict_path(scn, params, alike, key) if key else None
     if path is None:
         return
     try:
