@@ -324,6 +324,10 @@ def test_relative_error():
     assert relative_error({"x": np.array([1.0, 2.0, 1e-9, 4.0])}, w) == pytest.approx(1e-9 / 4e-6)  # floored |want|
     assert relative_error({"x": np.array([1.0, 2.0, np.nan, 4.0])}, w) == float("inf")
     assert relative_error({}, w) == relative_error({"x": np.ones(3)}, w) == float("inf")
+    # float32 against a float64 reference, equal at a chunk's ends: the middle still counts
+    assert relative_error({"x": np.array([1, 2, 3, 4], np.float32)}, {"x": np.array([1.0, 2.0, 3.5, 4.0])}) == (
+        pytest.approx(0.5 / 3.5))
+    assert relative_error({"x": np.array([1, 2, 3, 4], np.float32)}, {"x": np.array([1.0, 2.0, 3.0, 4.0])}) == 0.0
     big = np.random.default_rng(0).standard_normal(10_001) + 5
     got = big * (1 + 1e-3 * (np.arange(big.size) == 9_999))
     assert relative_error({"x": got}, {"x": big}, chunk=1000) == pytest.approx(1e-3)

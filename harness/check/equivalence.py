@@ -143,7 +143,9 @@ def relative_error(got: Arrays, want: Arrays, chunk: int = CHUNK) -> float:
         floor = None  # 1e-6 of max |want|, computed once a chunk differs
         for i in range(0, wf.size, chunk):
             wc, gc = wf[i:i + chunk], gf[i:i + chunk]
-            if np.array_equal(gc, wc):  # NaN never equals: a chunk holding one takes the full path
+            # NaN never equals: a chunk holding one takes the full path. Its ends first: a float32 output against
+            # a float64 reference seldom equals it, and array_equal across dtypes casts the whole chunk
+            if gc[0] == wc[0] and gc[-1] == wc[-1] and np.array_equal(gc, wc):
                 continue
             if floor is None:  # two reductions, no temporaries
                 amax = max(abs(float(wf.max())), abs(float(wf.min())))
