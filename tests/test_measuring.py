@@ -108,7 +108,8 @@ def test_two_processes_that_timed_the_same_repeats_bit_for_bit_fail_the_row():
     ties = dict(b, samples={"device_done": sorted(b["samples"]["device_done"]), "host_return": b["samples"]["host_return"]})
     (row,), _ = processes.merge([_answer(b), _answer(ties)])  # the same repeats in another order: measured
     assert row.status == "ok"
-    flat = dict(a, samples={"device_done": [1e-3] * 20, "host_return": [1e-3] * 20})
+    coarse = [1e-3, 1e-3, 2e-3] * 3  # two distinct values: a coarse clock's chance agreement, not a shared source
+    flat = dict(a, samples={"device_done": coarse, "host_return": coarse})
     (row,), _ = processes.merge([_answer(flat), _answer(flat)])
     assert row.status == "ok"
 

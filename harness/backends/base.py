@@ -16,15 +16,15 @@ from typing import Any, Callable, Iterator, NotRequired, TypedDict
 import numpy as np
 
 from harness.backends.digest import MIN_BYTES as DIGEST_MIN_BYTES
-
-# Without a GPU the outputs are host memory: a check reads them in place, and sha256 keys them for the point
-# cache (harness/workers/point_cache.py digest), faster than the device digest's emulated uint32 arithmetic on a
-# CPU. Tests set it to run the device digest's path on a CPU machine.
-DIGEST_ON_CPU = False
 from harness.backends.digest import key as digest_key
 from harness.backends.digest import lanes as digest_lanes
 from harness.backends.digest import words as digest_words
 from scenarios.spec import Params
+
+# Without a GPU the outputs are host memory: a check reads them in place, and the point cache keys the large ones
+# by sha256 (harness/workers/point_cache.py digest), faster than the device digest's emulated uint32 arithmetic on
+# a CPU. Tests set it to run the device digest's path on a CPU machine.
+DIGEST_ON_CPU = False
 
 # Free-form by nature: a backend's own facts as env() reports them (version, device, CUDA runtime, memory cap,
 # ...), whose keys are the backend's; the result keeps them as a framework's env (model.FrameworkEnv.env)
@@ -220,8 +220,8 @@ class Backend(ABC):
         """The key of outputs (an array or a dict of them) computed on their device: their names, dtypes,
         shapes and bytes (harness/backends/digest.py); a few integers cross to the host, not the bytes.
         None where the outputs are anything else, smaller than its MIN_BYTES in all, in host memory (on a
-        machine without a GPU, all of them: DIGEST_ON_CPU), of a dtype this framework cannot view as words, or where the digest fails (out of memory):
-        the caller then copies and compares."""
+        machine without a GPU, all of them: DIGEST_ON_CPU), of a dtype this framework cannot view as words, or
+        where the digest fails (out of memory): the caller then copies and compares."""
         arrays = x if isinstance(x, dict) else {"": x}
         if not self.device_digest or not arrays or not all(self.is_array(a) for a in arrays.values()):
             return None

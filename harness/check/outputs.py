@@ -117,7 +117,8 @@ def judged_alike(v: Variant) -> str:
     the bytes and the point, the variant's own tolerance (or the scenario's) and whether it is a hazard (whose
     error is not kept). Variants alike in both share verdicts, across frameworks too: most variants of a
     scenario compute the same values by other means (donation's new_buffer and in_place write the same
-    1 GiB), and those bytes are compared with the reference once a point, not once a variant."""
+    1 GiB). Outputs the cache can key (a device digest from 1 MiB, sha256 from 8 MiB) are then compared with
+    the reference once a point, not once a variant."""
     tol = "scenario" if v.tolerance is None else hashlib.sha256(
         json.dumps(sorted(v.tolerance.by_dtype.items())).encode()).hexdigest()[:12]
     return f"{'hazard' if v.hazard else 'timed'}-{tol}"

@@ -48,7 +48,7 @@ PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a
 # a share of a second a process (results/journal.md), and a device-paced clock varies little between processes;
 # CUDA events, which cost nothing, time every process.
 KERNEL_PROCESSES = 2
-SAME_REPEATS_MIN = 3  # repeats that two processes must share, bit for bit, to be called one source (same_repeats)
+SAME_REPEATS_MIN = 3  # distinct repeats two processes must share, bit for bit, to be called one source (same_repeats)
 MIN_PLANNED = 5  # the fewest repeats a planned process runs: the noise rule's and a median's least
 IQR_SIGMAS = 1.349  # a normal distribution's interquartile range in standard deviations
 Timed = Answer  # a time request's answer (handlers.time_point), or its failure
@@ -168,7 +168,7 @@ def _merge_row(per: list[ProcessRow]) -> Row:
     row = per[0]
     if row.timing is None:
         return row.merged(None)
-    twins = same_repeats([r.timing for r in per if r.timing is not None])
+    twins = same_repeats([r.timing for r in per])
     if twins is not None:  # not a measurement: the row fails rather than count one process's figures twice
         i, j = twins
         return row.merged(None, status="error", check=None, wall_s=None, reason=(
@@ -187,16 +187,16 @@ def _merge_row(per: list[ProcessRow]) -> Row:
                       wall_s=sum(r.wall_s for r in per))
 
 
-def same_repeats(timings: list[ProcessTiming]) -> tuple[int, int] | None:
-    """The first two processes whose repeats on the row's clock are the same values in the same order, or
-    None. Two processes' clocks never agree on SAME_REPEATS_MIN differing repeats to the last bit; where
-    they do, the figures came from one source, and pooling them would shrink the spread between processes
-    that the row's interval and regress's pairs rest on. A process whose repeats are all one value (a
-    clock too coarse for the row) proves nothing and is not compared."""
+def same_repeats(timings: list[ProcessTiming | None]) -> tuple[int, int] | None:
+    """The positions of the first two processes whose repeats on the row's clock are the same values in the
+    same order, or None. Two processes' clocks (perf_counter, nanoseconds) never agree on SAME_REPEATS_MIN
+    distinct repeats to the last bit; where they do, the figures came from one source, and pooling them would
+    shrink the spread between processes that the row's interval and regress's pairs rest on. A process with
+    fewer distinct repeats (a clock too coarse for the row) proves nothing and is not compared."""
     seen: dict[tuple[float, ...], int] = {}
     for j, t in enumerate(timings):
-        x = tuple(t.samples.get("device_done") or ())
-        if len(x) < SAME_REPEATS_MIN or len(set(x)) == 1:
+        x = tuple(t.samples.get("device_done") or ()) if t is not None else ()
+        if len(set(x)) < SAME_REPEATS_MIN:
             continue
         if x in seen:
             return seen[x], j
