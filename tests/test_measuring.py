@@ -424,8 +424,8 @@ def test_a_second_process_gets_the_verdict_on_the_same_bytes_and_compares_differ
     compared: list[str] = []
     real = outputs.compare_outputs
     monkeypatch.setattr(outputs, "compare_outputs",
-                        lambda scn, params, got, want, variant: compared.append(variant) or real(
-                            scn, params, got, want, variant=variant))
+                        lambda scn, params, got, want, variant, **kw: compared.append(variant) or real(
+                            scn, params, got, want, variant=variant, **kw))
     root = point_cache.start()
     try:
         params = get("sync_points").params_for_size("smoke") | {"seed": 3}
@@ -456,6 +456,7 @@ def test_variants_judged_alike_compare_the_same_bytes_once_and_a_hazard_or_anoth
     planted wrong element in one variant is still compared, and caught."""
     from dataclasses import replace
 
+    from harness.check.equivalence import relative_error
     from harness.measure import timing
     from harness.workers import handlers, point_cache
     from scenarios import get
@@ -466,10 +467,11 @@ def test_variants_judged_alike_compare_the_same_bytes_once_and_a_hazard_or_anoth
     backend_or_skip("torch")
     monkeypatch.setattr(point_cache, "DIGEST_MIN_BYTES", 0)  # smoke outputs are small: shortcut them too
     compared: list[str] = []
+    seen: dict[str, tuple] = {}
     real = outputs.compare_outputs
-    monkeypatch.setattr(outputs, "compare_outputs",
-                        lambda scn, params, got, want, variant: compared.append(variant) or real(
-                            scn, params, got, want, variant=variant))
+    monkeypatch.setattr(outputs, "compare_outputs", lambda scn, params, got, want, variant, **kw: (
+        compared.append(variant), seen.setdefault(variant, (got, want))) and real(scn, params, got, want,
+                                                                                  variant=variant, **kw))
     scn = get("donation")
     params = scn.params_for_size("smoke") | {"seed": 5}
     cfg = timing.TimingConfig(warmup=1, min_repeats=4, max_repeats=4, min_time_s=0.0)
@@ -487,7 +489,9 @@ def test_variants_judged_alike_compare_the_same_bytes_once_and_a_hazard_or_anoth
         first = one_process()
         assert all(r["status"] == "ok" for r in first.values()) and first["read_after_update"]["check"]["wrong"] > 0
         assert compared[:1] == ["new_buffer"] and "in_place" not in compared and "read_after_update" in compared
-        assert first["in_place"]["check"]["max_rel_err"] == first["new_buffer"]["check"]["max_rel_err"]
+        # the error the comparison's own pass found: relative_error's, to the bit (float32 rounding: not 0)
+        err = first["new_buffer"]["check"]["max_rel_err"]
+        assert err == relative_error(*seen["new_buffer"]) > 0 and first["in_place"]["check"]["max_rel_err"] == err
         n_first = len(compared)
         again = one_process()
         assert len(compared) == n_first and {v: r["status"] for v, r in again.items()} == (
@@ -826,8 +830,8 @@ def test_outputs_with_the_baseline_device_digest_pass_without_a_host_copy_and_ot
     compared: list[str] = []
     real_compare = outputs.compare_outputs
     monkeypatch.setattr(outputs, "compare_outputs",
-                        lambda scn, params, got, want, variant: compared.append(variant) or real_compare(
-                            scn, params, got, want, variant=variant))
+                        lambda scn, params, got, want, variant, **kw: compared.append(variant) or real_compare(
+                            scn, params, got, want, variant=variant, **kw))
     cfg = timing.TimingConfig(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0)
 
     def one_process():

@@ -211,20 +211,24 @@ def test_a_chunked_comparison_finds_what_one_pass_over_the_whole_output_finds(rt
     """compare_arrays works in cache-sized chunks; the count, the worst element and its band must be those
     of one elementwise pass over the whole output (an oracle written out here), whatever the chunk: on
     its own (widen 1) and as the cross-framework check calls it (widen 2, the float64 reference as scale,
-    outputs of two dimensions)."""
+    outputs of two dimensions). The relative error it gives from the same pass is relative_error's."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
     from hypothesis.extra.numpy import array_shapes, arrays
+
+    from harness.check.equivalence import relative_error
 
     values = st.sampled_from([0.0, 1.0, -2.5, 1e-7, 3.0000002, np.nan, np.inf, -np.inf])
 
     @settings(max_examples=200, deadline=None, database=None)
     @given(arrays(np.float32, array_shapes(min_dims=1, max_dims=2, max_side=12), elements=values), st.data(),
-           st.integers(1, 9), st.sampled_from([1.0, 2.0]), st.booleans())
-    def prop(want, data, chunk, widen, scaled):
+           st.integers(1, 9), st.sampled_from([1.0, 2.0]), st.booleans(), st.booleans())
+    def prop(want, data, chunk, widen, scaled, reference):
         got = want.copy()
         for i in data.draw(st.lists(st.integers(0, want.size - 1), max_size=6)):
             got.reshape(-1)[i] = data.draw(values)
+        if reference:  # a float32 output against a float64 reference, as a timed check meets it
+            want = want.astype(np.float64)
         scale = data.draw(arrays(np.float64, want.shape, elements=values)) if scaled else None
         g, w = got.astype(np.float64), want.astype(np.float64)
         with np.errstate(invalid="ignore"):
@@ -233,6 +237,10 @@ def test_a_chunked_comparison_finds_what_one_pass_over_the_whole_output_finds(rt
             bad = (g != w) & ~(np.isnan(g) & np.isnan(w)) if rtol == atol == 0 else ~((err <= allowed) | (g == w))
             score = np.nan_to_num(err if rtol == atol == 0 else err - allowed, nan=np.inf, posinf=np.inf)
         m = compare_arrays("y", got, want, rtol, atol, widen, scale, chunk=chunk)
+        errors: list[float] = []  # the relative error from the same pass: relative_error's, to the bit
+        fused = compare_arrays("y", got, want, rtol, atol, widen, scale, chunk=chunk, errors=errors)
+        assert errors == [relative_error({"y": got}, {"y": want}, chunk=chunk)], (errors, chunk)
+        assert (fused is None) == (m is None) and (m is None or fused.describe() == m.describe())
         if not bad.any():
             assert m is None
             return

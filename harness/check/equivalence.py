@@ -68,45 +68,61 @@ CHUNK = 1 << 16  # elements a pass takes at a time: its float64 temporaries (512
 
 
 def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: float, widen: float = 1.0,
-                   scale: np.ndarray | None = None, chunk: int = CHUNK, extra: np.ndarray | None = None) -> Mismatch | None:
+                   scale: np.ndarray | None = None, chunk: int = CHUNK, extra: np.ndarray | None = None,
+                   errors: list[float] | None = None) -> Mismatch | None:
     """None when got matches want; else the worst element. ``scale`` sets |ref| in the band; ``extra`` (per
     element, broadcast to want) widens it where the scenario derived a bound (Scenario.error_bound).
-    Works through the outputs in cache-sized chunks: whole-array float64 temporaries, most of their cost in
-    fresh pages, were most of a large output's check and of its row's loop (docs/design/untimed_costs.md)."""
+    ``errors``, where given, gets the output's relative_error appended, from the same pass (a second float64
+    pass over a 1 GiB output cost about as much as the comparison). Works through the outputs in cache-sized
+    chunks: whole-array float64 temporaries, most of their cost in fresh pages, were most of a large output's
+    check and of its row's loop (docs/design/untimed_costs.md)."""
     g = np.asarray(got)
     w = np.asarray(want)
     if g.shape != w.shape:
+        if errors is not None:
+            errors.append(math.inf)
         return Mismatch(key, "shape", detail=f"shape {g.shape} where {w.shape} was expected")
     exact = rtol == atol == 0
     if not exact and g.dtype == w.dtype and np.array_equal(g, w):
         # Against the framework's own baseline (no reference at the size) a variant's outputs are often the
         # same bits: one comparison. NaN never equals: it takes the path below.
+        if errors is not None:
+            errors.append(0.0)
         return None
     gf, wf = g.reshape(-1), w.reshape(-1)
     sf = None if scale is None else np.broadcast_to(np.asarray(scale), w.shape).reshape(-1)
     xf = None if extra is None else np.broadcast_to(np.asarray(extra, dtype=np.float64), w.shape).reshape(-1)
     floats = g.dtype.kind in "fc" and w.dtype.kind in "fc"
     n_bad, worst, flat, allowed_at = 0, -np.inf, -1, 0.0
+    floor, rel = None, 0.0  # relative_error's, where errors asks for it
     for i in range(0, wf.size, chunk):
         gc, wc = gf[i:i + chunk], wf[i:i + chunk]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, inf * 0: NaN, judged below
             if exact:  # equal values (and matching NaN positions) only, no float64 copy of the chunk
                 bad = gc != wc
                 if not bad.any():
-                    continue
+                    continue  # every element equal: relative error 0
                 if floats:
                     bad &= ~(np.isnan(gc) & np.isnan(wc))
                 # the worst bad element: the largest |difference| (NaN against a number counts as infinite)
-                score = np.abs(gc.astype(np.float64) - wc.astype(np.float64))
+                g64, w64 = gc.astype(np.float64), wc.astype(np.float64)
+                score = np.abs(g64 - w64)
+                if errors is not None:
+                    floor = _floor(wf) if floor is None else floor
+                    rel = max(rel, _worst_ratio(g64, w64, score, np.abs(w64), floor))
             else:
                 g64, w64 = gc.astype(np.float64), wc.astype(np.float64)
-                allowed = np.abs(w64 if sf is None else sf[i:i + chunk].astype(np.float64))
-                allowed *= rtol  # widen * (atol + rtol * |ref| [+ extra]), rounded as the whole-array pass rounded it
+                size = np.abs(w64)
+                # widen * (atol + rtol * |ref| [+ extra]), rounded as the whole-array pass rounded it
+                allowed = (size if sf is None else np.abs(sf[i:i + chunk].astype(np.float64))) * rtol
                 allowed += atol
                 if xf is not None:
                     allowed += xf[i:i + chunk]
                 allowed *= widen
                 score = np.abs(g64 - w64)
+                if errors is not None:
+                    floor = _floor(wf) if floor is None else floor
+                    rel = max(rel, _worst_ratio(g64, w64, score, size, floor))
                 bad = ~((score <= allowed) | (g64 == w64))  # equal values pass (inf too); NaN never
                 score -= allowed  # how far beyond its band
         k = int(np.count_nonzero(bad))
@@ -117,6 +133,8 @@ def compare_arrays(key: str, got: Any, want: np.ndarray, rtol: float, atol: floa
         j = int(np.argmax(excess))
         if excess[j] > worst or flat < 0:  # the first of equals, as one argmax over the whole output
             worst, flat, allowed_at = excess[j], i + j, 0.0 if exact else float(allowed[j])
+    if errors is not None:
+        errors.append(rel)
     if n_bad == 0:
         return None
     idx = tuple(int(i) for i in np.unravel_index(flat, w.shape)) if w.ndim else ()
@@ -147,18 +165,31 @@ def relative_error(got: Arrays, want: Arrays, chunk: int = CHUNK) -> float:
             # a float64 reference seldom equals it, and array_equal across dtypes casts the whole chunk
             if gc[0] == wc[0] and gc[-1] == wc[-1] and np.array_equal(gc, wc):
                 continue
-            if floor is None:  # two reductions, no temporaries
-                amax = max(abs(float(wf.max())), abs(float(wf.min())))
-                floor = 1e-6 * amax if math.isfinite(amax) else 0.0  # NaN in want: no floor
+            floor = _floor(wf) if floor is None else floor
             w64, g64 = np.asarray(wc, np.float64), np.asarray(gc, np.float64)  # no copy of a float64 chunk
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.abs(g64 - w64) / np.maximum(np.abs(w64), floor)
-                top = float(rel.max())
-                if not math.isfinite(top):  # NaN or inf somewhere: equal elements (inf, NaN in both) are 0
-                    rel[(g64 == w64) | (np.isnan(g64) & np.isnan(w64))] = 0.0
-                    top = float(np.nan_to_num(rel, nan=np.inf).max())
-            worst = max(worst, top)
+            with np.errstate(invalid="ignore", over="ignore"):
+                worst = max(worst, _worst_ratio(g64, w64, np.abs(g64 - w64), np.abs(w64), floor))
     return worst
+
+
+def _floor(wf: np.ndarray) -> float:
+    """relative_error's floor of |want|: 1e-6 of the output's largest |want| (two reductions, no temporaries);
+    0 where want holds NaN or inf."""
+    amax = max(abs(float(wf.max())), abs(float(wf.min())))
+    return 1e-6 * amax if math.isfinite(amax) else 0.0
+
+
+def _worst_ratio(g64: np.ndarray, w64: np.ndarray, diff: np.ndarray, size: np.ndarray, floor: float) -> float:
+    """A chunk's largest diff / max(size, floor) (diff = |g - w|, size = |w|; size is overwritten): NaN and inf
+    count as inf, but equal elements (inf, NaN in both) as 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.maximum(size, floor, out=size)
+        rel = np.divide(diff, size, out=size)
+        top = float(rel.max())
+        if not math.isfinite(top):  # NaN or inf somewhere: equal elements (inf, NaN in both) are 0
+            rel[(g64 == w64) | (np.isnan(g64) & np.isnan(w64))] = 0.0
+            top = float(np.nan_to_num(rel, nan=np.inf).max())
+    return top
 
 
 def strided_sample(a: Any, k: int) -> np.ndarray:
@@ -206,15 +237,18 @@ def compare_distribution(key: str, got: Any, want: np.ndarray, dist: Distributio
 
 
 def compare_key(scenario: Scenario, params: Params, key: str, got: Any, want: Any, widen: float = 1.0,
-                scale: np.ndarray | None = None, variant: str | None = None) -> Mismatch | None:
+                scale: np.ndarray | None = None, variant: str | None = None,
+                errors: list[float] | None = None) -> Mismatch | None:
     """One output: by distribution where the scenario declares it random, else elementwise (at the
-    variant's tolerance where it has its own)."""
+    variant's tolerance where it has its own). errors: as compare_arrays'."""
     w = np.asarray(want)
     dist = scenario.distributions.get(key)
     if dist is not None:
+        if errors is not None:
+            errors.append(relative_error({key: got}, {key: w}))
         return compare_distribution(key, got, w, dist)
     rtol, atol = tolerance_for(scenario, params, w, variant)
-    m = compare_arrays(key, got, w, rtol, atol, widen, scale)
+    m = compare_arrays(key, got, w, rtol, atol, widen, scale, errors=errors)
     if m is None or m.problem != "values" or scenario.error_bound is None or (rtol, atol) == (0.0, 0.0):
         return m
     # outside the flat band: the scenario's derived bound, computed only now (a float64 run of its own)
@@ -234,11 +268,16 @@ def bit_exact(scenario: Scenario, params: Params, want: Arrays, variant: str | N
 
 
 def compare_outputs(scenario: Scenario, params: Params, got: Arrays, want: Arrays, widen: float = 1.0,
-                    scale: Arrays | None = None, variant: str | None = None) -> Mismatch | None:
+                    scale: Arrays | None = None, variant: str | None = None,
+                    errors: list[float] | None = None) -> Mismatch | None:
+    """The first output of want that got misses or gets wrong, or None. errors, where given, gets each output's
+    relative_error from the same pass, up to the first wrong one (max of them: relative_error(got, want) where
+    all are right)."""
     for key, w in want.items():
         if key not in got:
             return Mismatch(key, "missing")
-        m = compare_key(scenario, params, key, got[key], w, widen, None if scale is None else scale.get(key), variant)
+        m = compare_key(scenario, params, key, got[key], w, widen, None if scale is None else scale.get(key), variant,
+                        errors)
         if m is not None:
             return m
     return None
