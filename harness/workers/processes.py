@@ -173,7 +173,7 @@ def _merge_row(per: list[ProcessRow]) -> Row:
         i, j = twins
         return row.merged(None, status="error", check=None, wall_s=None, reason=(
             f"processes {i + 1} and {j + 1} timed the same {len(per[i].timing.samples['device_done'])} repeats, "  # type: ignore[union-attr]
-            f"bit for bit: they shared a state (a cache of timings, one process asked twice), not a GPU's run"))
+            f"bit for bit: they shared a state (a cache of timings, one process asked twice), not a measurement"))
     bad = next((r for r in per if r.status == "wrong"), None)
     if bad is not None:
         status, check = "wrong", bad.check
