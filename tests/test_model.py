@@ -97,7 +97,7 @@ def test_a_process_timing_and_a_merged_one_write_their_keys_where_the_one_timing
     clocks = ["first_call_s", "host_return", "device_done", "device_events", "kernel", "kernel_source", "kernel_why",
               "metrics", "checked_repeats", "wrong_repeats", "worst", "samples"]
     spent = ["timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s"]
-    ranks = ["rank_time", "slowest_rank", "slowest_rank_samples"]
+    ranks = ["rank_time", "slowest_rank", "slowest_rank_samples", "host_loops"]
     assert list(ProcessTiming._FIELDS) == [*clocks, "stopped", "noise", *spent,
                                            "host_loop_s", "host_loop_at", "row_loop_s", "served_s", "request_s", "kernel_s",
                                            *ranks]

@@ -1,8 +1,11 @@
-"""The host's speed as one number: a fixed pure-Python loop's seconds, best of a few runs.
+"""The host's speed as one number: a fixed pure-Python loop's seconds.
 
 The interpreter's speed on the CPU a process runs on, which host-paced rows (launch loops, syncs, small copies)
-move with. Its own module because the timer (harness/measure/timing.py, beside a row's repeats), the
-calibration (harness/measure/calibrate.py, which imports the timer) and the workers all take it.
+move with. python_loop_s is the long loop, best of a few runs (a request's start, the calibration); beside_s the
+short one timed beside each repeat (harness/measure/timing.py, TimingConfig.host_beside): a lent host's CPU
+may run at two speeds about 1.8x apart that change within tens of milliseconds (docs/design/host_speed.md), too
+fast for a loop a row or a process apart to tell which speed a repeat met. Its own module because
+the timer, the calibration (harness/measure/calibrate.py, which imports the timer) and the workers all take it.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import time
 from pathlib import Path
 
 LOOP = 200_000
+BESIDE = 2_000  # about 60 us at the fast speed: short against a repeat of milliseconds, long against perf_counter
 
 
 def python_loop_s(repeats: int = 5) -> float:
@@ -22,6 +26,15 @@ def python_loop_s(repeats: int = 5) -> float:
             total += i
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def beside_s() -> float:
+    """One run of the short loop: the host's speed at this moment."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(BESIDE):
+        total += i
+    return time.perf_counter() - t0
 
 
 def identity() -> str:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends.base import Backend, wall
-from harness.measure.host_loop import python_loop_s
+from harness.measure.host_loop import beside_s
 from harness.measure.metrics import collecting
 from harness.measure.noise import median_rel_halfwidth
 from harness.results.model import Json, ProcessTiming, Stats
@@ -63,9 +63,9 @@ class TimingConfig:
     # the timed repeats. False: a run that judges another clock (an interleaved regress on device_done) reads
     # none, since its profiler sessions cost seconds a point (docs/regress.md).
     kernel_clock: bool = True
-    # The host's Python loop (harness/measure/host_loop.py) timed once just before the repeat loop and once just
-    # after it: the host's speed beside this row in this process (ProcessTiming.row_loop_s), which a request's
-    # one loop at its start is too far from to pair by (docs/regress.md). An interleaved regress asks for it.
+    # The host's short loop (harness/measure/host_loop.py beside_s) timed just before each repeat and just after it:
+    # the host's speed at that repeat (ProcessTiming.host_loops, their geometric mean), which a loop a row or a
+    # request apart is too far from to tell (docs/regress.md). An interleaved regress with --host-covariate asks for it.
     host_beside: bool = False
 
     def __post_init__(self) -> None:
@@ -121,7 +121,7 @@ def preset(size: str) -> TimingConfig:
 SELFCHECK = TimingConfig(warmup=2, min_repeats=20, max_repeats=1000, min_time_s=1.0, warmup_s=0.5)
 
 
-Repeat = tuple[float, float, "float | None", Any, dict[str, float]]
+Repeat = tuple[float, float, "float | None", Any, dict[str, float], "float | None"]
 
 # A hazard's repeats checked, each counted right or wrong: all of the first HAZARD_CHECKS, then every HAZARD_EVERY-th.
 # Why a sample: a hazard's check can cost many times its timed call (donation's 1 GiB of parameters), and
@@ -139,13 +139,15 @@ def sampled(n: int) -> bool:
 
 
 def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], None] | None,
-                timer: Any, calls: int = 1) -> Repeat:
+                timer: Any, calls: int = 1, beside: bool = False) -> Repeat:
     """One repeat of `calls` back-to-back calls: (host_return, device_done, device events or None) per
-    call, the last call's outputs, emitted metrics. Earlier calls' outputs are dropped unsynchronized, as
-    nccl-tests' iterations are."""
+    call, the last call's outputs, emitted metrics, and with `beside` the host's short loop just before the
+    clock starts and just after it stops, their geometric mean (else None). Earlier calls' outputs are dropped
+    unsynchronized, as nccl-tests' iterations are."""
     if before is not None:
         before()
     backend.synchronize()
+    loop0 = beside_s() if beside else None  # the device is idle here: the loop delays nothing it would run
     with collecting() as emitted:
         if timer is not None:
             timer.start()
@@ -157,8 +159,9 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
             timer.stop()
         backend.synchronize(out)
         t2 = wall()
+    loop = math.sqrt(loop0 * beside_s()) if loop0 is not None else None
     ev = timer.elapsed_s() / calls if timer is not None else None
-    return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted)
+    return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted), loop
 
 
 def measure(
@@ -196,14 +199,14 @@ def measure(
     (poisoning, refreshing state: part of repeats_s), agree_s in agree, in the warm-up and after each repeat
     (the rank group's agreement, or the other worker's turn: part of neither warm_s nor repeats_s; a worker that
     takes turns leaves its waits out of loop_s and agree_s after: harness/workers/handlers.py time_point); with
-    cfg.host_beside, loop_s also holds the two loops beside the repeats (row_loop_s, their mean).
+    cfg.host_beside, each repeat's loop_s (and repeats_s) also holds the two short loops beside it (host_loops).
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")
     t_measure = wall()
     agreed = 0.0  # in agree during the warm-up: the group's (or the other worker's turn), not this warm-up's
     with _range(backend, name, "warm-up"):
-        _, first, _, out, _ = _timed_call(call, backend, before, None)
+        _, first, _, out, _, _ = _timed_call(call, backend, before, None)
         del out
         t_warm = wall()
         for _ in range(cfg.warmup):
@@ -218,12 +221,8 @@ def measure(
                 break
             _timed_call(call, backend, before, None, calls)
     warm_s = wall() - t_measure - agreed
-    if cfg.host_beside:
-        loop_before = python_loop_s(1)
     with _range(backend, name, "repeats"):
         m = _repeat(call, backend, cfg, before, check, check_every, first, agree, calls)
-    if cfg.host_beside:
-        m.row_loop_s = (loop_before + python_loop_s(1)) / 2
     m.loop_s, m.warm_s = wall() - t_measure, warm_s
     m.agree_s += agreed
     return m
@@ -241,6 +240,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
     done: list[float] = []
     events: list[float] = []
     metrics: dict[str, list[float]] = {}
+    loops: list[float] = []  # cfg.host_beside: the host's loop beside each repeat
     checked = wrong = 0
     worst = ""
     t_loop = wall()
@@ -260,7 +260,10 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         before_s[0] += wall() - t0
 
     while True:
-        h, d, ev, out, emitted = _timed_call(call, backend, before and timed_before, timer, calls)
+        h, d, ev, out, emitted, loop = _timed_call(call, backend, before and timed_before, timer, calls,
+                                                   cfg.host_beside)
+        if loop is not None:
+            loops.append(loop)
         host.append(h)
         done.append(d)
         done_total += d * calls
@@ -299,6 +302,7 @@ def _repeat(call: Callable[[], Any], backend: Backend, cfg: TimingConfig, before
         wrong_repeats=wrong,
         worst=worst,
         samples={"host_return": host, "device_done": done, **({"device_events": events} if events else {})},
+        host_loops=loops or None,
         stopped=stopped,
         noise=noise if math.isfinite(noise) else None,
         timed_s=done_total,

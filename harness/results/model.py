@@ -184,7 +184,7 @@ class Process(_Record):
     first_call_s: float | None
     host_loop_s: float | None = None  # the host's speed beside it (harness/measure/calibrate.py's Python loop)
     host_loop_at: float | None = None  # when, wall-clock seconds
-    row_loop_s: float | None = None  # the same loop just before the row's repeats and just after, their mean
+    row_loop_s: float | None = None  # the same loop just before the row's repeats and just after (older trees' files)
     timed_s: float | None = None  # seconds inside its timed repeats
     phase_s: float | None = None  # its whole wall time for the row
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
@@ -249,6 +249,8 @@ class _Timing(_Record):
     rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
     slowest_rank: dict[str, Stats] | None = None
     slowest_rank_samples: dict[str, list[float]] | None = None
+    # the host's short loop beside each repeat, in the order of the samples (timing.py TimingConfig.host_beside)
+    host_loops: list[float] | None = None
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
         "host_return": ("one", Stats), "device_done": ("one", Stats), "device_events": ("one", Stats),
@@ -277,7 +279,7 @@ class ProcessTiming(_Timing):
     noise: float | None  # its device_done median's relative half-width; null: no finite figure
     host_loop_s: float | None = _after("agree_s", default=None)  # the host's Python loop beside it (calibrate.py)
     host_loop_at: float | None = None  # when, wall-clock seconds
-    # the same loop just before the row's repeats and just after, their mean (timing.py TimingConfig.host_beside)
+    # the same loop just before the row's repeats and just after, their mean (files of older trees' regress runs)
     row_loop_s: float | None = None
     served_s: float | None = None  # the request that timed it, in the worker (shared by its rows)
     request_s: float | None = None  # and its round trip, messages included (processes.round_trip)

@@ -362,6 +362,9 @@ def validate(doc: Any, where: str = "result") -> None:
 
 
 def _check_samples(t: Json, at: str) -> None:  # a timing as its file has it, not yet trusted
+    loops, done = t.get("host_loops"), (t.get("samples") or {}).get("device_done")
+    if loops is not None and done is not None and len(loops) != len(done):
+        raise ResultError(f"{at}.timing.host_loops: {len(loops)} loops where samples.device_done has {len(done)}")
     for clock, v in (t.get("samples") or {}).items():
         counts = counts_of(t, clock)
         if clock != "device_events" and isinstance(t.get(clock), dict) and len(v) != t[clock]["n"]:

@@ -235,6 +235,7 @@ def pool_timing(timings: list[ProcessTiming]) -> Timing:
               if all(getattr(m, k) is not None for m in timings)}
     return Timing.pooled(
         first, **stats, samples=samples,
+        host_loops=[x for m in timings for x in m.host_loops] if all(m.host_loops for m in timings) else None,  # type: ignore[union-attr]
         slowest_rank_samples=slow, slowest_rank=slowest,
         checked_repeats=sum(m.checked_repeats for m in timings),
         wrong_repeats=sum(m.wrong_repeats for m in timings),

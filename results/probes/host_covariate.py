@@ -10,10 +10,11 @@ Reads interleaved runs' side files (results/regress/<stamp>_interleaved*/, as re
 and prints, per run and covariate (`host_loop_s`: the loop at the request's start, every file has it;
 `row_loop_s`: the loop just before and after the row's repeats, where the run recorded it), the median 95%
 half-width of the rows' change, plain (the regress's paired t test) and adjusted, how many rows narrowed, and
-each host-paced row (`eager`, `item_each_step`) and each planted row (PLANTED) as plain -> adjusted. Then, where
-the run recorded `row_loop_s`, the verdicts that regress's own judge_pairs gives its last look's pairs, plain and
-with --host-covariate (harness/regress/regress.py covariate_test), at the rate and confidence split over --looks
-(the run's header says how many: 4 for --pairs 4 --max-pairs 10).
+each host-paced row (`eager`, `item_each_step`) and each planted row (PLANTED) as plain -> adjusted. Then the
+verdicts that regress's own judge_pairs gives its last look's pairs, plain and with --host-covariate (since the
+loop beside each repeat, timing.host_loops: harness/regress/regress.py at_host_speed; until 70be9fa, the
+intercept above on row_loop_s), at the rate and confidence split over --looks (the run's header says how many:
+4 for --pairs 4 --max-pairs 10).
 No GPU runs for it. Usage:
   python results/probes/host_covariate.py [--looks N] results/regress/<stamp>_interleaved_* [...]
 """
@@ -29,7 +30,7 @@ from scipy import stats
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pair_spread import rows, sides  # noqa: E402
 
-from harness.regress.regress import Paired, judge_pairs  # noqa: E402
+from harness.regress.regress import Paired, Repeats, judge_pairs  # noqa: E402
 
 COVARIATES = ("host_loop_s", "row_loop_s")
 HOST_PACED = ("eager", "item_each_step")
@@ -59,9 +60,19 @@ def pairs(rb: dict, rc: dict, covariate: str) -> tuple[np.ndarray, np.ndarray] |
     return np.log(g[:, 1] / g[:, 0]), np.log(g[:, 3] / g[:, 2])
 
 
+def _repeats(row: dict, n: int) -> list[Repeats]:
+    """A row's first n processes' device_done repeats and the loops beside them (timing.host_loops); empty without."""
+    t = row["timing"]
+    loops, times, counts = t.get("host_loops"), t["samples"]["device_done"], [p["n"] for p in t["processes"]]
+    ends = np.cumsum(counts)
+    return [Repeats(times[e - k:e], loops[e - k:e]) for k, e in zip(counts, ends)][:n] if loops else []
+
+
 def verdicts(rb: dict, rc: dict, looks: int) -> None:
-    """judge_pairs' verdicts on the rows' pairs, plain and at equal host speeds: the counts, and the rows called
-    different by either."""
+    """judge_pairs' verdicts on the rows' pairs, plain and with --host-covariate: the counts, and the rows called
+    different by either. Since the loop beside each repeat (timing.host_loops), judge_pairs adjusts by it alone:
+    files of the row loop (row_loop_s) judge plain both ways here, and their adjusted figures are the table above
+    (at 70be9fa, judge_pairs' covariate was that table's intercept)."""
     def paired(covariate: bool) -> list[Paired]:
         out = []
         for key in sorted(set(rb) & set(rc), key=str):
@@ -70,8 +81,7 @@ def verdicts(rb: dict, rc: dict, looks: int) -> None:
             if n < 2 or not all(p.get("median") for p in pb[:n] + pc[:n]):
                 continue
             r = Paired(key[0], str(key[1]), key[2], key[3], [p["median"] for p in pb[:n]], [p["median"] for p in pc[:n]])
-            if all(p.get("row_loop_s") for p in pb[:n] + pc[:n]):
-                r.base_loop, r.cand_loop = [p["row_loop_s"] for p in pb[:n]], [p["row_loop_s"] for p in pc[:n]]
+            r.base_repeats, r.cand_repeats = _repeats(rb[key], n), _repeats(rc[key], n)
             out.append(r)
         judge_pairs(out, 0.10, 1 - 0.05 / looks, 0.05 / looks, covariate)
         return out
@@ -79,7 +89,7 @@ def verdicts(rb: dict, rc: dict, looks: int) -> None:
     for covariate in (False, True):
         got = paired(covariate)
         counts = {v: sum(r.verdict == v for r in got) for v in ("different", "same", "unknown")}
-        print(f"  judge_pairs {'at equal host speeds' if covariate else 'plain'}: {counts}; "
+        print(f"  judge_pairs {'with --host-covariate' if covariate else 'plain'}: {counts}; "
               f"{sum(r.theta is not None for r in got)} rows adjusted")
         for r in got:
             if r.verdict == "different" or (r.scenario, r.framework, r.variant) in PLANTED:
@@ -108,8 +118,7 @@ def main(folders: list[str], looks: int = 1) -> None:
                 if v in HOST_PACED or (s, fw, v) in PLANTED:
                     print(f"  {s}/{point}/{fw}/{v}, {n} pairs: {100 * math.expm1(m0):+.1f}% ±{100 * h0:.1f} -> "
                           f"{100 * math.expm1(m1):+.1f}% ±{100 * h1:.1f}")
-            if covariate == "row_loop_s":
-                verdicts(rb, rc, looks)
+        verdicts(rb, rc, looks)
 
 
 if __name__ == "__main__":
