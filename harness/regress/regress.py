@@ -421,14 +421,6 @@ def _scenario_rows(name: str, scn_b: ScenarioResult, scn_c: ScenarioResult, ctx:
 FDR = 0.05  # the share of false "different" rows tolerated among a run's rows (Benjamini-Hochberg)
 
 
-@dataclass(frozen=True)
-class Repeats:
-    """One process's repeats of a row on the judged clock, and the host's loop timed beside each (same order)."""
-
-    times: list[float]
-    loops: list[float]
-
-
 @dataclass
 class Paired:
     """One row of an interleaved run: baseline and candidate process medians, pair by pair."""
@@ -451,11 +443,11 @@ class Paired:
     # The smallest change these pairs would call different if measured as such, by their spread, had the
     # row been the run's only change (detectable); inf where none could be.
     detectable: float = math.inf
-    # Each process's repeats on the judged clock and the host's loop beside each (timing.host_loops), pair order;
-    # empty where a side did not record the loops. With --host-covariate, theta: how far the row's repeats followed
-    # the host's speed (at_host_speed), where its figures were taken at one host speed; None where they were not.
-    base_repeats: list[Repeats] = field(default_factory=list)
-    cand_repeats: list[Repeats] = field(default_factory=list)
+    # Each process's median of the host's loops beside its repeats (timing.host_loops), pair order; empty where a
+    # side did not record them. With --host-covariate, theta: how far the row's log ratio followed the pairs' log
+    # loop ratio, where the verdict was taken at equal host speeds (covariate_test); None where it was not.
+    base_loop: list[float] = field(default_factory=list)
+    cand_loop: list[float] = field(default_factory=list)
     theta: float | None = None
 
     @property
@@ -509,37 +501,46 @@ def paired_test(base: list[float], cand: list[float], confidence: float) -> tupl
     return ratio, ratio * math.exp(-half), ratio * math.exp(half), float(2 * stats.t.sf(abs(t), n - 1))
 
 
-THETA_MAX = 2.0  # a row whose repeats slow down more than twice as steeply as the loop: noise, not the host
-LOOP_SPREAD_MIN = 0.05  # the loops' within-process spread (standard deviation of their logs) below which the
-# host ran at one speed: nothing to adjust, and a slope fitted to the loop's own noise would only add noise
+COVARIATE_MIN_PAIRS = 6  # fewer pairs: the plain test (the covariate's degree of freedom costs too much below)
+LOOP_SPREAD_MIN = 0.01  # the pairs' log loop ratios' standard deviation below which the plain test stands
 
 
-def at_host_speed(base: list[Repeats], cand: list[Repeats]) -> tuple[list[float], list[float], float] | None:
-    """(baseline figures, candidate figures, theta): each process's median repeat as if the host had run at one
-    speed throughout, or None where the loops did not vary (or a process has none: the plain medians stand).
-    theta is the slope of a repeat's log time on its loop's log time within processes (each process its own
-    intercept, both sides pooled: the change under test moves intercepts, not the slope), clipped to
-    [0, THETA_MAX]; a repeat's time is divided by (loop / the row's median loop) ** theta before the median.
-    Why: a lent host's CPU changes speed within a process's repeats (harness/measure/host_loop.py), so that a
-    process's median, and a pair's ratio, follow the share of repeats that met the slow speed; the loop beside
-    each repeat says which speed it met. Unbiased where the change under test does not move the loop: two trees
-    on one Python that time one loop (host_loop.identity), and a change that leaves the host's CPUs alone."""
-    procs = base + cand
-    if not procs or any(len(p.times) != len(p.loops) or not p.times for p in procs):
+def covariate_test(base: list[float], cand: list[float], base_loop: list[float], cand_loop: list[float],
+                   confidence: float) -> tuple[float, float, float, float, float, float] | None:
+    """(ratio, lo, hi, p, se, theta) at equal host speeds: the intercept of the pairs' log ratios regressed on their
+    log loop ratios (analysis of covariance; CUPED is the same idea), its Student-t interval and two-sided p on
+    n - 2 degrees of freedom, its standard error, and the slope. None where it cannot stand in for paired_test: under
+    COVARIATE_MIN_PAIRS pairs, a loop missing or not above 0, loop ratios that spread less than LOOP_SPREAD_MIN (the
+    loop's own noise: a slope fitted to it only widens the interval), or no spread left.
+    Why: a host-paced row's pairs differ by the host's speed when a pair's two processes met the host at different
+    speeds (a lent host's CPU may run a process at one of two speeds 1.8x apart for the whole of a row); the
+    loops timed beside the row's repeats (TimingConfig.host_beside), a process's median, track that speed, and the
+    intercept is the change had both met it at one. It is unbiased where the change under test does not move the loop: two
+    trees on one Python that time one loop (harness/measure/host_loop.py identity), and a change that leaves the
+    host's CPUs alone (a candidate whose threads load the host moves both)."""
+    n = min(len(base), len(cand), len(base_loop), len(cand_loop))
+    if n < COVARIATE_MIN_PAIRS or n != len(base) or n != len(cand):
         return None
-    ts = [np.log(np.asarray(p.times, dtype=np.float64)) for p in procs]
-    xs = [np.log(np.asarray(p.loops, dtype=np.float64)) for p in procs]
-    if not all(np.isfinite(t).all() and np.isfinite(x).all() for t, x in zip(ts, xs)):
+    v = np.asarray([base, cand, base_loop[:n], cand_loop[:n]], dtype=np.float64)
+    if not (np.isfinite(v).all() and (v > 0).all()):
         return None
-    dx = [x - x.mean() for x in xs]
-    sxx = float(sum(d @ d for d in dx))
-    n = sum(len(d) for d in dx)
-    if n <= len(procs) or sxx <= (n - len(procs)) * LOOP_SPREAD_MIN ** 2:
+    d, x = np.log(v[1] / v[0]), np.log(v[3] / v[2])
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    if sxx <= (n - 1) * LOOP_SPREAD_MIN ** 2:  # loops about equal in every pair: nothing to tell the host from the change
         return None
-    theta = min(max(float(sum(d @ (t - t.mean()) for d, t in zip(dx, ts))) / sxx, 0.0), THETA_MAX)
-    ref = float(np.median(np.concatenate(xs)))
-    figures = [float(np.exp(np.median(t - theta * (x - ref)))) for t, x in zip(ts, xs)]
-    return figures[:len(base)], figures[len(base):], theta
+    theta = float(np.sum((x - x.mean()) * (d - d.mean())) / sxx)
+    delta = float(d.mean() - theta * x.mean())
+    resid = d - delta - theta * x
+    s2 = float(resid @ resid) / (n - 2)
+    if s2 <= EQUAL_RATIOS ** 2:
+        return None
+    se = math.sqrt(s2 * (1 / n + x.mean() ** 2 / sxx))
+    from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
+
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * se
+    ratio = math.exp(delta)
+    p = float(2 * stats.t.sf(abs(delta) / se, n - 2))
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half), p, se, theta
 
 
 def detectable(base: list[float], cand: list[float], threshold: float, alpha: float) -> float:
@@ -570,7 +571,7 @@ def smallest_change(sd: float, n: int, threshold: float, alpha: float) -> float:
 
 def change_at(se: float, df: int, threshold: float, alpha: float) -> float:
     """The smallest change a Student-t test of a log change with standard error se on df degrees of freedom calls
-    different at level alpha, never below the effect floor (smallest_change's)."""
+    different at level alpha, never below the effect floor (smallest_change's, and covariate_test's intercept's)."""
     from scipy import stats  # heavy (~0.3 s): only a pair's test needs it
 
     log = max(math.log1p(threshold), float(stats.t.ppf(1 - alpha / 2, df)) * se)
@@ -601,18 +602,19 @@ def judge_pairs(rows: list[Paired], threshold: float, confidence: float, fdr: fl
     unknown    neither: more pairs may decide it (not where a process median is 0 or not finite)
     A row that ran on one side and failed on the other is different whatever its times. A run that
     looks at its rows several times passes fdr and confidence already split over its looks.
-    covariate (--host-covariate): a row whose processes recorded the host's loop beside each repeat is tested on
-    figures taken at one host speed where at_host_speed can (r.theta says so); its pairs stay pairs."""
+    covariate (--host-covariate): a row whose pairs recorded the host's loops beside its repeats is tested at equal
+    host speeds where covariate_test can (r.theta says so), its smallest change from that test's error."""
     timed = [r for r in rows if not r.status]
     alpha = fdr / max(len(timed), 1)
     for r in timed:
         r.theta = None
-        base, cand = r.base, r.cand
-        got = at_host_speed(r.base_repeats, r.cand_repeats) if covariate else None
-        if got is not None and len(got[0]) == len(base) and len(got[1]) == len(cand):
-            base, cand, r.theta = got
-        r.ratio, r.lo, r.hi, r.p = paired_test(base, cand, confidence)
-        r.detectable = detectable(base, cand, threshold, alpha)
+        got = covariate_test(r.base, r.cand, r.base_loop, r.cand_loop, confidence) if covariate else None
+        if got is None:
+            r.ratio, r.lo, r.hi, r.p = paired_test(r.base, r.cand, confidence)
+            r.detectable = detectable(r.base, r.cand, threshold, alpha)
+            continue
+        r.ratio, r.lo, r.hi, r.p, se, r.theta = got
+        r.detectable = change_at(se, r.pairs - 2, threshold, alpha)
     for r, q in zip(timed, bh_adjust([r.p for r in timed])):
         r.q = q
         floor = math.log1p(threshold)

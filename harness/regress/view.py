@@ -8,7 +8,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from harness.regress.regress import Regress
+from harness.regress.regress import COVARIATE_MIN_PAIRS, Regress
 from harness.regress.env import describe, fw_version, host_during, slow_share, typed
 from harness.report.report import fmt_s
 from harness.results.model import Json, Phase, Result
@@ -123,7 +123,7 @@ def paired_line(r: Any) -> str:
     change = f"{_pct(r.ratio)} [{_pct(r.lo)}, {_pct(r.hi)}]" if r.ratio is not None else "—"
     line = f"{r.verdict:<9}  {what}  {change}  p {r.p:.2g} · BH {r.q:.2g} · {_n(r.pairs, 'pair')}"
     if getattr(r, "theta", None) is not None:  # judged at equal host speeds (--host-covariate)
-        line += f" · at one host speed (θ {r.theta:+.2f})"
+        line += f" · at equal host speeds (θ {r.theta:+.2f})"
     if not r.decidable:
         return f"{line}  ({r.why})"
     if r.verdict == "unknown":  # what these pairs could have found: the smallest change (Paired.detectable)
@@ -147,7 +147,7 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
         f"{100 * res.level:.4g}% intervals ({100 * plan.confidence:g}% split over the looks) · "
         "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order"
-        + ("; each repeat at one host speed, by the loop beside it (--host-covariate)"
+        + (f"; rows of {COVARIATE_MIN_PAIRS} pairs or more at equal host speeds (--host-covariate)"
            if getattr(plan, "host_covariate", False) else ""))
     docs = [typed(d) for d in res.docs]  # the two sides' documents, built in memory: typed once, here
     fws = [d.environment.frameworks or {} for d in docs]

@@ -51,7 +51,7 @@ from harness.workers.protocol import Answer, Hello
 from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.timing import preset
 from harness.regress import forecast
-from harness.regress.regress import FAILED, Paired, Repeats, judge_pairs, process_medians
+from harness.regress.regress import FAILED, Paired, judge_pairs, process_medians
 from harness.results.model import Json, Row
 from harness.run import stops
 from harness.run.runner import CompareOptions, document
@@ -573,7 +573,7 @@ class Plan:
     # a turn adds tens of microseconds to each call of a microsecond row (docs/regress.md, "Taking turns call by call")
     turns: bool = False
     same_cpu: bool = False  # a pair's two workers of a framework live on one CPU (pair_cpu)
-    # rows with the host's loop beside each repeat are judged at one host speed (regress.at_host_speed)
+    # rows with the host's loops beside their repeats are judged at equal host speeds (regress.covariate_test)
     host_covariate: bool = False
 
 
@@ -955,22 +955,19 @@ def _rows(answers: Answers, scns: list[Any], points: dict[str, list[Params]], cl
                     continue
                 n = min(len(med[0]), len(med[1]))
                 r.base, r.cand = med[0][:n], med[1][:n]
-                r.base_repeats, r.cand_repeats = (_repeats(g, clock)[:n] for g in got)
+                r.base_loop, r.cand_loop = (_process_loops(g)[:n] for g in got)
                 rows.append(r)
     return rows, nc
 
 
-def _repeats(row: Row, clock: str) -> list[Repeats]:
-    """Each process's repeats on clock and the host's loop beside each (timing.host_loops), in process order; empty
-    where the row has no loops (an older tree's worker, a request that did not ask) or the clock is not one a
-    repeat (a traced kernel clock)."""
+def _process_loops(row: Row) -> list[float]:
+    """Each process's median of the host's loops beside its repeats (timing.host_loops), in process order; empty
+    where the row has none (an older tree's worker, a request that did not ask)."""
     t = row.timing
-    loops, times = (t.host_loops, (t.samples or {}).get(clock)) if t is not None else (None, None)
-    counts = t.counts("device_done") if t is not None else None
-    if not loops or not times or not counts or len(loops) != len(times) or sum(counts) != len(times):
+    loops, counts = (t.host_loops, t.counts("device_done")) if t is not None else (None, None)
+    if not loops or not counts or sum(counts) != len(loops):
         return []
-    ends = np.cumsum(counts)
-    return [Repeats(list(times[e - k:e]), list(loops[e - k:e])) for k, e in zip(counts, ends)]
+    return [float(np.median(loops[e - k:e])) for k, e in zip(counts, np.cumsum(counts))]
 
 
 def _variant(merged: Any, variant: str) -> Row:

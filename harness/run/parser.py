@@ -319,9 +319,9 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "one-CPU process's figures are not an unpinned run's")
     both.add_argument("--host-covariate", action="store_true", default=None,
                       help="time a short Python loop just before and after each repeat (about 0.1 ms a repeat) "
-                           "and take each process's figure at one host speed: each repeat's time over its loop's, to "
-                           "the power that the row's repeats follow the loop with within processes. One Python on "
-                           "both sides; not with --turns call. Experimental: its false-discovery rate is not yet "
-                           "measured on a GPU (docs/regress.md)")
+                           "and judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios "
+                           "regressed on the log ratios of their processes' median loops, the change read where the "
+                           "two agree. One Python on both sides; not with --turns call. Experimental: its "
+                           "false-discovery rate is not yet measured on a GPU (docs/regress.md)")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")

@@ -8,13 +8,13 @@ test does not change the loop itself: an interleaved regress of two trees on one
 
 Reads interleaved runs' side files (results/regress/<stamp>_interleaved*/, as results/probes/pair_spread.py does)
 and prints, per run and covariate (`host_loop_s`: the loop at the request's start, every file has it;
-`row_loop_s`: the loop just before and after the row's repeats, where the run recorded it), the median 95%
+`row_loop_s`: the loop just before and after the row's repeats, runs until 70be9fa; `loops_median`: each process's
+median of the short loops beside its repeats, timing.host_loops, runs since 310101f), the median 95%
 half-width of the rows' change, plain (the regress's paired t test) and adjusted, how many rows narrowed, and
 each host-paced row (`eager`, `item_each_step`) and each planted row (PLANTED) as plain -> adjusted. Then the
-verdicts that regress's own judge_pairs gives its last look's pairs, plain and with --host-covariate (since the
-loop beside each repeat, timing.host_loops: harness/regress/regress.py at_host_speed; until 70be9fa, the
-intercept above on row_loop_s), at the rate and confidence split over --looks (the run's header says how many:
-4 for --pairs 4 --max-pairs 10).
+verdicts that regress's own judge_pairs gives its last look's pairs, plain and with --host-covariate
+(harness/regress/regress.py covariate_test, on loops_median where the run has it, else row_loop_s), at the rate
+and confidence split over --looks (the run's header says how many: 4 for --pairs 4 --max-pairs 10).
 No GPU runs for it. Usage:
   python results/probes/host_covariate.py [--looks N] results/regress/<stamp>_interleaved_* [...]
 """
@@ -30,9 +30,9 @@ from scipy import stats
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pair_spread import rows, sides  # noqa: E402
 
-from harness.regress.regress import Paired, Repeats, judge_pairs  # noqa: E402
+from harness.regress.regress import Paired, judge_pairs  # noqa: E402
 
-COVARIATES = ("host_loop_s", "row_loop_s")
+COVARIATES = ("host_loop_s", "row_loop_s", "loops_median")
 HOST_PACED = ("eager", "item_each_step")
 PLANTED = {("launch_overhead", "cupy", "eager"), ("pinned_transfer", "torch", "h2d_pinned_non_blocking")}
 
@@ -53,6 +53,10 @@ def pairs(rb: dict, rc: dict, covariate: str) -> tuple[np.ndarray, np.ndarray] |
     """Each pair's log ratio of process medians and of the covariate; None where a process lacks either."""
     pb, pc = (r["timing"]["processes"] for r in (rb, rc))
     n = min(len(pb), len(pc))
+    if covariate == "loops_median":  # the median of the loops beside each process's repeats (since 310101f)
+        if not (rb["timing"].get("host_loops") and rc["timing"].get("host_loops")):
+            return None
+        pb, pc = ([p | {covariate: x} for p, x in zip(ps, _loops(r, n))] for ps, r in ((pb, rb), (pc, rc)))
     got = [(b.get("median"), c.get("median"), b.get(covariate), c.get(covariate)) for b, c in zip(pb[:n], pc[:n])]
     if n < 4 or not all(v and v > 0 for g in got for v in g):
         return None
@@ -60,19 +64,20 @@ def pairs(rb: dict, rc: dict, covariate: str) -> tuple[np.ndarray, np.ndarray] |
     return np.log(g[:, 1] / g[:, 0]), np.log(g[:, 3] / g[:, 2])
 
 
-def _repeats(row: dict, n: int) -> list[Repeats]:
-    """A row's first n processes' device_done repeats and the loops beside them (timing.host_loops); empty without."""
+def _loops(row: dict, n: int) -> list[float]:
+    """A row's first n processes' covariates: each one's median of the loops beside its repeats (timing.host_loops),
+    else its row_loop_s (the loop before and after its repeats, until 70be9fa); empty without either."""
     t = row["timing"]
-    loops, times, counts = t.get("host_loops"), t["samples"]["device_done"], [p["n"] for p in t["processes"]]
-    ends = np.cumsum(counts)
-    return [Repeats(times[e - k:e], loops[e - k:e]) for k, e in zip(counts, ends)][:n] if loops else []
+    loops, counts = t.get("host_loops"), [p["n"] for p in t["processes"]]
+    if loops:
+        return [float(np.median(loops[e - k:e])) for k, e in zip(counts, np.cumsum(counts))][:n]
+    got = [p.get("row_loop_s") for p in t["processes"][:n]]
+    return got if all(got) else []
 
 
 def verdicts(rb: dict, rc: dict, looks: int) -> None:
-    """judge_pairs' verdicts on the rows' pairs, plain and with --host-covariate: the counts, and the rows called
-    different by either. Since the loop beside each repeat (timing.host_loops), judge_pairs adjusts by it alone:
-    files of the row loop (row_loop_s) judge plain both ways here, and their adjusted figures are the table above
-    (at 70be9fa, judge_pairs' covariate was that table's intercept)."""
+    """judge_pairs' verdicts on the rows' pairs, plain and with --host-covariate (covariate_test): the counts, and
+    the rows called different by either."""
     def paired(covariate: bool) -> list[Paired]:
         out = []
         for key in sorted(set(rb) & set(rc), key=str):
@@ -81,7 +86,7 @@ def verdicts(rb: dict, rc: dict, looks: int) -> None:
             if n < 2 or not all(p.get("median") for p in pb[:n] + pc[:n]):
                 continue
             r = Paired(key[0], str(key[1]), key[2], key[3], [p["median"] for p in pb[:n]], [p["median"] for p in pc[:n]])
-            r.base_repeats, r.cand_repeats = _repeats(rb[key], n), _repeats(rc[key], n)
+            r.base_loop, r.cand_loop = _loops(rb[key], n), _loops(rc[key], n)
             out.append(r)
         judge_pairs(out, 0.10, 1 - 0.05 / looks, 0.05 / looks, covariate)
         return out
