@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Lease 22 (issue 51), for the next session, started detached from a copy under /tmp (/tmp/L22tree). Lease 19's
+# planted and control regress again, now that --host-covariate regresses the pairs on each process's median of
+# the short loops beside its repeats (24fe168): offline on lease 21's eight pairs of launch_overhead it called
+# CuPy's eager plant +18.9% [+11.8%, +26.4%] and nothing else. The planted run must call both plants (torch's
+# h2d_pinned_non_blocking, CuPy's eager) and nothing else different, exit 1; the control nothing, exit 0. Read both
+# with `python results/probes/host_covariate.py --looks 4 <folder>`. Then, where time is left, donation's checks.
+# $1: seconds of device time left when it starts (the control's budget shrinks to fit); $2: the commit.
+set -u
+export PYTHONUNBUFFERED=1
+O=/tmp/L22; mkdir -p $O/results
+cd /tmp/L22tree
+start=$(date +%s)
+echo "start $(date -u +%FT%TZ) at ${2:-unnamed}" > $O/steps.log
+nvidia-smi > $O/nvidia-smi.txt 2>&1
+S=sync_points,launch_overhead,pinned_transfer
+F="TRIPTYCH_FAULT=launch_overhead:cupy:slow15:eager,pinned_transfer:torch:slow15:h2d_pinned_non_blocking"
+B=$(( (${1:-1000} - 120) / 2 )); [ $B -gt 450 ] && B=450
+echo "planted budget $B s" >> $O/steps.log
+python3 -m harness regress --baseline-tree . --candidate-tree . --candidate-env "$F" --scenarios $S \
+  --host-covariate --pairs 4 --max-pairs 10 --budget $B --out $O/results/planted > $O/planted.log 2>&1
+echo "planted exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
+B=$(( ${1:-1000} - ($(date +%s) - start) - 60 )); [ $B -gt 450 ] && B=450
+echo "control budget $B s" >> $O/steps.log
+if [ $B -ge 150 ]; then
+  python3 -m harness regress --baseline-tree . --candidate-tree . --scenarios $S \
+    --host-covariate --pairs 4 --max-pairs 10 --budget $B --out $O/results/control > $O/control.log 2>&1
+  echo "control exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
+fi
+echo done >> $O/steps.log
