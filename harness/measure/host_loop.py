@@ -2,7 +2,7 @@
 
 The interpreter's speed on the CPU a process runs on, which host-paced rows (launch loops, syncs, small copies)
 move with. python_loop_s is the long loop, best of a few runs (a request's start, the calibration); beside_s the
-short one timed beside each repeat (harness/measure/timing.py, TimingConfig.host_beside): a lent host's CPU
+short one timed before each repeat (harness/measure/timing.py, TimingConfig.host_beside): a lent host's CPU
 may run at two speeds about 1.8x apart that change within tens of milliseconds (docs/design/host_speed.md), too
 fast for a loop a row or a process apart to tell which speed a repeat met. Its own module because
 the timer, the calibration (harness/measure/calibrate.py, which imports the timer) and the workers all take it.

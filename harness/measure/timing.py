@@ -63,9 +63,9 @@ class TimingConfig:
     # the timed repeats. False: a run that judges another clock (an interleaved regress on device_done) reads
     # none, since its profiler sessions cost seconds a point (docs/regress.md).
     kernel_clock: bool = True
-    # The host's short loop (harness/measure/host_loop.py beside_s) timed just before each repeat and just after it:
-    # the host's speed at that repeat (ProcessTiming.host_loops, their geometric mean), which a loop a row or a
-    # request apart is too far from to tell (docs/regress.md). An interleaved regress with --host-covariate asks for it.
+    # The host's short loop (harness/measure/host_loop.py beside_s) timed just before each repeat's clock starts:
+    # the host's speed at that repeat (ProcessTiming.host_loops), which a loop a row or a request apart is too far
+    # from to tell (docs/regress.md). An interleaved regress with --host-covariate asks for it.
     host_beside: bool = False
 
     def __post_init__(self) -> None:
@@ -142,12 +142,11 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
                 timer: Any, calls: int = 1, beside: bool = False) -> Repeat:
     """One repeat of `calls` back-to-back calls: (host_return, device_done, device events or None) per
     call, the last call's outputs, emitted metrics, and with `beside` the host's short loop just before the
-    clock starts and just after it stops, their geometric mean (else None). Earlier calls' outputs are dropped
-    unsynchronized, as nccl-tests' iterations are."""
+    clock starts (else None). Earlier calls' outputs are dropped unsynchronized, as nccl-tests' iterations are."""
     if before is not None:
         before()
     backend.synchronize()
-    loop0 = beside_s() if beside else None  # the device is idle here: the loop delays nothing it would run
+    loop = beside_s() if beside else None  # the device is idle here: the loop delays nothing it would run
     with collecting() as emitted:
         if timer is not None:
             timer.start()
@@ -159,7 +158,6 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
             timer.stop()
         backend.synchronize(out)
         t2 = wall()
-    loop = math.sqrt(loop0 * beside_s()) if loop0 is not None else None
     ev = timer.elapsed_s() / calls if timer is not None else None
     return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted), loop
 
@@ -199,7 +197,7 @@ def measure(
     (poisoning, refreshing state: part of repeats_s), agree_s in agree, in the warm-up and after each repeat
     (the rank group's agreement, or the other worker's turn: part of neither warm_s nor repeats_s; a worker that
     takes turns leaves its waits out of loop_s and agree_s after: harness/workers/handlers.py time_point); with
-    cfg.host_beside, each repeat's loop_s (and repeats_s) also holds the two short loops beside it (host_loops).
+    cfg.host_beside, loop_s (and repeats_s) also holds the short loop before each repeat (host_loops).
     """
     if calls < 1:
         raise ValueError(f"calls per repeat must be at least 1, not {calls}")

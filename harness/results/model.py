@@ -249,7 +249,7 @@ class _Timing(_Record):
     rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
     slowest_rank: dict[str, Stats] | None = None
     slowest_rank_samples: dict[str, list[float]] | None = None
-    # the host's short loop beside each repeat, in the order of the samples (timing.py TimingConfig.host_beside)
+    # the host's short loop just before each repeat, in the order of the samples (timing.py TimingConfig.host_beside)
     host_loops: list[float] | None = None
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {
