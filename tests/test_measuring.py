@@ -88,6 +88,41 @@ def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
     assert t["host_sensitivity"] == {"slope": None, "r": None, "n": 2}  # two processes: nothing to regress on
 
 
+def test_a_pooled_row_keeps_the_host_loops_beside_its_repeats_only_where_every_process_timed_them():
+    """--host-covariate's loops (timing.host_loops) pool in process order like the samples; a process without them
+    (a request that did not ask) leaves the row none rather than loops that no longer match its repeats. A file
+    whose loops do not match its repeats is refused."""
+    from harness.results import results
+    from harness.results.results import ResultError
+    from tests.synthetic import doc, row
+
+    a, b = _process(1e-3, 0.010, 1000.0, n=3), _process(1e-3, 0.012, 1010.0, n=2, seed=1)
+    a["host_loops"], b["host_loops"] = [6e-5, 6.1e-5, 5.9e-5], [1.1e-4, 1.2e-4]
+    t = processes.pool_timing([ProcessTiming.from_dict(a), ProcessTiming.from_dict(b)])
+    assert t.host_loops == [6e-5, 6.1e-5, 5.9e-5, 1.1e-4, 1.2e-4]
+    assert processes.pool_timing([ProcessTiming.from_dict(a), ProcessTiming.from_dict(dict(b, host_loops=None))]
+                                 ).host_loops is None
+    r = row("torch", "async", [1e-3] * 4)
+    d = doc([dict(r, timing=dict(r["timing"], host_loops=[6e-5] * 4))])
+    results.validate(d, "x.json")
+    d["scenarios"]["async_dispatch"]["rows"][0]["timing"]["host_loops"] = [6e-5] * 3
+    with pytest.raises(ResultError, match="3 loops where samples.device_done has 4"):
+        results.validate(d, "x.json")
+
+
+def test_the_loops_identity_follows_the_loop_and_where_it_runs_not_their_docstrings(monkeypatch):
+    """Two trees that time one loop at one place say the same (--host-covariate reads the loop on both sides);
+    another loop length or other code says another; a docstring or a comment says the same."""
+    from harness.measure import host_loop
+
+    f = 'def f():\n    """{}"""\n    return {}  # {}\n'
+    assert host_loop.code(f.format("a", 1, "x")) == host_loop.code(f.format("b", 1, "y"))
+    assert host_loop.code(f.format("a", 1, "x")) != host_loop.code(f.format("a", 2, "x"))
+    before = host_loop.identity()
+    monkeypatch.setattr(host_loop, "BESIDE", host_loop.BESIDE + 1)
+    assert host_loop.identity() != before
+
+
 def _answer(timing: dict) -> dict:
     row = {"scenario": "s", "framework": "torch", "variant": "v", "status": "ok", "wall_s": 1.0, "timing": timing,
            "check": {"checked": 2, "wrong": 0, "worst": "", "max_rel_err": 0.0}}

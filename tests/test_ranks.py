@@ -104,6 +104,19 @@ def test_merge_takes_the_slowest_rank_per_repeat_and_nccl_tests_bandwidths():
     assert "slowest_rank" not in m["timing"]  # the default: other rank scenarios' rows as they were
 
 
+def test_merge_takes_the_slowest_ranks_host_loop_per_repeat_where_every_rank_has_one_per_repeat():
+    """--host-covariate's loop before each repeat (timing.host_loops): per repeat the slower rank's host, and none
+    where a rank has none or another count (nothing pairs them with the repeats then)."""
+    a, b = _rank_row([1.0, 4.0, 2.0], 0), _rank_row([3.0, 1.0, 2.0], 0)
+    a["timing"]["host_loops"], b["timing"]["host_loops"] = [6e-5, 1.1e-4, 6e-5], [1e-4, 6e-5, 6.1e-5]
+    assert merge_rows([a, b], 2)["timing"]["host_loops"] == [1e-4, 1.1e-4, 6.1e-5]
+    assert a["timing"]["host_loops"] == [6e-5, 1.1e-4, 6e-5]  # the ranks' rows are left as they came
+    b["timing"]["host_loops"] = [1e-4, 6e-5]
+    assert "host_loops" not in merge_rows([a, b], 2)["timing"]
+    del b["timing"]["host_loops"]
+    assert "host_loops" not in merge_rows([a, b], 2)["timing"]
+
+
 def test_merge_by_the_mean_over_ranks_keeps_the_slowest_beside_and_pools_it():
     from harness.results.model import ProcessTiming
     from harness.workers.processes import pool_timing

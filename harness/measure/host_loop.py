@@ -2,16 +2,20 @@
 
 The interpreter's speed on the CPU a process runs on, which host-paced rows (launch loops, syncs, small copies)
 move with. python_loop_s is the long loop, best of a few runs (a request's start, the calibration); beside_s the
-short one timed before each repeat (harness/measure/timing.py, TimingConfig.host_beside): a lent host's CPU
-may run at two speeds about 1.8x apart that change within tens of milliseconds (docs/design/host_speed.md), too
-fast for a loop a row or a process apart to tell which speed a repeat met. Its own module because
-the timer, the calibration (harness/measure/calibrate.py, which imports the timer) and the workers all take it.
+short one timed before each repeat (harness/measure/timing.py, TimingConfig.host_beside): a lent host's CPU may
+run a process at one of two speeds about 1.8x apart for the whole of a row and the next process at the other
+(docs/design/host_speed.md), and a loop at a request's start is seconds and other rows away from the row. Its own
+module because the timer, the calibration (harness/measure/calibrate.py, which imports the timer) and the workers
+all take it.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
+import inspect
+import sys
+import textwrap
 import time
-from pathlib import Path
 
 LOOP = 200_000
 BESIDE = 2_000  # about 60 us at the fast speed: short against a repeat of milliseconds, long against perf_counter
@@ -29,15 +33,39 @@ def python_loop_s(repeats: int = 5) -> float:
 
 
 def beside_s() -> float:
-    """One run of the short loop: the host's speed at this moment."""
-    t0 = time.perf_counter()
-    total = 0
-    for i in range(BESIDE):
-        total += i
-    return time.perf_counter() - t0
+    """The short loop, twice back to back, the faster: the host's speed at this moment. Why twice: a loop run
+    straight after a wait (a blocking sync, a sleep) runs slower while the CPU wakes and its caches refill, so that
+    one run would also measure how the code before it waited, which the change under test may move."""
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(BESIDE):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def identity() -> str:
-    """This module's source, hashed: two trees whose workers time the same loop say the same (an interleaved regress
-    that reads the loop as a covariate asks both sides; a tree that changed the loop would move it with the change)."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """What the loop beside the repeats is and where it runs, hashed: beside_s and the timer's _timed_call, as code
+    (their syntax trees without docstrings, so that a comment or a docstring changes nothing). Two trees whose
+    workers say the same time one loop at one place (an interleaved regress that reads the loop as a covariate asks
+    both sides; a tree that changed the loop would move it with the change)."""
+    from harness.measure import timing  # imports this module: here, not at the top
+
+    try:
+        text = f"BESIDE={BESIDE}\n" + code(inspect.getsource(beside_s)) + code(inspect.getsource(timing._timed_call))
+    except (OSError, TypeError):  # no source to read (a frozen or compiled-only install): the files, whole
+        text = "".join(open(m.__file__ or "", encoding="utf-8", errors="replace").read() if m.__file__ else ""
+                       for m in (sys.modules[__name__], timing))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def code(source: str) -> str:
+    """A function's source as its syntax tree without its docstring: what it does, not how it is described."""
+    node = ast.parse(textwrap.dedent(source)).body[0]
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        node.body = body[1:]  # type: ignore[attr-defined]
+    return ast.dump(node)

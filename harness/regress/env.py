@@ -79,7 +79,7 @@ def host_during(doc: Result) -> list[float]:
             for p in ((r.timing.processes if r.timing else None) or []) if p.host_loop_s]
 
 
-def host_loops(doc: Result) -> tuple[list[float], str]:
+def request_loops(doc: Result) -> tuple[list[float], str]:
     """The host's Python-loop seconds a run measured, and where: before every point in every process
     (host_during), or, in files written before that was measured, once in every process at its start
     (machine.calibration's python_loop_s): the only record of the host's speeds such a run has."""
@@ -114,7 +114,7 @@ def describe_host_during(base: Result, cand: Result, threshold: float) -> str | 
     further apart than the threshold), the note gives the two speeds and the share of measurements at
     the slower one in each run, which is what moves a host-paced row's median; otherwise it compares the
     runs' medians."""
-    (hb, wb), (hc, wc) = host_loops(base), host_loops(cand)
+    (hb, wb), (hc, wc) = request_loops(base), request_loops(cand)
     if not hb or not hc:
         return None
     where = wb if wb == wc else f"the baseline: {wb}; the candidate: {wc}"
@@ -264,7 +264,7 @@ def two_speeds(base: Result, cand: Result, threshold: float) -> tuple[float, flo
     """(fast, slow) host loop seconds where a run's host itself ran at speeds further apart than the
     threshold (its loop times' 10th and 90th percentiles), the two runs' together; else None (a host
     steady within each run explains only the change of its speed between them)."""
-    (hb, _), (hc, _) = host_loops(base), host_loops(cand)
+    (hb, _), (hc, _) = request_loops(base), request_loops(cand)
     if not hb or not hc:
         return None
     spread = [np.quantile(h, [0.1, 0.9], method="nearest") for h in (hb, hc)]
@@ -305,7 +305,7 @@ def stand_in(doc: Result) -> float | None:
     their own, or one without any loop."""
     if host_during(doc):
         return None
-    loops, _ = host_loops(doc)
+    loops, _ = request_loops(doc)
     return float(np.median(loops)) if loops else None
 
 

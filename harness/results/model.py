@@ -249,7 +249,8 @@ class _Timing(_Record):
     rank_time: str | None = None  # "mean": a rank row timed as the mean over ranks (harness/workers/ranks.py)
     slowest_rank: dict[str, Stats] | None = None
     slowest_rank_samples: dict[str, list[float]] | None = None
-    # the host's short loop just before each repeat, in the order of the samples (timing.py TimingConfig.host_beside)
+    # the host's short loop just before each repeat, in the order of the samples (timing.py TimingConfig.host_beside;
+    # in some older files, the geometric mean of one loop before and one after each repeat)
     host_loops: list[float] | None = None
 
     _NESTED: ClassVar[dict[str, tuple[str, type]]] = {

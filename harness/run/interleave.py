@@ -659,8 +659,8 @@ class InterleavedRun:
             if plan.clock != "kernel" and all(env[s.name][fw].get("kernel_optional")
                                               for s in schedule.sides for fw in self.running):
                 self.cfg = replace(self.cfg, kernel_clock=False)
-            # --host-covariate: the host's loop beside each row (TimingConfig.host_beside), where every worker times
-            # one and the same loop; else the rows have no loop and are judged plain
+            # --host-covariate: the host's loop before each repeat (TimingConfig.host_beside), where every worker times
+            # one and the same loop at one place; else the rows have no loops and are judged plain
             loops = {env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running}
             if plan.host_covariate and len(loops) == 1 and None not in loops:
                 self.cfg = replace(self.cfg, host_beside=True)

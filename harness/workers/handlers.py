@@ -39,8 +39,8 @@ def hello(fw: str) -> Hello:
     ok, why = b.available()
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
-    # with another worker's request (protocol.Request.turns); host_beside: it may ask for the host's loop beside
-    # each row (TimingConfig.host_beside), and which loop it times (harness/measure/host_loop.py identity)
+    # with another worker's request (protocol.Request.turns); host_beside: it may ask for the host's loop before
+    # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/host_loop.py identity)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
             "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
             "host_beside": loop_identity()}

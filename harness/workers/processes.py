@@ -37,7 +37,7 @@ from harness.workers.worker import Handle, WorkerError, WorkerLost
 from scenarios.spec import Params, Scenario
 
 # Kept per process in timing.processes: the host's speed beside the row (and when, wall-clock seconds; and
-# row_loop_s, just before and after its repeats, where the request asked: TimingConfig.host_beside),
+# row_loop_s, just before and after its repeats, in files of older trees' regress runs),
 # the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
 # the request that timed it (shared by the rows of one request): in the worker (served_s), round trip, and
 # of them its traced kernel clock (kernel_s: what a regress that reads none does not spend; forecast.py).

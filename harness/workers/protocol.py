@@ -55,7 +55,7 @@ class Hello(TypedDict):
     subsets: NotRequired[bool]
     kernel_optional: NotRequired[bool]
     turns: NotRequired[bool]  # a time request may take turns with another worker's (Request.turns)
-    # its timing config may ask for the host's loop beside each row (TimingConfig.host_beside): which loop it times
+    # its timing config may ask for the host's loop before each repeat (TimingConfig.host_beside): which loop it times
     host_beside: NotRequired[str]
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 

@@ -292,7 +292,9 @@ def merge_rows(rows: list[Json], world_size: int, rank_time: str = "slowest") ->
     for loop in ("host_loop_s", "row_loop_s"):
         if all(r["timing"].get(loop) is not None for r in rows):
             timing[loop] = max(r["timing"][loop] for r in rows)  # the slowest rank's host
-    beside = [r["timing"].get("host_loops") for r in rows]  # per repeat, likewise the slowest rank's
+    # per repeat, likewise the slowest rank's host (under rank_time "mean" too: the covariate is the host's speed,
+    # and the slowest rank's is the one a rank group waits on)
+    beside = [r["timing"].get("host_loops") for r in rows]
     timing.pop("host_loops", None)
     if all(beside) and len({len(x) for x in beside}) == 1:
         timing["host_loops"] = [max(x) for x in zip(*beside)]
