@@ -426,8 +426,36 @@ def test_pairs_are_added_two_at_a_time_and_the_rate_is_split_over_the_looks(monk
     assert res.pairs == 7 and "--max-pairs 7" in res.stopped
     assert interleave.looks(2, 7) == 4 and rates == [0.05 / 4] * 4  # after pairs 2, 4, 6 and 7
     assert [t for t in logged if t.startswith("pair")] == [
-        f"pair{s}: 1 point(s) with unknown rows (1 request(s) a process, 2 row(s))" for s in ("s 3-4", "s 5-6", " 7")]
+        f"pair{s}: 1 point(s) with unknown rows (1 request(s) a process, 2 row(s)), the cheapest first"
+        for s in ("s 3-4", "s 5-6", " 7")]
     assert host.log == ["baseline", "candidate", "candidate", "baseline"] * 3 + ["baseline", "candidate"]
+
+
+def test_added_pairs_go_to_the_cheapest_points_first_so_a_budget_cut_leaves_the_fewest_without():
+    """After the first pairs, each point's pairs cost what they cost there (Schedule.pair_s): an added stage times
+    the cheapest points first, a scenario's points together, so that a budget spent inside the stage leaves the
+    costly points, not the cheap ones, without the added pairs. The first pairs keep the plan's order."""
+    host, now = Host(1.0), [0.0]
+    costs = {"device_creation": 10.0, "sync_points": 1.0}  # seconds a process: the plan's first scenario is dear
+
+    class Costly(Undecided):
+        def request(self, op, *args, **kw):
+            if op == "time":
+                now[0] += costs[args[0]]
+            return super().request(op, *args, **kw)
+
+    logged: list[str] = []
+    sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Costly(fw, s, host),
+                     now=lambda: now[0], log=logged.append)
+    # pairs 1-2: device_creation's two points (80 s), then sync_points (4 s); pairs 3-4 start before 100 s
+    res = interleave.run(sched, interleave.Plan(["device_creation", "sync_points"], "smoke", 1, pairs=2,
+                                                max_pairs=4, budget_s=100.0))
+    assert sched.pair_s[("sync_points", 0)] == pytest.approx(2.0)  # a pair: a process of each side
+    assert sched.pair_s[("device_creation", 0)] == pytest.approx(20.0)
+    got = {(r.scenario, r.point): r.pairs for r in res.rows}
+    assert got[("sync_points", 0)] == 4, got  # timed first in pairs 3-4: 4 s
+    assert got[("device_creation", 0)] == 4 and got[("device_creation", 1)] == 2, got  # the budget ran out between
+    assert "the cheapest first" in next(t for t in logged if t.startswith("pairs 3-4"))
 
 
 def test_added_pairs_time_only_the_frameworks_with_an_unknown_row_at_a_point():

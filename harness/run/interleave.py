@@ -331,6 +331,8 @@ class Schedule:
     now: Callable[[], float] = time.perf_counter
     # (rank scenario, framework) -> {side name: why} where that side's rank group did not start in some pair
     groups_down: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    # (scenario, point) -> seconds a pair took there when it was last timed (now's clock): what a pair added costs
+    pair_s: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def start_pairs(self, ks: list[int], frameworks: list[str] | None = None, ranked: list[str] | None = None,
                     cpus: list[int] | tuple[int, ...] = ()) -> tuple[list[Pair], dict[str, dict[str, Hello]]]:
@@ -370,8 +372,8 @@ class Schedule:
     def time_points(self, pairs: list[Pair], scenarios: list[Any], points: dict[str, list[Params]],
                     wanted: Callable[[str, int], Any], running: list[str], cfg: Any, answers: Answers,
                     seed: int | None = None, stop: Callable[[], bool] = lambda: False,
-                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False
-                    ) -> list[tuple[str, int]]:
+                    subset: Callable[[str, int, str], tuple[str, ...]] = lambda _s, _i, _f: (), turns: bool = False,
+                    cheapest_first: bool = False) -> list[tuple[str, int]]:
         """Every wanted point of every scenario through every pair, in pair order: a point's
         processes run one after the other (A-B, B-A, ...), one framework at a time; with turns, a pair's two
         processes time a framework's rows at once, taking turns call by call (harness/workers/turns.py; not
@@ -380,10 +382,20 @@ class Schedule:
         not timed). subset(scenario, point, framework): the variants both sides time there (empty: every
         one); rows of others that a side sends are not kept, so that both sides' processes of a pair hold
         the same rows. Once stop() says so, no further point starts (a started one runs through all its
-        pairs, so that its rows stay paired); the points left are returned."""
+        pairs, so that its rows stay paired); the points left are returned. cheapest_first: the points whose
+        pairs cost least so far (pair_s) go first, a scenario's together: a budget that runs out then leaves the
+        fewest points without the added pairs; the pairs of each point keep their order."""
         left: list[tuple[str, int]] = []
-        for scn in scenarios:
-            idx = [i for i in range(len(points[scn.name])) if wanted(scn.name, i)]
+
+        def cost(name: str, i: int) -> float:
+            return self.pair_s.get((name, i), 0.0) if cheapest_first else 0.0
+
+        def first(scn: Any) -> float:
+            return min((cost(scn.name, i) for i in range(len(points[scn.name])) if wanted(scn.name, i)), default=0.0)
+
+        for scn in sorted(scenarios, key=first):  # stable: the plan's order where the costs tie (or are not asked)
+            idx = sorted((i for i in range(len(points[scn.name])) if wanted(scn.name, i)),
+                         key=lambda i: cost(scn.name, i))
             if not idx:
                 continue
             if left or stop():
@@ -411,6 +423,7 @@ class Schedule:
                 params = points[scn.name][i]
                 want = wanted(scn.name, i)
                 fws_point = [fw for fw in fws_run if want is True or fw in want]
+                t_point = self.now()
                 for pi, pair in enumerate(pairs):
                     procs = rank_procs[pi] if rank_procs is not None else pair.processes
                     # decided before either side of the pair runs, so that both run the same repeats
@@ -430,6 +443,8 @@ class Schedule:
                     for j in range(len(pair.sides)):
                         for fw in (fws_point if j == 0 else fws_point[::-1]):  # mirrored: each framework's gap cancels
                             ask(j, fw)
+                if pairs:
+                    self.pair_s[(scn.name, i)] = (self.now() - t_point) / len(pairs)
                 for side in self.sides:  # the disk holds one point at a time
                     if side.points:
                         point_cache.clear(side.points)
@@ -839,7 +854,7 @@ class InterleavedRun:
                 return f"stopped ({late})", True
             schedule.log(f"{named}: {len(open_points)} point(s) with unknown rows "
                          f"({sum(map(len, open_points.values()))} request(s) a process, "
-                         f"{sum(map(len, open_rows.values()))} row(s))")
+                         f"{sum(map(len, open_rows.values()))} row(s)), the cheapest first")
             # none for a framework with nothing left to decide
             more, env_more = schedule.start_pairs(ks, plain, ranked, self.cpus)
             down = {fw for fw in plain if not all(env_more[s.name][fw]["available"] for s in schedule.sides)}
@@ -851,7 +866,7 @@ class InterleavedRun:
                                  [fw for fw in self.running if fw in plain or fw in ranked], self.cfg, self.answers,
                                  self.plan.seed, stop=self.spent,
                                  subset=lambda s, i, fw: open_rows.get((s, i, fw), ()) if self.subsets else (),
-                                 turns=self.turns)
+                                 turns=self.turns, cheapest_first=True)
         except (KeyboardInterrupt, Stopped) as e:
             self.stopped_by = stops.name_of(e)
             return f"stopped ({self.stopped_by})", False
