@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Lease 22 (issue 51), for the next session, started detached from a copy under /tmp (/tmp/L22tree). Lease 19's
 # planted and control regress again, now that --host-covariate regresses the pairs on each process's median of
-# the short loops beside its repeats (24fe168): offline on lease 21's eight pairs of launch_overhead it called
-# CuPy's eager plant +18.9% [+11.8%, +26.4%] and nothing else. The planted run must call both plants (torch's
+# the short loops before its repeats (24fe168; the loop twice, the faster kept, since eb48d87) and added pairs go
+# to the cheapest points first (d11300c): offline on lease 21's eight pairs of launch_overhead it called CuPy's
+# eager plant +18.9% [+11.8%, +26.4%] and nothing else. The planted run must call both plants (torch's
 # h2d_pinned_non_blocking, CuPy's eager) and nothing else different, exit 1; the control nothing, exit 0. Read both
-# with `python results/probes/host_covariate.py --looks 4 <folder>`. Then, where time is left, donation's checks.
+# with `python results/probes/host_covariate.py --looks 4 <folder>`.
 # $1: seconds of device time left when it starts (the control's budget shrinks to fit); $2: the commit.
 set -u
 export PYTHONUNBUFFERED=1
