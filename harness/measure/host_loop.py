@@ -16,6 +16,7 @@ import inspect
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 LOOP = 200_000
 BESIDE = 2_000  # about 60 us at the fast speed: short against a repeat of milliseconds, long against perf_counter
@@ -55,9 +56,8 @@ def identity() -> str:
 
     try:
         text = f"BESIDE={BESIDE}\n" + code(inspect.getsource(beside_s)) + code(inspect.getsource(timing._timed_call))
-    except (OSError, TypeError):  # no source to read (a frozen or compiled-only install): the files, whole
-        text = "".join(open(m.__file__ or "", encoding="utf-8", errors="replace").read() if m.__file__ else ""
-                       for m in (sys.modules[__name__], timing))
+    except (OSError, TypeError):  # no source to read (a frozen or compiled-only install): the two files, whole
+        text = "".join(Path(m.__file__).read_bytes().hex() for m in (sys.modules[__name__], timing) if m.__file__)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
