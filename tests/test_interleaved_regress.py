@@ -1466,7 +1466,7 @@ def test_a_side_from_before_the_stage_packages_runs_its_own_flat_workers(tmp_pat
 def test_host_covariate_asks_for_the_loop_before_each_repeat_where_both_sides_time_one_loop():
     """The host's loop just before each repeat (TimingConfig.host_beside) is asked for with --host-covariate alone
     (it costs each repeat two short loops), and only where every worker's hello names one and the same loop at one
-    place (harness/measure/host_loop.py identity): an older tree's worker names none, and its TimingConfig has no
+    place (harness/measure/timing.py loop_identity): an older tree's worker names none, and its TimingConfig has no
     such field, so it is sent the wire it reads; a tree that changed the loop names another."""
     from harness.measure.timing import preset
     from harness.workers.protocol import Request

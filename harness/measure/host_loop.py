@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 LOOP = 200_000
 BESIDE = 2_000  # about 60 us at the fast speed: short against a repeat of milliseconds, long against perf_counter
@@ -47,17 +47,18 @@ def beside_s() -> float:
     return best
 
 
-def identity() -> str:
-    """What the loop beside the repeats is and where it runs, hashed: beside_s and the timer's _timed_call, as code
-    (their syntax trees without docstrings, so that a comment or a docstring changes nothing). Two trees whose
-    workers say the same time one loop at one place (an interleaved regress that reads the loop as a covariate asks
-    both sides; a tree that changed the loop would move it with the change)."""
-    from harness.measure import timing  # imports this module: here, not at the top
-
+def identity(*where: Callable[..., Any]) -> str:
+    """What the loop is and where it runs, hashed: BESIDE, beside_s and the functions `where` that time it (the
+    timer's: harness/measure/timing.py loop_identity), as code: their syntax trees without docstrings, so that a
+    comment or a docstring changes nothing. Two trees whose workers say the same time one loop at one place (an
+    interleaved regress that reads the loop as a covariate asks both sides; a tree that changed the loop would
+    move it with the change)."""
+    fns = (beside_s, *where)
     try:
-        text = f"BESIDE={BESIDE}\n" + code(inspect.getsource(beside_s)) + code(inspect.getsource(timing._timed_call))
-    except (OSError, TypeError):  # no source to read (a frozen or compiled-only install): the two files, whole
-        text = "".join(Path(m.__file__).read_bytes().hex() for m in (sys.modules[__name__], timing) if m.__file__)
+        text = f"BESIDE={BESIDE}\n" + "".join(code(inspect.getsource(f)) for f in fns)
+    except (OSError, TypeError):  # no source to read (a frozen or compiled-only install): the files, whole
+        files = dict.fromkeys(inspect.getfile(f) for f in fns)
+        text = "".join(Path(f).read_bytes().hex() for f in files)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.backends.base import Backend, wall
-from harness.measure.host_loop import beside_s
+from harness.measure.host_loop import beside_s, identity
 from harness.measure.metrics import collecting
 from harness.measure.noise import median_rel_halfwidth
 from harness.results.model import Json, ProcessTiming, Stats
@@ -160,6 +160,12 @@ def _timed_call(call: Callable[[], Any], backend: Backend, before: Callable[[], 
         t2 = wall()
     ev = timer.elapsed_s() / calls if timer is not None else None
     return (t1 - t0) / calls, (t2 - t0) / calls, ev, out, dict(emitted), loop
+
+
+def loop_identity() -> str:
+    """The loop beside the repeats and where it runs, hashed (host_loop.identity of _timed_call): what a worker's
+    hello names, so that an interleaved regress reads the loop as a covariate only where both sides time one."""
+    return identity(_timed_call)
 
 
 def measure(

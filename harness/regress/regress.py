@@ -516,7 +516,7 @@ def covariate_test(base: list[float], cand: list[float], base_loop: list[float],
     speeds (a lent host's CPU may run a process at one of two speeds 1.8x apart for the whole of a row); the
     loops timed beside the row's repeats (TimingConfig.host_beside), a process's median, track that speed, and the
     intercept is the change had both met it at one. It is unbiased where the change under test does not move the
-    loop: two trees on one Python that time one loop at one place (harness/measure/host_loop.py identity; the loop
+    loop: two trees on one Python that time one loop at one place (harness/measure/timing.py loop_identity; the loop
     runs twice and keeps the faster, so that how the code before it waited does not reach it), and a change that
     leaves the host's CPUs alone (a candidate whose threads load the host moves both)."""
     n = min(len(base), len(cand), len(base_loop), len(cand_loop))

@@ -18,7 +18,7 @@ from harness.backends.base import RankCeilings
 from harness.workers import point_cache
 from harness.measure.calibrate import calibrate as _calibrate
 from harness.measure.calibrate import Calibration
-from harness.measure.host_loop import identity as loop_identity, python_loop_s
+from harness.measure.host_loop import python_loop_s
 from harness.check.equivalence import strided_sample
 from harness.check.outputs import OutputCheck, has_nan
 from harness.workers.execute import load_impl, run_variants, skip_reason, variant_call
@@ -27,7 +27,7 @@ from harness.measure.profiling import profile_variant, row_name
 from harness.workers.protocol import Answer, Hello, Progress, Request, TurnTaker
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
-from harness.measure.timing import SELFCHECK, TimingConfig, measure
+from harness.measure.timing import SELFCHECK, TimingConfig, loop_identity, measure
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
@@ -40,7 +40,7 @@ def hello(fw: str) -> Hello:
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
     # with another worker's request (protocol.Request.turns); host_beside: it may ask for the host's loop before
-    # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/host_loop.py identity)
+    # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/timing.py loop_identity)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
             "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
             "host_beside": loop_identity()}
