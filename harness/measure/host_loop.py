@@ -23,37 +23,35 @@ BESIDE = 2_000  # about 60 us at the fast speed: short against a repeat of milli
 
 
 def python_loop_s(repeats: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        total = 0
-        for i in range(LOOP):
-            total += i
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(LOOP, repeats)
 
 
 def beside_s() -> float:
     """The short loop, twice back to back, the faster: the host's speed at this moment. Why twice: a loop run
     straight after a wait (a blocking sync, a sleep) runs slower while the CPU wakes and its caches refill, so that
     one run would also measure how the code before it waited, which the change under test may move."""
+    return best_of(BESIDE, 2)
+
+
+def best_of(iterations: int, runs: int) -> float:
+    """The fastest of `runs` runs of a loop of `iterations` additions, in seconds."""
     best = float("inf")
-    for _ in range(2):
+    for _ in range(runs):
         t0 = time.perf_counter()
         total = 0
-        for i in range(BESIDE):
+        for i in range(iterations):
             total += i
         best = min(best, time.perf_counter() - t0)
     return best
 
 
 def identity(*where: Callable[..., Any]) -> str:
-    """What the loop is and where it runs, hashed: BESIDE, beside_s and the functions `where` that time it (the
+    """What the loop is and where it runs, hashed: BESIDE, beside_s, best_of and the functions `where` that time it (the
     timer's: harness/measure/timing.py loop_identity), as code: their syntax trees without docstrings, so that a
     comment or a docstring changes nothing. Two trees whose workers say the same time one loop at one place (an
     interleaved regress that reads the loop as a covariate asks both sides; a tree that changed the loop would
     move it with the change)."""
-    fns = (beside_s, *where)
+    fns = (beside_s, best_of, *where)
     try:
         text = f"BESIDE={BESIDE}\n" + "".join(code(inspect.getsource(f)) for f in fns)
     except (OSError, TypeError):  # no source to read (a frozen or compiled-only install): the files, whole
