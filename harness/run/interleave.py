@@ -49,6 +49,7 @@ from harness.workers.ranks import Groups, RankGroup
 from harness.workers.turns import Turns
 from harness.workers.protocol import Answer, Hello
 from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
+from harness.measure.noise import split
 from harness.measure.timing import preset
 from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, judge_pairs, process_medians
@@ -982,7 +983,7 @@ def _process_loops(row: Row) -> list[float]:
     loops, counts = (t.host_loops, t.counts("device_done")) if t is not None else (None, None)
     if not loops or not counts or sum(counts) != len(loops):
         return []
-    return [float(np.median(loops[e - k:e])) for k, e in zip(counts, np.cumsum(counts))]
+    return [float(np.median(p)) for p in split(loops, counts)]
 
 
 def _variant(merged: Any, variant: str) -> Row:

@@ -318,7 +318,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "rows on a host at two speeds (docs/regress.md). Rank groups are not pinned. A "
                            "one-CPU process's figures are not an unpinned run's")
     both.add_argument("--host-covariate", action="store_true", default=None,
-                      help="time a short Python loop just before each repeat (twice, 60-110 us a run on a lent H100 host) "
+                      help="time a short Python loop just before each repeat (twice, about 0.1 ms a repeat) "
                            "and judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios "
                            "regressed on the log ratios of their processes' median loops, the change read where the "
                            "two agree. One Python on both sides; not with --turns call. Experimental: its "

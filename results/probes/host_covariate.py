@@ -30,6 +30,7 @@ from scipy import stats
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pair_spread import rows, sides  # noqa: E402
 
+from harness.measure.noise import split  # noqa: E402
 from harness.regress.regress import Paired, judge_pairs  # noqa: E402
 
 COVARIATES = ("host_loop_s", "row_loop_s", "loops_median")
@@ -70,7 +71,7 @@ def _loops(row: dict, n: int) -> list[float]:
     t = row["timing"]
     loops, counts = t.get("host_loops"), [p["n"] for p in t["processes"]]
     if loops and sum(counts) == len(loops):  # in files of 310101f-f0aafbb, a loop before and after each repeat
-        return [float(np.median(loops[e - k:e])) for k, e in zip(counts, np.cumsum(counts))][:n]
+        return [float(np.median(p)) for p in split(loops, counts)][:n]
     got = [p.get("row_loop_s") for p in t["processes"][:n]]
     return got if all(got) else []
 
