@@ -63,6 +63,18 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
     assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
 
 
+def test_a_compare_run_refuses_other_timing_settings_in_its_environment(tmp_path):
+    """$TRIPTYCH_TIMING sets one side of an interleaved regress; in a run's own environment every process would
+    time on settings that the preset its result names does not describe."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRIPTYCH_TIMING='{"warmup_s": 0}')
+    r = subprocess.run([sys.executable, "-m", "harness", "compare", "--scenarios", "launch_overhead", "--out",
+                        str(tmp_path / "res")], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[-500:], r.stderr[-500:])
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("harness: error: $TRIPTYCH_TIMING is set here") and "--candidate-env" in line, line
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
+
+
 def test_unwritable_out_folder(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")

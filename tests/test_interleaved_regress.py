@@ -1388,6 +1388,19 @@ def test_real_workers_make_a_points_inputs_in_their_sides_cache(monkeypatch):
     assert held[0] == held[1]  # the same point's key: inputs made once on each side, in a folder of its own
 
 
+def test_a_side_with_other_timing_settings_times_on_them_and_the_other_side_on_the_preset():
+    """--candidate-env TRIPTYCH_TIMING=...: the candidate's workers time on those settings (here three repeats a
+    process), the baseline's on the run's preset (smoke: five at least), in the same pairs."""
+    backend_or_skip("torch")
+    base, cand = _sides()
+    cand.env = {"TRIPTYCH_TIMING": '{"min_repeats": 3, "max_repeats": 3}'}
+    res = interleave.run(Schedule([base, cand], ["torch"], 120.0, world_size=2),
+                         Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2))
+    counts = [{len(r["timing"]["samples"]["device_done"]) // len(r["timing"]["processes"])
+               for r in doc["scenarios"]["launch_overhead"]["rows"] if r["status"] == "ok"} for doc in res.docs]
+    assert counts[1] == {3} and min(counts[0]) >= 5, counts
+
+
 def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):
     repo = tmp_path / "repo"
     (repo / "harness").mkdir(parents=True)
@@ -1431,6 +1444,12 @@ def test_usage_errors():
     assert r.returncode == 2 and "$TRIPTYCH_FAULT is set here and would reach both sides alike" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_FAULT_RANK": "1"})
     assert r.returncode == 2 and "pass it with --candidate-env" in r.stderr, r.stderr
+    r = _regress("--baseline-tree", ".", "--candidate-env", 'TRIPTYCH_TIMING={"warmup": 0.5}')
+    assert r.returncode == 2 and "--candidate-env $TRIPTYCH_TIMING: warmup must be a whole number" in r.stderr, r.stderr
+    r = _regress("--baseline-tree", ".", *small, "--turns", "call", "--baseline-env", 'TRIPTYCH_TIMING={"warmup_s": 0}')
+    assert r.returncode == 2 and "--baseline-env TRIPTYCH_TIMING: with --turns call" in r.stderr, r.stderr
+    r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_TIMING": '{"warmup_s": 0}'})
+    assert r.returncode == 2 and "$TRIPTYCH_TIMING is set here" in r.stderr, r.stderr
     r = _regress("--baseline-python", "/no/such/python")
     assert r.returncode == 2 and "/no/such/python: cannot run it" in r.stderr, r.stderr
     r = _regress("--baseline-tree", "no-such-ref-or-folder")

@@ -276,3 +276,38 @@ def test_a_row_asked_for_the_host_beside_it_times_the_loop_just_before_each_repe
     m = measure(call, b, replace(cfg, host_beside=True))
     assert m.host_loops == pytest.approx([6e-5, 1e-4, 6.2e-5])
     assert order == ["call", "call"] + ["loop", "call"] * 3  # first, warm-up, then a loop before each repeat
+
+
+def test_a_sides_timing_settings_are_json_of_known_fields_that_make_a_valid_config():
+    from harness.measure.timing import OVERRIDE_ENV, overrides
+
+    assert overrides('{"warmup_s": 0, "min_repeats": 3.0}') == {"warmup_s": 0.0, "min_repeats": 3}
+    for text, why in [("warmup_s=0", "is not JSON"), ("[1]", "must be a JSON object"), ("{}", "must be a JSON object"),
+                      ('{"plan": 1}', "names plan: it may set warmup,"), ('{"warmup": 1.5}', "warmup must be a whole"),
+                      ('{"warmup_s": true}', "warmup_s must be a finite"), ('{"min_time_s": "0"}', "must be a finite"),
+                      ('{"min_repeats": 300}', "cannot run"), ('{"warmup_s": -1}', "cannot run")]:
+        with pytest.raises(ValueError, match=why) as e:
+            overrides(text)
+        assert OVERRIDE_ENV in str(e.value) and "\n" not in str(e.value), text
+    assert overrides('{"min_repeats": 300}', TimingConfig(max_repeats=400)) == {"min_repeats": 300}
+
+
+def test_a_worker_times_on_its_sides_timing_settings_and_no_other_process_does(monkeypatch):
+    """$TRIPTYCH_TIMING in a worker's environment (an interleaved regress's --candidate-env) replaces the
+    request's settings there: here three repeats where the preset asks for five at least."""
+    from harness.measure import timing
+    from harness.workers import handlers
+    from scenarios import get
+    from tests.conftest import backend_or_skip
+
+    backend_or_skip("torch")
+    params = get("launch_overhead").params_for_size("smoke") | {"seed": 2}
+
+    def repeats() -> set[int]:
+        rows = handlers.time_scenario("torch", "launch_overhead", params, timing.preset("smoke"), lambda _t: None)
+        return {len(r["timing"]["samples"]["device_done"]) for r in rows if r["status"] == "ok"}
+
+    monkeypatch.setenv(timing.OVERRIDE_ENV, '{"min_repeats": 3, "max_repeats": 3}')
+    assert repeats() == {3}
+    monkeypatch.delenv(timing.OVERRIDE_ENV)
+    assert min(repeats()) >= timing.preset("smoke").min_repeats > 3

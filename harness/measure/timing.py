@@ -19,8 +19,10 @@ outputs checked are the last call's.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -115,6 +117,47 @@ PRESETS: dict[str, TimingConfig] = {
 def preset(size: str) -> TimingConfig:
     """The timing config of a size preset (full for sizes without their own)."""
     return PRESETS.get(size, PRESETS["full"])
+
+
+# One side of an interleaved regress may time on other settings than the preset's: the pairs then measure what a
+# change of method does to the figures, and each side's files what it does to a pair's cost (docs/regress.md),
+# e.g. --candidate-env 'TRIPTYCH_TIMING={"warmup_s": 0}'. Only a worker reads it (handlers.time_point); a run
+# refuses it in its own environment (harness/run/cmd_compare.py start_checks), where it would reach every process
+# and write figures that the preset its result names does not describe.
+OVERRIDE_ENV = "TRIPTYCH_TIMING"
+OVERRIDABLE = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise")
+
+
+def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, float]:
+    """The fields a $TRIPTYCH_TIMING value sets: a JSON object of OVERRIDABLE names and finite numbers (counts
+    whole), which must make a valid config of `base`; ValueError, one line, where it does not."""
+    try:
+        given = json.loads(text)
+    except ValueError:
+        raise ValueError(f"${OVERRIDE_ENV} is not JSON: {text!r}") from None
+    if not isinstance(given, dict) or not given:
+        raise ValueError(f"${OVERRIDE_ENV} must be a JSON object of timing settings, such as {{\"warmup_s\": 0}}")
+    unknown = sorted(set(given) - set(OVERRIDABLE))
+    if unknown:
+        raise ValueError(f"${OVERRIDE_ENV} names {', '.join(unknown)}: it may set {', '.join(OVERRIDABLE)}")
+    counts = {f.name for f in fields(TimingConfig) if f.type == "int"}
+    for k, v in given.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or (k in counts and v != int(v)):
+            raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in counts else 'finite'} number, not {v!r}")
+    out = {k: int(v) if k in counts else float(v) for k, v in given.items()}
+    try:
+        replace(base, **out)  # the config's own check
+    except ValueError:
+        raise ValueError(f"${OVERRIDE_ENV}={text} makes a timing that cannot run (min_repeats above max_repeats, "
+                         "a negative count or time, max_wall_s 0)") from None
+    return out
+
+
+def overridden(cfg: TimingConfig) -> TimingConfig:
+    """cfg with this process's $TRIPTYCH_TIMING settings, where it has any."""
+    text = os.environ.get(OVERRIDE_ENV)
+    return replace(cfg, **overrides(text, cfg)) if text else cfg
 
 
 # selfcheck compares clocks within 3%: long warm-up (GPU clocks ramp), many repeats, one process.

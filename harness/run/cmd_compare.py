@@ -22,6 +22,7 @@ from harness.run.parser import UsageError, gpu_present
 from harness.run.options import EXAMPLES
 from harness.measure import machine
 from harness.measure.profiling import plan_profiles, write_profiles
+from harness.measure.timing import OVERRIDE_ENV
 from harness.measure.timeline import plan_timelines, write_timelines
 from harness.report.html import make_report
 from harness.report.report import Problem, make_console, render_terminal, summary_status
@@ -45,6 +46,9 @@ def start_checks(out: Path, fraction: float | None, frameworks: list[str], proce
 
     Run.check_memory_fits(fraction, frameworks, processes, scenarios, gpu_present, size, machine.gpu_memory_bytes,
                           world_size, label, processes_option)
+    if OVERRIDE_ENV in os.environ:
+        raise UsageError(f"${OVERRIDE_ENV} is set here: every process would time on other settings than the preset "
+                         "the result names; it sets one side of an interleaved regress (--candidate-env)")
     try:
         faults.planted()
         check_writable(out)

@@ -19,6 +19,7 @@ from harness.run.parser import (DEFAULT_OUT, INTERLEAVED, MAX_EXAMPLES, MAX_PROC
                                 memory_fraction, default, gpu_present)
 from harness.backends.base import DEFAULT_MEMORY_FRACTION, MEMORY_FRACTION_ENV
 from harness.measure import machine
+from harness.measure.timing import OVERRIDE_ENV, overrides, preset
 from harness.regress.regress import RegressError, regress
 from harness.regress.view import render, render_paired
 from harness.report.report import make_console
@@ -205,11 +206,16 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
     fraction = _interleaved_cap(a, scenarios, size, frameworks, out)
     envs = [_env(a.baseline_env, "--baseline-env"), _env(a.candidate_env, "--candidate-env")]
     for option, env in zip(("--baseline-env", "--candidate-env"), envs):
-        if faults.ENV in env:
-            try:
+        try:
+            if faults.ENV in env:
                 faults.parse(env[faults.ENV])
-            except ValueError as e:
-                raise UsageError(f"{option} {e}") from None
+            if OVERRIDE_ENV in env:
+                overrides(env[OVERRIDE_ENV], preset(size))
+        except ValueError as e:
+            raise UsageError(f"{option} {e}") from None
+        if OVERRIDE_ENV in env and a.turns == "call":  # measure() agrees on each warm-up call and repeat with the other side
+            raise UsageError(f"{option} {OVERRIDE_ENV}: with --turns call a pair's two processes share every warm-up "
+                             "call and repeat, so they cannot time on different settings: drop one of them")
     history = tuple(dict.fromkeys(Path(f).resolve() for f in (out, ROOT / "runs", ROOT / "results")))
     plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock,
                 history=history, turns=a.turns == "call", same_cpu=a.same_cpu, host_covariate=a.host_covariate)

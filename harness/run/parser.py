@@ -284,8 +284,9 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
         both.add_argument(f"--{side}-python", type=_nonempty(f"--{side}-python"), default=None, metavar="PY",
                           help=f"the {side}'s interpreter (default: this one)")
         both.add_argument(f"--{side}-env", action="append", default=[], metavar="KEY=VALUE",
-                          help=f"an environment variable of the {side}'s processes alone, e.g. TRIPTYCH_FAULT=... "
-                               "(repeatable)")
+                          help=f"an environment variable of the {side}'s processes alone (repeatable), e.g. "
+                               "TRIPTYCH_FAULT=... (a planted fault) or TRIPTYCH_TIMING='{\"warmup_s\": 0}' (other "
+                               "timing settings than the preset's, to measure what they change)")
     # their defaults (INTERLEAVED) are filled in by the interleaved run: None says "not given", which a run of
     # result files refuses rather than ignores
     both.add_argument("--size", choices=["auto", "smoke", "full"], default=None,

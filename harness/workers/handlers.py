@@ -27,7 +27,7 @@ from harness.measure.profiling import profile_variant, row_name
 from harness.workers.protocol import Answer, Hello, Progress, Request, TurnTaker
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
-from harness.measure.timing import SELFCHECK, TimingConfig, loop_identity, measure
+from harness.measure.timing import SELFCHECK, TimingConfig, loop_identity, measure, overridden
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
@@ -73,6 +73,7 @@ def time_point(fw: str, scenario: str, params: Params, cfg: TimingConfig, first:
     (harness/backends/dist.py) held between two processes; the seconds waiting for a turn are left out of
     this process's wall times (progress.waited_s)."""
     t_served = time.perf_counter()
+    cfg = overridden(cfg)  # an interleaved regress's side on other settings than the request's ($TRIPTYCH_TIMING)
     scn = get_scenario(scenario)
     b = backends.get(fw).load()
     impl = load_impl(scenario, fw)
