@@ -30,4 +30,14 @@ if [ $B -ge 150 ]; then
     --host-covariate --pairs 4 --max-pairs 10 --budget $B --out $O/results/control > $O/control.log 2>&1
   echo "control exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
 fi
+# Step 3, where 200 s are left: what the full preset's 0.05 s of time-based warm-up buys (lease 19: first call and
+# warm-up were 27% of a pair's requests). The candidate warms up by count alone (TRIPTYCH_TIMING, 1b2f4d0); a row
+# called different needs the warm-up, and each side's files give a pair's cost both ways.
+B=$(( ${1:-1000} - ($(date +%s) - start) - 60 )); [ $B -gt 240 ] && B=240
+echo "warm-up budget $B s" >> $O/steps.log
+if [ $B -ge 200 ]; then
+  python3 -m harness regress --baseline-tree . --candidate-tree . --candidate-env 'TRIPTYCH_TIMING={"warmup_s": 0}' \
+    --scenarios pinned_transfer --pairs 4 --max-pairs 4 --budget $B --out $O/results/warmup > $O/warmup.log 2>&1
+  echo "warm-up exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
+fi
 echo done >> $O/steps.log
