@@ -135,7 +135,7 @@ def test_checks_first_and_last_or_every_repeat():
     assert m.checked_repeats == 6 and m.wrong_repeats == 3
 
 
-def test_a_hazard_checks_its_first_repeats_then_the_powers_of_two_and_the_last():
+def test_a_hazard_checks_its_first_repeats_then_every_seventh_and_the_last():
     """A hazard's share of wrong runs comes from a sample: repeats 1-8, every 7th after them and the last (40) of
     40: odd and even repeats alike, so that a hazard wrong every other call shows in its share."""
     b = FakeAsyncBackend(latency=0.0)
