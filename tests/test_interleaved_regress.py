@@ -1388,17 +1388,44 @@ def test_real_workers_make_a_points_inputs_in_their_sides_cache(monkeypatch):
     assert held[0] == held[1]  # the same point's key: inputs made once on each side, in a folder of its own
 
 
-def test_a_side_with_other_timing_settings_times_on_them_and_the_other_side_on_the_preset():
-    """--candidate-env TRIPTYCH_TIMING=...: the candidate's workers time on those settings (here three repeats a
-    process), the baseline's on the run's preset (smoke: five at least), in the same pairs."""
+def test_a_side_with_other_timing_settings_times_on_them_and_the_other_side_on_the_preset(monkeypatch):
+    """--candidate-env TRIPTYCH_TIMING=...: the candidate's workers time on those settings (here 15 repeats a
+    process) in every pair, also in the third and fourth, whose repeats are planned (here 5); the baseline's on
+    the preset and the plan."""
     backend_or_skip("torch")
+    monkeypatch.setattr(interleave.processes, "repeats_where_the_variance_is", lambda procs, lo, hi: 5)
     base, cand = _sides()
-    cand.env = {"TRIPTYCH_TIMING": '{"min_repeats": 3, "max_repeats": 3}'}
+    cand.env = {"TRIPTYCH_TIMING": '{"min_repeats": 15, "max_repeats": 15}'}
     res = interleave.run(Schedule([base, cand], ["torch"], 120.0, world_size=2),
-                         Plan(["launch_overhead"], "smoke", 3, pairs=2, max_pairs=2))
-    counts = [{len(r["timing"]["samples"]["device_done"]) // len(r["timing"]["processes"])
-               for r in doc["scenarios"]["launch_overhead"]["rows"] if r["status"] == "ok"} for doc in res.docs]
-    assert counts[1] == {3} and min(counts[0]) >= 5, counts
+                         Plan(["launch_overhead"], "smoke", 3, pairs=4, max_pairs=4))
+    counts = [[[p["n"] for p in r["timing"]["processes"]] for r in doc["scenarios"]["launch_overhead"]["rows"]
+               if r["status"] == "ok"] for doc in res.docs]
+    assert counts[1] and all(n == [15] * 4 for n in counts[1]), counts
+    assert all(min(n[:2]) >= 5 and n[2:] == [5, 5] for n in counts[0]), counts
+
+
+def test_a_side_whose_workers_ignore_its_timing_settings_fails_before_any_pair_is_timed():
+    """An older tree's workers do not read TRIPTYCH_TIMING (their hello names none): its pairs would time on the
+    preset while the run said otherwise, and a change of method would read as no change."""
+    class Older(FakeWorker):
+        asked_to_time = 0
+
+        def request(self, op, *args, **kw):
+            Older.asked_to_time += op == "time"
+            out = super().request(op, *args, **kw)
+            return out | ({"timing": self.side.env.get("TRIPTYCH_TIMING")} if op == "hello" and self.fw == "torch"
+                          and self.side.name == "baseline" else {})
+
+    host = Host(1.0)
+    base, cand = _sides()
+    base.env = {"TRIPTYCH_TIMING": '{"warmup_s": 0}'}
+    sched = Schedule([base, cand], ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Older(fw, s, host))
+    assert interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2)).rows  # it reads it
+    cand.env = {"TRIPTYCH_TIMING": '{"warmup_s": 0}'}  # an older candidate tree: it would not
+    Older.asked_to_time = 0
+    with pytest.raises(interleave.SideError, match="the candidate's workers \\(torch\\) do not time on its TRIPTYCH_TIMING"):
+        interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2))
+    assert Older.asked_to_time == 0
 
 
 def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):
@@ -1444,8 +1471,10 @@ def test_usage_errors():
     assert r.returncode == 2 and "$TRIPTYCH_FAULT is set here and would reach both sides alike" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_FAULT_RANK": "1"})
     assert r.returncode == 2 and "pass it with --candidate-env" in r.stderr, r.stderr
-    r = _regress("--baseline-tree", ".", "--candidate-env", 'TRIPTYCH_TIMING={"warmup": 0.5}')
+    r = _regress("--baseline-tree", ".", *small, "--candidate-env", 'TRIPTYCH_TIMING={"warmup": 0.5}')
     assert r.returncode == 2 and "--candidate-env $TRIPTYCH_TIMING: warmup must be a whole number" in r.stderr, r.stderr
+    r = _regress("--baseline-tree", ".", *small, "--candidate-env", 'TRIPTYCH_TIMING={"min_repeats": 30}')
+    assert r.returncode == 2 and "makes a timing that cannot run" in r.stderr, r.stderr  # smoke: 20 repeats at most
     r = _regress("--baseline-tree", ".", *small, "--turns", "call", "--baseline-env", 'TRIPTYCH_TIMING={"warmup_s": 0}')
     assert r.returncode == 2 and "--baseline-env TRIPTYCH_TIMING: with --turns call" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_TIMING": '{"warmup_s": 0}'})

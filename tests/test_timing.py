@@ -285,7 +285,8 @@ def test_a_sides_timing_settings_are_json_of_known_fields_that_make_a_valid_conf
     for text, why in [("warmup_s=0", "is not JSON"), ("[1]", "must be a JSON object"), ("{}", "must be a JSON object"),
                       ('{"plan": 1}', "names plan: it may set warmup,"), ('{"warmup": 1.5}', "warmup must be a whole"),
                       ('{"warmup_s": true}', "warmup_s must be a finite"), ('{"min_time_s": "0"}', "must be a finite"),
-                      ('{"min_repeats": 300}', "cannot run"), ('{"warmup_s": -1}', "cannot run")]:
+                      ('{"min_repeats": 300}', "cannot run"), ('{"warmup_s": -1}', "cannot run"),
+                      ('{"warmup": 1e300}', "at most 1,000,000")]:
         with pytest.raises(ValueError, match=why) as e:
             overrides(text)
         assert OVERRIDE_ENV in str(e.value) and "\n" not in str(e.value), text

@@ -126,6 +126,8 @@ def preset(size: str) -> TimingConfig:
 # and write figures that the preset its result names does not describe.
 OVERRIDE_ENV = "TRIPTYCH_TIMING"
 OVERRIDABLE = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise")
+OVERRIDE_MAX = 1_000_000  # a count or a time past any request's timeout: a typo, not a setting
+REPEATS = ("min_repeats", "max_repeats")
 
 
 def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, float]:
@@ -143,8 +145,9 @@ def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, floa
     counts = {f.name for f in fields(TimingConfig) if f.type == "int"}
     for k, v in given.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or (k in counts and v != int(v)):
-            raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in counts else 'finite'} number, not {v!r}")
+                or (k in counts and v != int(v)) or abs(v) > OVERRIDE_MAX:
+            raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in counts else 'finite'} number of at most "
+                             f"{OVERRIDE_MAX:,}, not {v!r}")
     out = {k: int(v) if k in counts else float(v) for k, v in given.items()}
     try:
         replace(base, **out)  # the config's own check
@@ -155,9 +158,13 @@ def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, floa
 
 
 def overridden(cfg: TimingConfig) -> TimingConfig:
-    """cfg with this process's $TRIPTYCH_TIMING settings, where it has any."""
+    """cfg with this process's $TRIPTYCH_TIMING settings, where it has any. Settings that name repeats drop the
+    request's planned repeats (harness/workers/processes.py plan): the side runs what it names in every pair."""
     text = os.environ.get(OVERRIDE_ENV)
-    return replace(cfg, **overrides(text, cfg)) if text else cfg
+    if not text:
+        return cfg
+    given = overrides(text, replace(cfg, plan=()))
+    return replace(cfg, **given, **({"plan": ()} if set(given) & set(REPEATS) else {}))
 
 
 # selfcheck compares clocks within 3%: long warm-up (GPU clocks ramp), many repeats, one process.

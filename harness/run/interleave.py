@@ -50,7 +50,7 @@ from harness.workers.turns import Turns
 from harness.workers.protocol import Answer, Hello
 from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.noise import split
-from harness.measure.timing import preset
+from harness.measure.timing import OVERRIDE_ENV, preset
 from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, judge_pairs, process_medians
 from harness.results.model import Json, Row
@@ -665,6 +665,12 @@ class InterleavedRun:
             pairs, self.env = schedule.start_pairs(stages[0], cpus=self.cpus)
             env = self.env
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
+            for s in schedule.sides:  # a side's $TRIPTYCH_TIMING: an older tree's workers ignore it, and would time on
+                deaf = [fw for fw in self.running  # the preset while the run says otherwise
+                        if env[s.name][fw].get("timing") != s.env.get(OVERRIDE_ENV)]
+                if deaf:
+                    raise SideError(f"the {s.name}'s workers ({', '.join(deaf)}) do not time on its {OVERRIDE_ENV}: "
+                                    "a tree from before the variable ignores it")
             # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             # both sides' workers can take turns call by call (an older tree's take a point at a time)

@@ -27,7 +27,7 @@ from harness.measure.profiling import profile_variant, row_name
 from harness.workers.protocol import Answer, Hello, Progress, Request, TurnTaker
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
-from harness.measure.timing import SELFCHECK, TimingConfig, loop_identity, measure, overridden
+from harness.measure.timing import OVERRIDE_ENV, SELFCHECK, TimingConfig, loop_identity, measure, overridden
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
@@ -40,10 +40,11 @@ def hello(fw: str) -> Hello:
     # subsets: a time request may name the variants to time (protocol.Request.variants); kernel_optional: its
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
     # with another worker's request (protocol.Request.turns); host_beside: it may ask for the host's loop before
-    # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/timing.py loop_identity)
+    # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/timing.py loop_identity);
+    # timing: the $TRIPTYCH_TIMING it times on (None: the request's settings), which an older tree's worker ignores
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
             "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
-            "host_beside": loop_identity()}
+            "host_beside": loop_identity(), "timing": os.environ.get(OVERRIDE_ENV)}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:
