@@ -8,6 +8,8 @@
 # with `python results/probes/host_covariate.py --looks 4 <folder>`.
 # Budgets of 540 s, not lease 19's 450: a run overran its budget by about 35 s there, so each still ends inside one
 # ten-minute call (issue 51's must-show), and the planted run's last stage reaches launch_overhead's eighth pair.
+# Before the copy: keep results/20261206T221108Z_nvidia-h100-80gb-hbm3_full.json in the index (git add -f) when the
+# rest of results/ is left out, so that on an H100 the forecast says before the first pair what the budget buys.
 # $1: seconds of device time left when it starts (the control's budget shrinks to fit); $2: the commit.
 set -u
 export PYTHONUNBUFFERED=1
