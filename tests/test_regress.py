@@ -184,6 +184,21 @@ def test_the_code_versions_are_named_when_they_differ():
     assert not any("triptych code" in n for n in regress(base, cand).notes)
 
 
+def test_a_side_file_of_an_interleaved_regress_says_what_was_planted_or_changed_on_it():
+    """A side file read as a result names the fault or the timing settings its side ran with (--candidate-env):
+    a planted slowdown or a shorter warm-up must not read as the code's own figures."""
+    base, cand = doc([row("torch", "async")]), doc([row("torch", "async")])
+    cand["interleaved"] = {"side": "candidate", "code": ".", "python": "python3",
+                           "env": {"TRIPTYCH_FAULT": "async_dispatch:torch:slow15:async", "OTHER": "1"}}
+    base["interleaved"] = {"side": "baseline", "code": ".", "python": "python3", "env": {}}
+    (note,) = [n for n in regress(base, cand).notes if "interleaved" in n]
+    assert note.startswith("the candidate is the candidate side of an interleaved regress, timed with "
+                           "TRIPTYCH_FAULT=async_dispatch:torch:slow15:async:") and "OTHER" not in note, note
+    base["interleaved"]["env"] = {"TRIPTYCH_TIMING": '{"warmup_s": 0}'}
+    assert any(n.startswith('the baseline is the baseline side of an interleaved regress, timed with '
+                            'TRIPTYCH_TIMING={"warmup_s": 0}') for n in regress(base, cand).notes)
+
+
 def test_a_copied_tree_states_its_commit(monkeypatch):
     from harness.measure.machine import code_version
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.measure.noise import loglog_fit
+from harness.measure.timing import OVERRIDE_ENV
 from harness.results.model import FrameworkEnv, Json, Result, Row
+from harness.workers import faults
 
 HOST_FLOOR = 0.10  # below this the two hosts count as one (the default regress threshold)
 
@@ -197,6 +199,13 @@ def _environments(base: Result, cand: Result, across_versions: bool) -> tuple[li
     fb, fc = eb.gpu_memory_fraction, ec.gpu_memory_fraction
     if fb != fc and fb is not None and fc is not None:
         notes.append(f"GPU memory fraction {fb} → {fc} (compared anyway)")
+    for which, doc in (("baseline", base), ("candidate", cand)):
+        side = doc.extra.get("interleaved") or {}  # one side of an interleaved regress (harness/run/interleave.py)
+        set_ = {k: v for k, v in (side.get("env") or {}).items() if k in (faults.ENV, OVERRIDE_ENV)}
+        if set_:
+            notes.append(f"the {which} is the {side.get('side', '?')} side of an interleaved regress, timed with "
+                         + " ".join(f"{k}={v}" for k, v in set_.items())
+                         + ": a planted fault, or timing settings other than its size's preset")
     fws_b, fws_c = eb.frameworks or {}, ec.frameworks or {}
     for fw in sorted(set(fws_b) & set(fws_c)):
         vb, vc = fw_version(fws_b[fw]), fw_version(fws_c[fw])
