@@ -23,7 +23,7 @@ import numpy as np
 
 from harness.results.files import read_regular
 from harness.results.model import Result
-from harness.regress.regress import process_medians, smallest_change
+from harness.regress.regress import COVARIATE_MIN_PAIRS, process_medians, smallest_change
 from harness.results.results import MAX_BYTES, ResultError, gpu_slug, read
 
 NEWEST = 12  # candidate files parsed at most: each is a whole JSON parse (seconds for a big one)
@@ -45,6 +45,7 @@ class Forecast:
     threshold: float
     upper: bool = False  # the price an upper bound: an older file traced a kernel clock, and kept no kernel_s
     added: int = 2  # pairs a stage starts together (interleave.ADDED), sharing its start
+    covariate: bool = False  # the run judges rows of enough pairs at equal host speeds (--host-covariate)
 
 
 def earlier(folders: Iterable[Path], scenarios: list[str], frameworks: list[str], size: str,
@@ -187,7 +188,7 @@ def _bought(source: str, pair_s: float, start_s: float, sp: list[float], plan: A
     could = sum(c <= plan.threshold * (1 + 1e-9) for c in changes)
     median = float(np.median(changes)) if changes else math.inf
     return Forecast(source, pair_s, start_s, pairs, plan.budget_s, len(sp), could, median, plan.threshold,
-                    upper=upper, added=added)
+                    upper=upper, added=added, covariate=bool(getattr(plan, "host_covariate", False)))
 
 
 def render(f: Forecast) -> list[str]:
@@ -201,7 +202,9 @@ def render(f: Forecast) -> list[str]:
                                                 if f.upper else ""),
              f"forecast: at {f.pairs} pairs a {100 * f.threshold:g}% change could be called different in {f.could} of "
              f"{f.rows} rows; the median row could call {change} different (each row's spread between processes "
-             "there, had it been the only change)"]
+             "there, had it been the only change)"
+             + (f"; by the plain paired test: at equal host speeds (--host-covariate), rows of {COVARIATE_MIN_PAIRS} "
+                "pairs or more that the host paces may narrow" if f.covariate else "")]
     if f.could < f.rows / 2:
         lines.append("forecast: fewer scenarios (--scenarios) or a longer budget (--budget) buy more pairs a row")
     return lines
