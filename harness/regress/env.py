@@ -201,10 +201,10 @@ def _environments(base: Result, cand: Result, across_versions: bool) -> tuple[li
         notes.append(f"GPU memory fraction {fb} → {fc} (compared anyway)")
     for which, doc in (("baseline", base), ("candidate", cand)):
         side = doc.extra.get("interleaved") or {}  # one side of an interleaved regress (harness/run/interleave.py)
-        set_ = {k: v for k, v in (side.get("env") or {}).items() if k in (faults.ENV, OVERRIDE_ENV)}
-        if set_:
+        planted = {k: v for k, v in (side.get("env") or {}).items() if k in (faults.ENV, OVERRIDE_ENV)}
+        if planted:
             notes.append(f"the {which} is the {side.get('side', '?')} side of an interleaved regress, timed with "
-                         + " ".join(f"{k}={v}" for k, v in set_.items())
+                         + " ".join(f"{k}={v}" for k, v in planted.items())
                          + ": a planted fault, or timing settings other than its size's preset")
     fws_b, fws_c = eb.frameworks or {}, ec.frameworks or {}
     for fw in sorted(set(fws_b) & set(fws_c)):

@@ -41,10 +41,11 @@ def hello(fw: str) -> Hello:
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
     # with another worker's request (protocol.Request.turns); host_beside: it may ask for the host's loop before
     # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/timing.py loop_identity);
-    # timing: the $TRIPTYCH_TIMING it times on (None: the request's settings), which an older tree's worker ignores
+    # timing: the $TRIPTYCH_TIMING it times on, where it has one (an older tree's worker ignores it and says nothing)
+    timing = os.environ.get(OVERRIDE_ENV)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
             "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
-            "host_beside": loop_identity(), "timing": os.environ.get(OVERRIDE_ENV)}
+            "host_beside": loop_identity(), **({"timing": timing} if timing else {})}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:

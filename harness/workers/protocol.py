@@ -57,6 +57,7 @@ class Hello(TypedDict):
     turns: NotRequired[bool]  # a time request may take turns with another worker's (Request.turns)
     # its timing config may ask for the host's loop before each repeat (TimingConfig.host_beside): which loop it times
     host_beside: NotRequired[str]
+    timing: NotRequired[str]  # the $TRIPTYCH_TIMING it times on, where it has one (harness/measure/timing.py overridden)
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 
 
