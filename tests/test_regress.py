@@ -192,10 +192,10 @@ def test_a_side_file_of_an_interleaved_regress_says_what_was_planted_or_changed_
                            "env": {"TRIPTYCH_FAULT": "async_dispatch:torch:slow15:async", "OTHER": "1"}}
     base["interleaved"] = {"side": "baseline", "code": ".", "python": "python3", "env": {}}
     (note,) = [n for n in regress(base, cand).notes if "interleaved" in n]
-    assert note.startswith("the candidate is the candidate side of an interleaved regress, timed with "
+    assert note.startswith("candidate: one side (candidate) of an interleaved regress, timed with "
                            "TRIPTYCH_FAULT=async_dispatch:torch:slow15:async:") and "OTHER" not in note, note
     base["interleaved"]["env"] = {"TRIPTYCH_TIMING": '{"warmup_s": 0}'}
-    assert any(n.startswith('the baseline is the baseline side of an interleaved regress, timed with '
+    assert any(n.startswith('baseline: one side (baseline) of an interleaved regress, timed with '
                             'TRIPTYCH_TIMING={"warmup_s": 0}') for n in regress(base, cand).notes)
 
 

@@ -286,7 +286,7 @@ def test_a_sides_timing_settings_are_json_of_known_fields_that_make_a_valid_conf
                       ('{"plan": 1}', "names plan: it may set warmup,"), ('{"warmup": 1.5}', "warmup must be a whole"),
                       ('{"warmup_s": true}', "warmup_s must be a finite"), ('{"min_time_s": "0"}', "must be a finite"),
                       ('{"min_repeats": 300}', "cannot run"), ('{"warmup_s": -1}', "cannot run"),
-                      ('{"warmup": 1e300}', "at most 1,000,000")]:
+                      ('{"warmup": 1e300}', "at most 1,000,000"), ('{"min_repeats":\n300}', "cannot run")]:
         with pytest.raises(ValueError, match=why) as e:
             overrides(text)
         assert OVERRIDE_ENV in str(e.value) and "\n" not in str(e.value), text

@@ -22,7 +22,7 @@ import contextlib
 import json
 import math
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -128,6 +128,7 @@ OVERRIDE_ENV = "TRIPTYCH_TIMING"
 OVERRIDABLE = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise")
 OVERRIDE_MAX = 1_000_000  # a count or a time past any request's timeout: a typo, not a setting
 REPEATS = ("min_repeats", "max_repeats")
+COUNTS = ("warmup", *REPEATS)  # whole numbers; the others are seconds or a share
 
 
 def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, float]:
@@ -142,18 +143,17 @@ def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, floa
     unknown = sorted(set(given) - set(OVERRIDABLE))
     if unknown:
         raise ValueError(f"${OVERRIDE_ENV} names {', '.join(unknown)}: it may set {', '.join(OVERRIDABLE)}")
-    counts = {f.name for f in fields(TimingConfig) if f.type == "int"}
     for k, v in given.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or (k in counts and v != int(v)) or abs(v) > OVERRIDE_MAX:
-            raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in counts else 'finite'} number of at most "
+                or (k in COUNTS and v != int(v)) or abs(v) > OVERRIDE_MAX:
+            raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in COUNTS else 'finite'} number of at most "
                              f"{OVERRIDE_MAX:,}, not {v!r}")
-    out = {k: int(v) if k in counts else float(v) for k, v in given.items()}
+    out = {k: int(v) if k in COUNTS else float(v) for k, v in given.items()}
     try:
         replace(base, **out)  # the config's own check
     except ValueError:
-        raise ValueError(f"${OVERRIDE_ENV}={text} makes a timing that cannot run (min_repeats above max_repeats, "
-                         "a negative count or time, max_wall_s 0)") from None
+        raise ValueError(f"${OVERRIDE_ENV} {json.dumps(out)} makes a timing that cannot run (min_repeats above "
+                         "max_repeats, a negative count or time, max_wall_s 0)") from None
     return out
 
 

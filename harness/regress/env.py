@@ -203,7 +203,7 @@ def _environments(base: Result, cand: Result, across_versions: bool) -> tuple[li
         side = doc.extra.get("interleaved") or {}  # one side of an interleaved regress (harness/run/interleave.py)
         planted = {k: v for k, v in (side.get("env") or {}).items() if k in (faults.ENV, OVERRIDE_ENV)}
         if planted:
-            notes.append(f"the {which} is the {side.get('side', '?')} side of an interleaved regress, timed with "
+            notes.append(f"{which}: one side ({side.get('side', '?')}) of an interleaved regress, timed with "
                          + " ".join(f"{k}={v}" for k, v in planted.items())
                          + ": a planted fault, or timing settings other than its size's preset")
     fws_b, fws_c = eb.frameworks or {}, ec.frameworks or {}

@@ -665,9 +665,10 @@ class InterleavedRun:
             pairs, self.env = schedule.start_pairs(stages[0], cpus=self.cpus)
             env = self.env
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
-            for s in schedule.sides:  # a side's $TRIPTYCH_TIMING: an older tree's workers ignore it, and would time on
-                deaf = [fw for fw in self.running  # the preset while the run says otherwise
-                        if env[s.name][fw].get("timing") != s.env.get(OVERRIDE_ENV)]
+            # a side's $TRIPTYCH_TIMING: an older tree's workers ignore it, and would time on the preset while the run
+            # says otherwise
+            for s in schedule.sides:
+                deaf = [fw for fw in self.running if env[s.name][fw].get("timing") != s.env.get(OVERRIDE_ENV)]
                 if deaf:
                     raise SideError(f"the {s.name}'s workers ({', '.join(deaf)}) do not time on its {OVERRIDE_ENV}: "
                                     "a tree from before the variable ignores it")
