@@ -10,7 +10,8 @@
 # ten-minute call (issue 51's must-show), and the planted run's last stage reaches launch_overhead's eighth pair.
 # Before the copy: keep results/20261206T221108Z_nvidia-h100-80gb-hbm3_full.json in the index (git add -f) when the
 # rest of results/ is left out, so that on an H100 the forecast says before the first pair what the budget buys.
-# $1: seconds of device time left when it starts (the control's budget shrinks to fit); $2: the commit.
+# $1: the device seconds the script may spend: the device time left at its start less a reserve (300 s) for the
+# polls and the give-back; the control's budget shrinks to fit, and step 3 runs only where enough is left. $2: the commit.
 set -u
 export PYTHONUNBUFFERED=1
 O=/tmp/L22; mkdir -p $O/results
@@ -32,8 +33,9 @@ if [ $B -ge 150 ]; then
     --host-covariate --pairs 4 --max-pairs 10 --budget $B --out $O/results/control > $O/control.log 2>&1
   echo "control exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
 fi
-# Step 3, where 200 s are left: what the full preset's 0.05 s of time-based warm-up buys (lease 19: first call and
-# warm-up were 27% of a pair's requests). The candidate warms up by count alone (TRIPTYCH_TIMING, 1b2f4d0); a row
+# Step 3, where 200 s of $1 are left after the control (each run ends 35-40 s past its budget, so about $1 >= 1420):
+# what the full preset's 0.05 s of time-based warm-up buys (lease 19: first call and warm-up were 27% of a pair's
+# requests). At 200-240 s, pinned_transfer gets three or four pairs. The candidate warms up by count alone (TRIPTYCH_TIMING, 1b2f4d0); a row
 # called different needs the warm-up, and each side's files give a pair's cost both ways.
 B=$(( ${1:-1000} - ($(date +%s) - start) - 60 )); [ $B -gt 240 ] && B=240
 echo "warm-up budget $B s" >> $O/steps.log
