@@ -353,7 +353,7 @@ def test_each_side_records_its_timed_share_and_the_run_says_the_whole():
     render_paired(res, sides, Plan(["sync_points"], "smoke", 1), said.append)
     line = next(t for t in said if t.startswith("timed share: "))
     assert "baseline" in line and "candidate" in line and said[-1].startswith("compared")
-    assert " of its requests' 0 s" not in line  # a smoke side's requests: under a second, said to a tenth
+    assert " of its requests' 0 s" not in line  # a smoke side's requests: under a second, not rounded to 0
 
 
 def test_pairs_after_the_first_two_run_the_repeats_where_the_variance_is_the_same_on_both_sides():

@@ -18,11 +18,6 @@ def _n(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
 
-def _s(x: float) -> str:
-    """Seconds to the whole second, or to a tenth below ten (a smoke run's requests: not "0 s")."""
-    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
-
-
 def _pct(r: float) -> str:
     if math.isnan(r):
         return "—"
@@ -173,9 +168,9 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     phases = [d.timing_phase or Phase() for d in docs]
     if res.wall_s > 0 and all(p.wall_s for p in phases):  # what of the run measured something
         timed = sum(p.timed_s for p in phases)  # type: ignore[misc]
-        each = ", ".join(f"{side.name} {100 * p.share:.0f}% of its requests' {_s(p.wall_s)} s"  # type: ignore[arg-type,operator]
+        each = ", ".join(f"{side.name} {100 * p.share:.0f}% of its requests' {fmt_s(p.wall_s)}"  # type: ignore[operator]
                          for side, p in zip(sides, phases))
-        say(f"timed share: {timed:.1f} s inside timed repeats of the run's {_s(res.wall_s)} s "
+        say(f"timed share: {timed:.1f} s inside timed repeats of the run's {fmt_s(res.wall_s)} "
             f"({100 * timed / res.wall_s:.0f}%); {each}")
     speeds = slow_share(*(host_during(d) for d in docs), plan.threshold)
     if speeds is not None:  # what a host-paced row's pairs moved with (docs/design/host_speed.md)
