@@ -79,12 +79,20 @@ def _process(median: float, host_loop: float, at: float, timed: float = 0.5, pha
 
 
 def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
+    """Each process keeps its own seconds (what a first process pays that a later one does not), the row their
+    sums; the host loop is a process's alone."""
     t = processes.pool_timing([ProcessTiming.from_dict(_process(1e-3, 0.010, 1000.0, 0.5, 1.0)),
                                ProcessTiming.from_dict(_process(1e-3, 0.012, 1010.0, 0.25, 2.0, seed=1))]).to_dict()
     assert t["timed_s"] == 0.75 and t["phase_s"] == 3.0 and t["check_s"] == pytest.approx(0.2)
     assert [(p["timed_s"], p["phase_s"], p["host_loop_s"], p["host_loop_at"]) for p in t["processes"]] == [
         (0.5, 1.0, 0.010, 1000.0), (0.25, 2.0, 0.012, 1010.0)]
+    assert [(p["loop_s"], p["check_s"]) for p in t["processes"]] == [(0.8, 0.1), (0.8, 0.1)]
     assert "host_loop_at" not in t and "host_loop_s" not in t  # per process only
+    first = dict(_process(1e-3, 0.010, 1000.0), loop_s=2.0, warm_s=0.5, check_s=1.2)  # the first process's checks
+    t = processes.pool_timing([ProcessTiming.from_dict(first),
+                               ProcessTiming.from_dict(dict(_process(1e-3, 0.012, 1010.0, seed=1), warm_s=0.2))]).to_dict()
+    assert [(p["loop_s"], p.get("warm_s"), p["check_s"]) for p in t["processes"]] == [(2.0, 0.5, 1.2), (0.8, 0.2, 0.1)]
+    assert (t["loop_s"], t["warm_s"], t["check_s"]) == pytest.approx((2.8, 0.7, 1.3))
     assert t["host_sensitivity"] == {"slope": None, "r": None, "n": 2}  # two processes: nothing to regress on
 
 

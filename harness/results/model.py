@@ -191,6 +191,9 @@ class Process(_Record):
     request_s: float | None = None  # and its round trip, messages included
     kernel_n: int | None = None  # its kernel clock's samples, where they are not one a repeat (a trace's runs; 0: none traced)
     kernel_s: float | None = None  # its request's trace of the kernel clock, part of served_s (shared by its rows)
+    loop_s: float | None = None  # its measure(): first call, warm-up, repeats, checks (part of phase_s)
+    warm_s: float | None = None  # of loop_s, the first call and the warm-up
+    check_s: float | None = None  # of loop_s, the checks of its timed outputs
 
 
 # A row's clocks (harness/measure/timing.py, harness/measure/kernel_clock.py), each a Stats and its samples

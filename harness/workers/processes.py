@@ -40,8 +40,11 @@ from scenarios.spec import Params, Scenario
 # row_loop_s, just before and after its repeats, in files of older trees' regress runs),
 # the row's timed seconds and its whole wall time in that process (its timed share), and the seconds of
 # the request that timed it (shared by the rows of one request): in the worker (served_s), round trip, and
-# of them its traced kernel clock (kernel_s: what a regress that reads none does not spend; forecast.py).
-PER_PROCESS = ("host_loop_s", "host_loop_at", "row_loop_s", "timed_s", "phase_s", "served_s", "request_s", "kernel_s")
+# of them its traced kernel clock (kernel_s: what a regress that reads none does not spend; forecast.py);
+# and its measure() (loop_s), of that the first call and warm-up (warm_s) and the checks (check_s): what a
+# row's first process pays that its later ones do not is what a cheaper later process would cut.
+PER_PROCESS = ("host_loop_s", "host_loop_at", "row_loop_s", "timed_s", "phase_s", "served_s", "request_s", "kernel_s",
+               "loop_s", "warm_s", "check_s")
 SUMMED = ("timed_s", "phase_s", "loop_s", "check_s", "repeats_s", "warm_s", "before_s", "agree_s")
 PLAN_AFTER = 2  # processes timed on the preset's budget before the others get a planned one (plan)
 # Processes of a row that trace a kernel clock where the framework has no CUDA events (JAX): a trace costs a row
