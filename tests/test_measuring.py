@@ -93,6 +93,10 @@ def test_a_pooled_row_keeps_each_process_timed_share_host_loop_and_its_time():
                                ProcessTiming.from_dict(dict(_process(1e-3, 0.012, 1010.0, seed=1), warm_s=0.2))]).to_dict()
     assert [(p["loop_s"], p.get("warm_s"), p["check_s"]) for p in t["processes"]] == [(2.0, 0.5, 1.2), (0.8, 0.2, 0.1)]
     assert (t["loop_s"], t["warm_s"], t["check_s"]) == pytest.approx((2.8, 0.7, 1.3))
+    older = {k: v for k, v in _process(1e-3, 0.012, 1010.0, seed=1).items() if k != "repeats_s"}  # an older tree's
+    t = processes.pool_timing([ProcessTiming.from_dict(_process(1e-3, 0.010, 1000.0)),
+                               ProcessTiming.from_dict(older)]).to_dict()
+    assert t.get("repeats_s") is None and t["loop_s"] == pytest.approx(1.6)  # not the first process's 0.7 alone
     assert t["host_sensitivity"] == {"slope": None, "r": None, "n": 2}  # two processes: nothing to regress on
 
 

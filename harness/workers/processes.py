@@ -245,8 +245,9 @@ def pool_timing(timings: list[ProcessTiming]) -> Timing:
         worst=next((m.worst for m in timings if m.worst), ""),
         metrics={k: float(np.median([m.metrics[k] for m in timings if k in m.metrics])) for k in first.metrics},
         processes=processes,
-        # a process's own seconds (timed_s, phase_s), kept per process above: the row has their sum, or none
-        **({k: None for k in PER_PROCESS if k in SUMMED} | summed),
+        # where the processes' seconds went: the row has their sum, or none where a process lacks one (an older
+        # tree's), rather than the first process's alone
+        **({k: None for k in SUMMED} | summed),
         host_sensitivity=host_sensitivity([p.median for p in processes], [p.host_loop_s for p in processes]),
         noise={c: _finite(rel_halfwidth(split(samples[c], n[c]))) for c in samples},
         kernel_why=None if "kernel" in samples else next((m.kernel_why for m in timings if m.kernel_why), None))
