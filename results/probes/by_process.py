@@ -43,6 +43,9 @@ def main(paths: list[str]) -> None:
     for path in paths:
         doc = json.load(open(path))
         print(f"# {path}")
+        if "interleaved" in doc:  # a side's process k is pair k: one request can stand at other places in other rows
+            print("an interleaved regress side file: read it with side_costs.py\n")
+            continue
         total: dict[int, dict[str, float | None]] = collections.defaultdict(lambda: dict.fromkeys(FIELDS, 0.0))
         per_scn = {}
         for name, scn in doc["scenarios"].items():
@@ -51,10 +54,13 @@ def main(paths: list[str]) -> None:
                 for f in FIELDS:
                     t = total[i][f]
                     total[i][f] = None if t is None or got[f] is None else t + got[f]
+        n = max(total, default=-1) + 1
+        if not n:
+            print("no row of it was timed in processes\n")
+            continue
         print("| process | " + " | ".join(FIELDS) + " |\n|---|" + "---|" * len(FIELDS))
         for i in sorted(total):
             print(f"| {i + 1} | " + " | ".join("-" if v is None else f"{v:.1f}" for v in total[i].values()) + " |")
-        n = max(total, default=-1) + 1
         print("\nserved_s by scenario and process:\n\n| scenario | " + " | ".join(str(i + 1) for i in range(n))
               + " |\n|---|" + "---|" * n)
         for name, idx in per_scn.items():
