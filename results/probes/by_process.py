@@ -33,8 +33,10 @@ def by_index(scn: dict) -> dict[int, dict[str, float | None]]:
                     got[f] = None
                 elif f != "served_s":
                     got[f] += p[f]
-                elif (key := (r["framework"], json.dumps(r.get("params"), sort_keys=True), i, p[f])) not in seen:
-                    seen.add(key)  # one request's rows share its served_s
+                # one request's rows share its served_s and its host loop's time stamp: the key processes.phase uses
+                elif (key := (r["framework"], json.dumps(r.get("params"), sort_keys=True),
+                              p.get("host_loop_at", i), p[f])) not in seen:
+                    seen.add(key)
                     got[f] += p[f]
     return out
 

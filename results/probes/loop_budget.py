@@ -50,12 +50,12 @@ def estimate(doc: dict, cfg) -> dict[str, float]:
                 continue
             n = [p["n"] for p in procs]
             per_repeat = t["repeats_s"] / sum(n)  # the loop's seconds a repeat, timed and not
+            warm_calls = cfg.warmup + (math.ceil(cfg.warmup_s / per_repeat) if cfg.warmup_s > 0 else 0)
             got["measured_s"] += t["warm_s"] + t["repeats_s"]
             for p, x in zip(procs, split(done, n)):
                 # a repeat of several calls (Scenario.calls) counts each toward min_time_s: its timed_s says how many
                 calls = max(1, round((p.get("timed_s") or 0.0) / float(np.sum(x)))) if np.sum(x) > 0 else 1
                 k, short = replay(x, cfg, per_repeat, calls)
-                warm_calls = cfg.warmup + (math.ceil(cfg.warmup_s / per_repeat) if cfg.warmup_s > 0 else 0)
                 got["row_processes"] += 1
                 got["short"] += short
                 got["warm_s"] += (p.get("first_call_s") or 0.0) + warm_calls * per_repeat
