@@ -235,12 +235,38 @@ def test_host_covariate_across_two_pythons_or_with_turns_call_is_refused_before_
     """The loop is timed by each side's interpreter: another Python moves the covariate with the change under test,
     and the intercept would take part of the change away. With --turns call it would run beside the other side's
     calls, outside the turns."""
-    for extra, said in ((["--baseline-python", "/bin/sh"], "--host-covariate needs one Python on both sides"),
-                        (["--turns", "call"], "--host-covariate times the loop outside a pair's turns")):
+    for extra, said in ((["--baseline-python", "/bin/sh"], "--host-covariate cannot be read with two Pythons"),
+                        (["--turns", "call"], "--host-covariate cannot be read with --turns call")):
         r = _regress("--baseline-tree", str(ROOT), "--host-covariate", *extra, "--scenarios", "launch_overhead",
                      "--out", str(tmp_path))
         assert r.returncode == 2 and said in r.stderr, r.stderr[-2000:]
         assert not list(tmp_path.iterdir())
+
+
+def test_host_covariate_is_the_default_where_it_can_be_read_and_the_header_says_why_not_elsewhere():
+    """On by default (an H100's planted and control runs found every plant it could and nothing else: docs/regress.md);
+    not given, two Pythons or --turns call turn it off without refusing the run, and the header says why."""
+    from harness.run.cmd_regress import _interleaved_options
+    from harness.run.parser import build_parser
+    from harness.regress.view import render_paired
+
+    def options(*extra: str) -> tuple[Any, str]:
+        a = build_parser().parse_args(["regress", "--baseline-tree", str(ROOT), *extra])
+        return a, _interleaved_options(a, ["--baseline-tree"])
+
+    host, sides = Host(1.0), _sides()
+    sched = Schedule(sides, ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: FakeWorker(fw, s, host))
+    res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
+    for extra, on, why in (((), True, ""), (("--no-host-covariate",), False, "--no-host-covariate"),
+                           (("--baseline-python", "/bin/sh"), False, "two Pythons"),
+                           (("--turns", "call"), False, "--turns call")):
+        a, plain_why = options(*extra)
+        assert a.host_covariate is on and plain_why.startswith(why), (extra, a.host_covariate, plain_why)
+        said: list[str] = []
+        render_paired(res, sides, Plan(["sync_points"], "smoke", 1, host_covariate=a.host_covariate,
+                                       plain_why=plain_why), said.append)
+        assert ("equal host speeds (--host-covariate)" in said[1]) is on, said[1]
+        assert (f"every row plain, not at equal host speeds ({why}" in said[1]) is (not on), said[1]
 
 
 def test_a_framework_that_starts_on_the_baseline_and_not_on_the_candidate_fails_the_run():

@@ -148,7 +148,8 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
         "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order"
         + (f"; rows of {COVARIATE_MIN_PAIRS} pairs or more at equal host speeds (--host-covariate)"
-           if getattr(plan, "host_covariate", False) else ""))
+           if getattr(plan, "host_covariate", False) else
+           f"; every row plain, not at equal host speeds ({plan.plain_why})" if getattr(plan, "plain_why", "") else ""))
     docs = [typed(d) for d in res.docs]  # the two sides' documents, built in memory: typed once, here
     fws = [d.environment.frameworks or {} for d in docs]
     for fw in sorted(set(fws[0]) & set(fws[1])):

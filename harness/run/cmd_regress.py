@@ -197,7 +197,7 @@ def _env(items: list[str], option: str) -> dict[str, str]:
 
 def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> int:
     """Baseline and candidate in one run (harness/run/interleave.py); exit 1 on a slower different row."""
-    _interleaved_options(a, given)
+    plain_why = _interleaved_options(a, given)
     scenarios = a.scenarios or list(DEFAULT_RUN)
     frameworks = a.frameworks or list(FRAMEWORKS)
     size = a.size if a.size != "auto" else ("full" if gpu_present() else "smoke")
@@ -218,7 +218,8 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
                              "call and repeat, so they cannot time on different settings: drop one of them")
     history = tuple(dict.fromkeys(Path(f).resolve() for f in (out, ROOT / "runs", ROOT / "results")))
     plan = Plan(scenarios, size, seed, a.pairs, a.max_pairs, a.budget, a.threshold, a.confidence, a.fdr, a.clock,
-                history=history, turns=a.turns == "call", same_cpu=a.same_cpu, host_covariate=a.host_covariate)
+                history=history, turns=a.turns == "call", same_cpu=a.same_cpu, host_covariate=a.host_covariate,
+                plain_why=plain_why)
     with stops.handling():  # SIGTERM unwinds like Ctrl-C: the temporary worktrees go with the ExitStack
         res, sides = _run_sides(a, envs, frameworks, fraction, plan)
         paths, invalid = _write_sides(res, sides, argv, out)
@@ -245,8 +246,18 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
         return max(code, 1) if invalid else code
 
 
-def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
-    """Refuse what an interleaved run cannot take, in one line (UsageError), and fill in its defaults."""
+def covariate_unfit(a: argparse.Namespace) -> str | None:
+    """Why the host's loop cannot be the pairs' covariate in this run (what rules it out: why), or None."""
+    if len({os.path.realpath(p or sys.executable) for p in (a.baseline_python, a.candidate_python)}) > 1:
+        return "two Pythons: each side's interpreter times the loop, so it would move with the change"
+    if a.turns == "call":
+        return "--turns call: the loop runs outside a pair's turns, beside the other side's calls"
+    return None
+
+
+def _interleaved_options(a: argparse.Namespace, given: list[str]) -> str:
+    """Refuse what an interleaved run cannot take, in one line (UsageError), and fill in its defaults. Returns
+    why every row will be judged plain, not at equal host speeds, or "" where the covariate is on."""
     if a.baseline is not None or a.candidate is not None:
         raise UsageError(f"{', '.join(given)} run both sides now: drop --baseline/--candidate (result files)")
     if not (a.baseline_tree or a.baseline_python):
@@ -256,25 +267,26 @@ def _interleaved_options(a: argparse.Namespace, given: list[str]) -> None:
                                  ("--all", a.all), ("--isolation", a.isolation)) if v]
     if files_only:
         raise UsageError(f"{', '.join(files_only)} apply to result files, not to an interleaved run: drop them")
+    asked = a.host_covariate  # True or False where given, None where not
     for key, value in INTERLEAVED.items():  # the interleaved run's defaults (the parser leaves them None)
         if getattr(a, key) is None:
             setattr(a, key, value)
     if a.max_pairs < a.pairs:
         raise UsageError(f"--max-pairs {a.max_pairs} is less than --pairs {a.pairs}")
-    if a.host_covariate and len({os.path.realpath(p or sys.executable)  # the covariate must not move with the change
-                                 for p in (a.baseline_python, a.candidate_python)}) > 1:
-        raise UsageError("--host-covariate needs one Python on both sides: the loop it reads is timed by each side's "
-                         "interpreter, so another Python moves it with the change (drop --baseline-python/"
-                         "--candidate-python or --host-covariate)")
-    if a.host_covariate and a.turns == "call":  # the loop runs outside the turns: beside the other side's calls
-        raise UsageError("--host-covariate times the loop outside a pair's turns, where --turns call runs the other "
-                         "side's calls: drop one of them")
+    # the covariate must not move with the change, nor run beside the other side's calls: given, such a run is
+    # refused; by default, it is judged plain and the run's header says why (harness/regress/view.py)
+    why_not = covariate_unfit(a)
+    if why_not and asked:
+        raise UsageError(f"--host-covariate cannot be read with {why_not}; drop one of them")
+    if why_not:
+        a.host_covariate = False
     # both sides inherit this process's environment: a fault planted there would be planted on both alike
     # and cancel out of every pair, so that a run meant to show it reads "no change"
     for key in (faults.ENV, FAULT_RANK_ENV):
         if key in os.environ:
             raise UsageError(f"${key} is set here and would reach both sides alike: unset it and pass it with "
                              f"--candidate-env (or --baseline-env)")
+    return "" if a.host_covariate else "--no-host-covariate" if asked is False else str(why_not)
 
 
 def _interleaved_cap(a: argparse.Namespace, scenarios: list[str], size: str, frameworks: list[str],

@@ -591,6 +591,7 @@ class Plan:
     same_cpu: bool = False  # a pair's two workers of a framework live on one CPU (pair_cpu)
     # rows with the host's loops beside their repeats are judged at equal host speeds (regress.covariate_test)
     host_covariate: bool = False
+    plain_why: str = ""  # why every row is judged plain where host_covariate is off, for the run's header
 
 
 def run(schedule: Schedule, plan: Plan) -> Outcome:

@@ -25,7 +25,7 @@ MAX_PROCESSES = 16  # --processes; a baseline file's count too (cmd_regress), wh
 # The interleaved run's options and their defaults; a run of result files takes none of them.
 INTERLEAVED = {"size": "auto", "seed": None, "pairs": 4, "max_pairs": 12, "budget": None, "fdr": 0.05,
                "world_size": None, "turns": "point", "same_cpu": False,
-               "host_covariate": False}
+               "host_covariate": True}
 
 
 def default(name: str) -> Any:
@@ -318,11 +318,11 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "run's CPUs in turn, so that both sides read one CPU. Not shown to narrow host-paced "
                            "rows on a host at two speeds (docs/regress.md). Rank groups are not pinned. A "
                            "one-CPU process's figures are not an unpinned run's")
-    both.add_argument("--host-covariate", action="store_true", default=None,
+    both.add_argument("--host-covariate", action=argparse.BooleanOptionalAction, default=None,
                       help="time a short Python loop just before each repeat (twice, about 0.1 ms a repeat) "
                            "and judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios "
                            "regressed on the log ratios of their processes' median loops, the change read where the "
-                           "two agree. One Python on both sides; not with --turns call. Experimental: its "
-                           "false-discovery rate is not yet measured on a GPU (docs/regress.md)")
+                           "two agree (default: on where both sides run one Python and the pairs take a point at a "
+                           "time; --no-host-covariate judges every row plain; docs/regress.md)")
     both.add_argument("--world-size", type=bounded_int(1, 1024, "--world-size"), default=None,
                       help="rank processes per framework for the rank scenarios (default: the number of GPUs, or 2)")
