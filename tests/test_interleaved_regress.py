@@ -261,7 +261,7 @@ def test_host_covariate_is_the_default_where_it_can_be_read_and_the_header_says_
                            (("--baseline-python", "/bin/sh"), False, "two Pythons"),
                            (("--turns", "call"), False, "--turns call")):
         a, plain_why = options(*extra)
-        assert a.host_covariate is on and plain_why.startswith(why), (extra, a.host_covariate, plain_why)
+        assert a.host_covariate is on and plain_why.startswith(why) and bool(plain_why) is not on, (extra, plain_why)
         said: list[str] = []
         render_paired(res, sides, Plan(["sync_points"], "smoke", 1, host_covariate=a.host_covariate,
                                        plain_why=plain_why), said.append)
@@ -1335,8 +1335,9 @@ def test_one_commit_against_itself_torch_and_jax(tmp_path):
     backend_or_skip("jax")
     r = _regress("--baseline-tree", str(ROOT), "--scenarios", "launch_overhead", "--frameworks", "torch,jax",
                  "--size", "smoke", "--seed", "3", "--pairs", "2", "--max-pairs", "2", "--fdr", "0.01",
-                 "--host-covariate", "--out", str(tmp_path))
+                 "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "at equal host speeds (--host-covariate)" in r.stdout.splitlines()[1], r.stdout  # the default
     assert "\ndifferent" not in r.stdout and "0 different (0 slower)" in r.stdout.splitlines()[-1], r.stdout
     assert "timed share: " in r.stdout
     # progress on stderr, each line with the seconds since the start: where the run's time went
@@ -1347,7 +1348,7 @@ def test_one_commit_against_itself_torch_and_jax(tmp_path):
     assert [d["interleaved"]["side"] for d in docs] == ["baseline", "candidate"]
     assert all(len(r["timing"]["processes"]) == 2 for d in docs for r in d["scenarios"]["launch_overhead"]["rows"]
                if r["status"] == "ok")
-    # with --host-covariate, each row carries the host's loop beside each of its repeats
+    # by default (--host-covariate), each row carries the host's loop beside each of its repeats
     assert all(len(r["timing"]["host_loops"]) == len(r["timing"]["samples"]["device_done"])
                and min(r["timing"]["host_loops"]) > 0
                for d in docs for r in d["scenarios"]["launch_overhead"]["rows"] if r["status"] == "ok")
@@ -1544,6 +1545,7 @@ def test_host_covariate_asks_for_the_loop_before_each_repeat_where_both_sides_ti
     place (harness/measure/timing.py loop_identity): an older tree's worker names none, and its TimingConfig has no
     such field, so it is sent the wire it reads; a tree that changed the loop names another."""
     from harness.measure.timing import preset
+    from harness.regress.view import render_paired
     from harness.workers.protocol import Request
 
     seen: list[bool] = []
@@ -1564,9 +1566,16 @@ def test_host_covariate_asks_for_the_loop_before_each_repeat_where_both_sides_ti
         logged: list[str] = []
         sched = Schedule(_sides(), ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Asked(fw, s, host),
                          log=logged.append)
-        interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2, host_covariate=covariate))
+        plan = Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2, host_covariate=covariate)
+        res = interleave.run(sched, plan)
         assert seen, "no time request"
         assert covariate == any("judged plain" in line for line in logged) or all(seen), logged
+        # the run as judged: its files and its header say whether the rows were read at equal host speeds
+        said: list[str] = []
+        render_paired(res, _sides(), plan, said.append)
+        assert all(d["interleaved"]["host_covariate"] is (covariate and all(seen)) for d in res.docs)
+        assert ("at equal host speeds (--host-covariate)" in said[1]) is (covariate and all(seen)), said[1]
+        assert ("do not time one loop" in said[1]) is (covariate and not all(seen)), said[1]
         return list(seen)
 
     one = {"baseline": "loop-a", "candidate": "loop-a"}

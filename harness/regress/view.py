@@ -141,15 +141,16 @@ def render_paired(res: Any, sides: list[Any], plan: Any, say: Any) -> int:
     exit code: 128 + the signal's number where a stop ended the run (as compare's), 1 where a row is
     different and slower (or failed in the candidate), or where --budget left points untimed (the run
     was cut short, as compare's exit 1 says too), else 0."""
+    plain_why = res.plain_why if getattr(res, "plain_why", None) is not None else getattr(plan, "plain_why", "")
+    covariate = getattr(plan, "host_covariate", False) and not plain_why
     say(f"regress (interleaved)  baseline {sides[0].label}  ·  candidate {sides[1].label}")
     say(f"  {plan.size} · seed {plan.seed} · clock {plan.clock} · effect floor {100 * plan.threshold:g}% · "
         f"FDR {100 * plan.fdr:g}% (Benjamini-Hochberg over {_n(len(res.rows), 'row')}, split over the looks) · "
         f"{100 * res.level:.4g}% intervals ({100 * plan.confidence:g}% split over the looks) · "
         "paired t on the log ratios "
         "of the process medians, pairs in A-B-B-A order"
-        + (f"; rows of {COVARIATE_MIN_PAIRS} pairs or more at equal host speeds (--host-covariate)"
-           if getattr(plan, "host_covariate", False) else
-           f"; every row plain, not at equal host speeds ({plan.plain_why})" if getattr(plan, "plain_why", "") else ""))
+        + (f"; rows of {COVARIATE_MIN_PAIRS} pairs or more at equal host speeds (--host-covariate)" if covariate else
+           f"; every row plain, not at equal host speeds ({plain_why})" if plain_why else ""))
     docs = [typed(d) for d in res.docs]  # the two sides' documents, built in memory: typed once, here
     fws = [d.environment.frameworks or {} for d in docs]
     for fw in sorted(set(fws[0]) & set(fws[1])):

@@ -52,8 +52,10 @@ def _load(path: Any, option: str) -> Result:
 
 
 def _given(a: argparse.Namespace, options: Any) -> list[str]:
-    """The options among `options` (argparse names) given on the command line (their default is None)."""
-    return ["--" + o.replace("_", "-") for o in options if getattr(a, o, None) is not None]
+    """The options among `options` (argparse names) given on the command line (their default is None), as typed:
+    --no-X where a switch X was turned off."""
+    return [("--no-" if getattr(a, o) is False and isinstance(INTERLEAVED.get(o), bool) else "--") + o.replace("_", "-")
+            for o in options if getattr(a, o, None) is not None]
 
 
 def _variants(a: argparse.Namespace, base: Result) -> list[str] | None:
@@ -85,8 +87,9 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                          "is required")
     interleaved_only = _given(a, INTERLEAVED)
     if interleaved_only:
-        raise UsageError(f"{', '.join(interleaved_only)} only apply to an interleaved run (--baseline-tree or "
-                         "--baseline-python), not to result files: drop them")
+        one = len(interleaved_only) == 1
+        raise UsageError(f"{', '.join(interleaved_only)} only appl{'ies' if one else 'y'} to an interleaved run "
+                         f"(--baseline-tree or --baseline-python), not to result files: drop {'it' if one else 'them'}")
     fresh_only = [o for o, v in (("--out", a.out), ("--timeout", a.timeout), ("--isolation", a.isolation),
                                  ("--gpu-memory-fraction", a.gpu_memory_fraction)) if v is not None]
     if a.candidate is not None and fresh_only:

@@ -569,6 +569,7 @@ class Outcome:
     short: int = 0  # points the time budget left with fewer than the first pairs (timed and judged on fewer)
     signal: str | None = None  # the signal (SIGINT, SIGTERM) that stopped the run; what it had timed is judged
     level: float = 0.95  # the rows' intervals' confidence: the plan's, split over the run's looks
+    plain_why: str | None = None  # why every row was judged plain, where the run found so itself; None: as planned
 
 
 @dataclass
@@ -609,7 +610,7 @@ class InterleavedRun:
     some are unknown, and the two sides' documents."""
 
     def __init__(self, schedule: Schedule, plan: Plan) -> None:
-        self.schedule, self.plan = schedule, plan
+        self.schedule, self.plan, self.planned = schedule, plan, plan  # self.plan: as the run applies it
         self.t0, self.started = schedule.now(), _now()
         self.budget = "" if plan.budget_s is None else f"the time budget of {plan.budget_s:g} s was spent"
         if schedule.world_size is None:
@@ -688,9 +689,11 @@ class InterleavedRun:
             loops = {env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running}
             if plan.host_covariate and len(loops) == 1 and None not in loops:
                 self.cfg = replace(self.cfg, host_beside=True)
-            elif plan.host_covariate:
-                schedule.log("--host-covariate: the two sides' workers do not time one loop (an older tree's time none, "
-                             "a tree that changed harness/measure/host_loop.py another): every row is judged plain")
+            elif plan.host_covariate:  # the run as judged, its header and its files say plain
+                self.plan = replace(plan, host_covariate=False,
+                                    plain_why="the two sides' workers do not time one loop: an older tree's time "
+                                              "none, a tree that changed harness/measure/host_loop.py another")
+                schedule.log(f"the host's loop: {self.plan.plain_why}; every row is judged plain")
             start_s = schedule.now() - t_start
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price
@@ -913,7 +916,8 @@ class InterleavedRun:
         lost = [(fw, env[cand.name][fw]["why"]) for fw in schedule.frameworks
                 if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
         return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - self.t0, stopped,
-                       lost, len(self.left), len(self.short), self.stopped_by, self.level)
+                       lost, len(self.left), len(self.short), self.stopped_by, self.level,
+                       self.plan.plain_why if self.plan is not self.planned else None)
 
 
 def _named(ks: list[int]) -> str:

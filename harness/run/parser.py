@@ -319,7 +319,7 @@ def _add_regress_parser(sub: Any, order: Sequence[str]) -> None:
                            "rows on a host at two speeds (docs/regress.md). Rank groups are not pinned. A "
                            "one-CPU process's figures are not an unpinned run's")
     both.add_argument("--host-covariate", action=argparse.BooleanOptionalAction, default=None,
-                      help="time a short Python loop just before each repeat (twice, about 0.1 ms a repeat) "
+                      help="time a short Python loop just before each repeat (twice, 0.1-0.2 ms a repeat) "
                            "and judge a row of 6 pairs or more at equal host speeds: its pairs' log ratios "
                            "regressed on the log ratios of their processes' median loops, the change read where the "
                            "two agree (default: on where both sides run one Python and the pairs take a point at a "
