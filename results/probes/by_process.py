@@ -4,7 +4,7 @@ Issue 51 asks for four processes a row in a six-minute default run. A row's firs
 ones do not (the sync census, timelines, the first checks of outputs no other process judged; the first two the
 JAX kernel clock), so what a later process costs, not an average, decides how many fit. This prints, per
 process index and in all, in seconds over the run: the requests in the worker (served_s, counted once a
-request), the rows' whole wall time (phase_s), their measure() (loop_s), of that the first call and warm-up
+request), of them the traced kernel clock (kernel_s, JAX's; "-" where the file kept none, as older files did), the rows' whole wall time (phase_s), their measure() (loop_s), of that the first call and warm-up
 (warm_s) and the checks (check_s), and the timed repeats (timed_s); and per scenario each index's requests.
 loop_s, warm_s and check_s per process exist in files from 76df4e4 on; older files print "-" there.
 No GPU runs for it. Usage: python results/probes/by_process.py results/<stamp>_<gpu>_<size>.json [...]
@@ -15,7 +15,8 @@ import collections
 import json
 import sys
 
-FIELDS = ("served_s", "phase_s", "loop_s", "warm_s", "check_s", "timed_s")
+FIELDS = ("served_s", "kernel_s", "phase_s", "loop_s", "warm_s", "check_s", "timed_s")
+PER_REQUEST = ("served_s", "kernel_s")  # a request's, kept on each of its rows: counted once a request
 
 
 def by_index(scn: dict) -> dict[int, dict[str, float | None]]:
@@ -26,17 +27,19 @@ def by_index(scn: dict) -> dict[int, dict[str, float | None]]:
     for r in scn["rows"]:
         for i, p in enumerate((r.get("timing") or {}).get("processes") or []):
             got = out[i]
+            # one request's rows share its served_s and its host loop's time stamp: the key processes.phase uses
+            key = (r["framework"], json.dumps(r.get("params"), sort_keys=True), p.get("host_loop_at", i),
+                   p.get("served_s"))
+            first = key not in seen
+            seen.add(key)
             for f in FIELDS:
                 if got[f] is None:
                     continue
-                if p.get(f) is None:
+                if f == "kernel_s":
+                    got[f] += (p.get(f) or 0.0) if first else 0.0
+                elif p.get(f) is None:
                     got[f] = None
-                elif f != "served_s":
-                    got[f] += p[f]
-                # one request's rows share its served_s and its host loop's time stamp: the key processes.phase uses
-                elif (key := (r["framework"], json.dumps(r.get("params"), sort_keys=True),
-                              p.get("host_loop_at", i), p[f])) not in seen:
-                    seen.add(key)
+                elif f not in PER_REQUEST or first:
                     got[f] += p[f]
     return out
 
@@ -56,6 +59,10 @@ def main(paths: list[str]) -> None:
                 for f in FIELDS:
                     t = total[i][f]
                     total[i][f] = None if t is None or got[f] is None else t + got[f]
+        if not any("kernel_s" in p for scn in doc["scenarios"].values() for r in scn["rows"]
+                   for p in (r.get("timing") or {}).get("processes") or []):  # kept from some tree on; not before
+            for got in total.values():
+                got["kernel_s"] = None
         n = max(total, default=-1) + 1
         if not n:
             print("no row of it was timed in processes\n")
