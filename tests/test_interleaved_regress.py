@@ -1503,6 +1503,8 @@ def test_usage_errors():
     assert r.returncode == 2 and "--candidate-env $TRIPTYCH_TIMING: warmup must be a whole number" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, "--candidate-env", 'TRIPTYCH_TIMING={"min_repeats": 30}')
     assert r.returncode == 2 and "makes a timing that cannot run" in r.stderr, r.stderr  # smoke: 20 repeats at most
+    r = _regress("--baseline-tree", ".", *small, "--candidate-env", 'TRIPTYCH_TIMING={"kernel_warm_s": 0.05}')
+    assert r.returncode == 2 and "traces only with --clock kernel" in r.stderr, r.stderr  # it would change nothing
     r = _regress("--baseline-tree", ".", *small, "--turns", "call", "--baseline-env", 'TRIPTYCH_TIMING={"warmup_s": 0}')
     assert r.returncode == 2 and "--baseline-env TRIPTYCH_TIMING: with --turns call" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_TIMING": '{"warmup_s": 0}'})

@@ -517,3 +517,31 @@ def test_the_warm_runs_last_what_WARM_S_says_when_the_trace_runs(monkeypatch):
         return n[0]
 
     assert runs(0.0) <= 4 and runs(0.05) > 10
+
+
+def test_a_rows_warm_runs_last_what_the_request_asks_where_it_asks(monkeypatch):
+    """TimingConfig.kernel_warm_s ($TRIPTYCH_TIMING on one side of a regress) reaches each row's warm runs; None
+    leaves WARM_S."""
+    from harness.measure import kernel_clock as K
+
+    seen: list[float] = []
+    monkeypatch.setattr(K, "warm", lambda before, run, seconds: seen.append(seconds))
+    K.measure(_TracedBackend(), _Impl, [(lambda s: None, 1)] * 2, {}, {}, warm_s=0.03)
+    K.measure(_TracedBackend(), _Impl, [(lambda s: None, 1)], {}, {})
+    assert seen == [0.03, 0.03, K.WARM_S], seen
+
+
+def test_a_workers_kernel_clock_traces_with_the_warm_runs_its_timing_names(monkeypatch):
+    """A worker's traced rows reach the kernel clock with their request's kernel_warm_s (a side's $TRIPTYCH_TIMING);
+    None, the preset's, leaves WARM_S."""
+    from harness.workers import handlers
+    from scenarios import get
+
+    seen: list[float] = []
+    monkeypatch.setattr(K, "warm", lambda before, run, seconds: seen.append(seconds))
+    for warm_s in (None, 0.01):
+        row = _timed_row()
+        handlers._kernel_clocks(get("async_dispatch"), _TracedBackend(), _Impl, {}, {}, [row],
+                                replace(preset("full"), kernel_warm_s=warm_s), lambda t: None)
+        assert row.timing.kernel_source == "planted"
+    assert seen == [K.WARM_S, 0.01], seen

@@ -291,6 +291,20 @@ def test_a_sides_timing_settings_are_json_of_known_fields_that_make_a_valid_conf
             overrides(text)
         assert OVERRIDE_ENV in str(e.value) and "\n" not in str(e.value), text
     assert overrides('{"min_repeats": 300}', TimingConfig(max_repeats=400)) == {"min_repeats": 300}
+    # the kernel clock's warm runs (harness/measure/kernel_clock.py WARM_S): a time, none below zero
+    assert overrides('{"kernel_warm_s": 0.05}') == {"kernel_warm_s": 0.05}
+    with pytest.raises(ValueError, match="cannot run"):
+        overrides('{"kernel_warm_s": -0.1}')
+
+
+def test_a_request_carries_the_kernel_clocks_warm_runs_only_where_a_side_set_them():
+    """The default (None: the clock's own WARM_S) stays off the wire, which an older tree's worker reads."""
+    from harness.workers.protocol import Request
+
+    plain = Request.make("time", "jax", "pinned_transfer", {}, TimingConfig()).to_dict()
+    assert "kernel_warm_s" not in plain["timing"]
+    short = Request.make("time", "jax", "pinned_transfer", {}, TimingConfig(kernel_warm_s=0.05)).to_dict()
+    assert Request.from_dict(short).timing.kernel_warm_s == 0.05
 
 
 def test_a_worker_times_on_its_sides_timing_settings_and_no_other_process_does(monkeypatch):

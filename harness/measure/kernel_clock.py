@@ -171,19 +171,19 @@ def trace_call(backend: Any, call: Callable[[], Any], repeats: int = REPEATS) ->
 
 
 def measure(backend: Any, impl: Any, variants: Sequence[tuple[Callable[[Any], Any], int]], inputs: Any, params: Any,
-            repeats: int = REPEATS) -> list[Reading]:
+            repeats: int = REPEATS, warm_s: float | None = None) -> list[Reading]:
     """The kernel clocks of a point's variants in this process, one profiler session for them all: per
     (call, calls) of variants {"samples": [seconds per call, one per traced run], "source": the tool} or
     {"why": ...}; never raises (a missing clock is said, never a lost row; one row's failure is its own).
     Each runs on fresh state (timeline.rehearsed), each traced run as a timed sample is: `before` (the impl's
     poison, outside the run's range), `calls` calls, then the wait for their outputs; its state is freed
-    before the next row's is made."""
+    before the next row's is made. warm_s: each row's warm runs before its traced ones (None: WARM_S)."""
     failed: dict[int, Reading] = {}
 
     def body(annotate: Annotate) -> None:
         for j, (call, calls) in enumerate(variants):
             try:
-                _trace_row(annotate, backend, impl, call, calls, inputs, params, j, repeats)
+                _trace_row(annotate, backend, impl, call, calls, inputs, params, j, repeats, warm_s)
             except Exception as e:  # noqa: BLE001 - the clock is a figure beside the row, never a reason to lose it
                 failed[j] = _why(e)
             try:
@@ -207,7 +207,7 @@ def measure(backend: Any, impl: Any, variants: Sequence[tuple[Callable[[Any], An
 
 
 def _trace_row(annotate: Annotate, backend: Any, impl: Any, call: Callable[[Any], Any], calls: int, inputs: Any,
-               params: Any, j: int, repeats: int) -> None:
+               params: Any, j: int, repeats: int, warm_s: float | None = None) -> None:
     """Row j's warm and traced runs inside the session, in the range ROW + j; its state lives in this frame alone,
     so that the caller's free_memory finds it unreferenced."""
     state = rehearsed(backend, impl, call, inputs, params)
@@ -225,4 +225,4 @@ def _trace_row(annotate: Annotate, backend: Any, impl: Any, call: Callable[[Any]
         backend.synchronize(out)
 
     with annotate(f"{ROW}{j}"):
-        traced_runs(annotate, before, run, range(j * repeats, (j + 1) * repeats))
+        traced_runs(annotate, before, run, range(j * repeats, (j + 1) * repeats), warm_s)

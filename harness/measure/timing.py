@@ -69,10 +69,15 @@ class TimingConfig:
     # the host's speed at that repeat (ProcessTiming.host_loops), which a loop a row or a request apart is too far
     # from to tell (docs/regress.md). An interleaved regress with --host-covariate asks for it.
     host_beside: bool = False
+    # Seconds of untraced runs of a row inside its kernel-clock trace, before the traced ones; None: the clock's own
+    # (harness/measure/kernel_clock.py WARM_S, and why). Set by $TRIPTYCH_TIMING on one side of a regress that
+    # judges the kernel clock, to measure what shorter warm runs move and save (docs/regress.md).
+    kernel_warm_s: float | None = None
 
     def __post_init__(self) -> None:
         if (self.min_repeats < 1 or self.max_repeats < self.min_repeats or self.warmup < 0 or self.min_time_s < 0
                 or self.max_wall_s <= 0 or self.warmup_s < 0 or self.max_noise < 0
+                or (self.kernel_warm_s is not None and self.kernel_warm_s < 0)
                 or any(n < 1 for _, n in self.plan)):
             raise ValueError(f"bad timing config {self}")
 
@@ -125,7 +130,8 @@ def preset(size: str) -> TimingConfig:
 # refuses it in its own environment (harness/run/cmd_compare.py start_checks), where it would reach every process
 # and write figures that the preset its result names does not describe.
 OVERRIDE_ENV = "TRIPTYCH_TIMING"
-OVERRIDABLE = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise")
+OVERRIDABLE = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise",
+               "kernel_warm_s")
 OVERRIDE_MAX = 1_000_000  # a count or a time past any request's timeout: a typo, not a setting
 REPEATS = ("min_repeats", "max_repeats")
 COUNTS = ("warmup", *REPEATS)  # whole numbers; the others are seconds or a share

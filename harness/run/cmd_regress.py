@@ -212,8 +212,10 @@ def _interleaved(a: argparse.Namespace, argv: list[str], given: list[str]) -> in
         try:
             if faults.ENV in env:
                 faults.parse(env[faults.ENV])
-            if OVERRIDE_ENV in env:
-                overrides(env[OVERRIDE_ENV], preset(size))
+            if OVERRIDE_ENV in env and "kernel_warm_s" in overrides(env[OVERRIDE_ENV], preset(size)) \
+                    and a.clock != "kernel":  # the JAX trace it changes: read by an interleaved run on --clock kernel
+                raise UsageError(f"{option} {OVERRIDE_ENV}: kernel_warm_s changes the traced kernel clock, which this "
+                                 "run traces only with --clock kernel: add it, or drop kernel_warm_s")
         except ValueError as e:
             raise UsageError(f"{option} {e}") from None
         if OVERRIDE_ENV in env and a.turns == "call":  # measure() agrees on each warm-up call and repeat with the other side

@@ -169,7 +169,7 @@ def _kernel_clocks(scn: Scenario, b: Any, impl: Any, inputs: Arrays, params: Par
     progress(f"kernel clock · {len(traced)} row(s) in one trace")
     t0 = time.perf_counter()
     got = kernel_clock.measure(b, impl, [(variant_call(impl, scn.variant(r.variant)), scn.calls(params)) for r in traced],
-                               inputs, params)
+                               inputs, params, warm_s=cfg.kernel_warm_s)
     took = time.perf_counter() - t0  # the request's: each of its timed rows keeps it, as served_s
     for row in rows:
         if row.timed and row.timing is not None:

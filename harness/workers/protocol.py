@@ -151,6 +151,8 @@ class Request:
             del d["timing"]["kernel_clock"]
         if self.timing is not None and not self.timing.host_beside:  # likewise
             del d["timing"]["host_beside"]
+        if self.timing is not None and self.timing.kernel_warm_s is None:  # likewise
+            del d["timing"]["kernel_warm_s"]
         d["points"] = list(self.points)
         if not self.variants:  # every variant: the wire an older tree's worker reads
             del d["variants"]
