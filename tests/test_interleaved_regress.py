@@ -1456,6 +1456,35 @@ def test_a_side_whose_workers_ignore_its_timing_settings_fails_before_any_pair_i
     assert Older.asked_to_time == 0
 
 
+def test_a_side_whose_workers_do_not_take_a_timing_setting_fails_before_any_pair_is_timed():
+    """A tree that reads TRIPTYCH_TIMING but predates a setting (its hello lists no timing_fields: it takes the older
+    seven) would fail every request that names kernel_warm_s: refused before its pairs; a worker that lists it runs."""
+    from harness.measure.timing import OVERRIDABLE
+
+    class Reads(FakeWorker):
+        fields: list[str] | None = None
+        asked_to_time = 0
+
+        def request(self, op, *args, **kw):
+            Reads.asked_to_time += op == "time"
+            out = super().request(op, *args, **kw)
+            if op == "hello":
+                out |= {"timing": self.side.env.get("TRIPTYCH_TIMING")} if self.side.env else {}
+                out |= {"timing_fields": Reads.fields} if Reads.fields is not None else {}
+            return out
+
+    host = Host(1.0)
+    base, cand = _sides()
+    cand.env = {"TRIPTYCH_TIMING": '{"kernel_warm_s": 0.05, "warmup_s": 0}'}
+    sched = Schedule([base, cand], ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Reads(fw, s, host))
+    with pytest.raises(interleave.SideError, match="the candidate's torch workers do not take kernel_warm_s in its "
+                                                   "TRIPTYCH_TIMING: a tree from before the setting"):
+        interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2))
+    assert Reads.asked_to_time == 0
+    Reads.fields = list(OVERRIDABLE)
+    assert interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2)).rows
+
+
 def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):
     repo = tmp_path / "repo"
     (repo / "harness").mkdir(parents=True)
@@ -1503,8 +1532,11 @@ def test_usage_errors():
     assert r.returncode == 2 and "--candidate-env $TRIPTYCH_TIMING: warmup must be a whole number" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, "--candidate-env", 'TRIPTYCH_TIMING={"min_repeats": 30}')
     assert r.returncode == 2 and "makes a timing that cannot run" in r.stderr, r.stderr  # smoke: 20 repeats at most
-    r = _regress("--baseline-tree", ".", *small, "--candidate-env", 'TRIPTYCH_TIMING={"kernel_warm_s": 0.05}')
-    assert r.returncode == 2 and "traces only with --clock kernel" in r.stderr, r.stderr  # it would change nothing
+    r = _regress("--baseline-tree", ".", *small, "--baseline-env", 'TRIPTYCH_TIMING={"kernel_warm_s": 0.05}')
+    assert r.returncode == 2 and "--baseline-env TRIPTYCH_TIMING: kernel_warm_s changes the traced kernel clock, " \
+        "which this run traces only with --clock kernel" in r.stderr, r.stderr  # it would change nothing
+    r = _regress("--baseline-tree", ".", *small, "--clock", "kernel", "--candidate-env", 'TRIPTYCH_TIMING={"kernel_warm_s": 9}')
+    assert r.returncode == 2 and "kernel_warm_s must be at most 1 s" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, "--turns", "call", "--baseline-env", 'TRIPTYCH_TIMING={"warmup_s": 0}')
     assert r.returncode == 2 and "--baseline-env TRIPTYCH_TIMING: with --turns call" in r.stderr, r.stderr
     r = _regress("--baseline-tree", ".", *small, env={"TRIPTYCH_TIMING": '{"warmup_s": 0}'})

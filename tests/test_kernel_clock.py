@@ -539,9 +539,9 @@ def test_a_workers_kernel_clock_traces_with_the_warm_runs_its_timing_names(monke
 
     seen: list[float] = []
     monkeypatch.setattr(K, "warm", lambda before, run, seconds: seen.append(seconds))
-    for warm_s in (None, 0.01):
+    for warm_s in (None, 0.01, 0.0):
         row = _timed_row()
         handlers._kernel_clocks(get("async_dispatch"), _TracedBackend(), _Impl, {}, {}, [row],
                                 replace(preset("full"), kernel_warm_s=warm_s), lambda t: None)
         assert row.timing.kernel_source == "planted"
-    assert seen == [K.WARM_S, 0.01], seen
+    assert seen == [K.WARM_S, 0.01, 0.0], seen

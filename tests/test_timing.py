@@ -303,8 +303,9 @@ def test_a_request_carries_the_kernel_clocks_warm_runs_only_where_a_side_set_the
 
     plain = Request.make("time", "jax", "pinned_transfer", {}, TimingConfig()).to_dict()
     assert "kernel_warm_s" not in plain["timing"]
-    short = Request.make("time", "jax", "pinned_transfer", {}, TimingConfig(kernel_warm_s=0.05)).to_dict()
-    assert Request.from_dict(short).timing.kernel_warm_s == 0.05
+    for warm_s in (0.05, 0.0):  # none at all is a setting too
+        short = Request.make("time", "jax", "pinned_transfer", {}, TimingConfig(kernel_warm_s=warm_s)).to_dict()
+        assert Request.from_dict(short).timing.kernel_warm_s == warm_s
 
 
 def test_a_worker_times_on_its_sides_timing_settings_and_no_other_process_does(monkeypatch):

@@ -130,8 +130,11 @@ def preset(size: str) -> TimingConfig:
 # refuses it in its own environment (harness/run/cmd_compare.py start_checks), where it would reach every process
 # and write figures that the preset its result names does not describe.
 OVERRIDE_ENV = "TRIPTYCH_TIMING"
-OVERRIDABLE = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise",
-               "kernel_warm_s")
+# What a worker takes; one whose hello lists none (a tree from before kernel_warm_s) takes OLDER alone, and a side
+# that names more is refused before its pairs (harness/run/interleave.py), where its workers would fail every request.
+OVERRIDABLE_OLDER = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise")
+OVERRIDABLE = (*OVERRIDABLE_OLDER, "kernel_warm_s")
+KERNEL_WARM_MAX = 1.0  # s: each row's warm runs inside a profiler session (WARM_S is 0.2); more is a typo's trace
 OVERRIDE_MAX = 1_000_000  # a count or a time past any request's timeout: a typo, not a setting
 REPEATS = ("min_repeats", "max_repeats")
 COUNTS = ("warmup", *REPEATS)  # whole numbers; the others are seconds or a share
@@ -154,6 +157,9 @@ def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, floa
                 or (k in COUNTS and v != int(v)) or abs(v) > OVERRIDE_MAX:
             raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in COUNTS else 'finite'} number of at most "
                              f"{OVERRIDE_MAX:,}, not {v!r}")
+    if given.get("kernel_warm_s", 0) > KERNEL_WARM_MAX:
+        raise ValueError(f"${OVERRIDE_ENV}: kernel_warm_s must be at most {KERNEL_WARM_MAX:g} s (each row's warm runs "
+                         f"inside a trace), not {given['kernel_warm_s']!r}")
     out = {k: int(v) if k in COUNTS else float(v) for k, v in given.items()}
     try:
         replace(base, **out)  # the config's own check

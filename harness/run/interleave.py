@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import math
 import os
 import secrets
@@ -50,7 +51,7 @@ from harness.workers.turns import Turns
 from harness.workers.protocol import Answer, Hello
 from harness.workers.worker import Handle, ProcessWorker, WorkerError, WorkerLost
 from harness.measure.noise import split
-from harness.measure.timing import OVERRIDE_ENV, preset
+from harness.measure.timing import OVERRIDABLE_OLDER, OVERRIDE_ENV, preset
 from harness.regress import forecast
 from harness.regress.regress import FAILED, Paired, judge_pairs, process_medians
 from harness.results.model import Json, Row
@@ -674,6 +675,13 @@ class InterleavedRun:
                 if deaf:
                     raise SideError(f"the {s.name}'s workers ({', '.join(deaf)}) do not time on its {OVERRIDE_ENV}: "
                                     "a tree from before the variable ignores it")
+                # and one from before a setting fails every request that names it
+                named = set(json.loads(s.env[OVERRIDE_ENV])) if s.env.get(OVERRIDE_ENV) else set()
+                for fw in self.running:
+                    unknown = sorted(named - set(env[s.name][fw].get("timing_fields") or OVERRIDABLE_OLDER))
+                    if unknown:
+                        raise SideError(f"the {s.name}'s {fw} workers do not take {', '.join(unknown)} in its "
+                                        f"{OVERRIDE_ENV}: a tree from before the setting")
             # both sides' workers can be asked for some variants only (an older tree's cannot: it times them all)
             self.subsets = all(env[s.name][fw].get("subsets") for s in schedule.sides for fw in self.running)
             # both sides' workers can take turns call by call (an older tree's take a point at a time)

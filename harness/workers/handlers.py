@@ -27,7 +27,7 @@ from harness.measure.profiling import profile_variant, row_name
 from harness.workers.protocol import Answer, Hello, Progress, Request, TurnTaker
 from harness.measure.timeline import trace_variant
 from harness.measure import kernel_clock
-from harness.measure.timing import OVERRIDE_ENV, SELFCHECK, TimingConfig, loop_identity, measure, overridden
+from harness.measure.timing import OVERRIDABLE, OVERRIDE_ENV, SELFCHECK, TimingConfig, loop_identity, measure, overridden
 from scenarios import get as get_scenario
 from scenarios.spec import Arrays, Params, Scenario, Variant
 
@@ -41,11 +41,12 @@ def hello(fw: str) -> Hello:
     # timing config may leave the traced kernel clock out (TimingConfig.kernel_clock); turns: it may take turns
     # with another worker's request (protocol.Request.turns); host_beside: it may ask for the host's loop before
     # each repeat (TimingConfig.host_beside), and which loop it times where (harness/measure/timing.py loop_identity);
-    # timing: the $TRIPTYCH_TIMING it times on, where it has one (an older tree's worker ignores it and says nothing)
+    # timing: the $TRIPTYCH_TIMING it times on, where it has one (an older tree's worker ignores it and says nothing),
+    # and timing_fields the settings it takes (harness/measure/timing.py OVERRIDABLE)
     timing = os.environ.get(OVERRIDE_ENV)
     return {"available": ok, "why": why, "on_gpu": b.on_gpu if ok else False,
             "env": b.env() if ok else {}, "pid": os.getpid(), "subsets": True, "kernel_optional": True, "turns": True,
-            "host_beside": loop_identity(), **({"timing": timing} if timing else {})}
+            "host_beside": loop_identity(), "timing_fields": list(OVERRIDABLE), **({"timing": timing} if timing else {})}
 
 
 def equiv(fw: str, scenario: str, params: Params) -> dict[str, Arrays]:

@@ -58,6 +58,7 @@ class Hello(TypedDict):
     # its timing config may ask for the host's loop before each repeat (TimingConfig.host_beside): which loop it times
     host_beside: NotRequired[str]
     timing: NotRequired[str]  # the $TRIPTYCH_TIMING it times on, where it has one (harness/measure/timing.py overridden)
+    timing_fields: NotRequired[list[str]]  # the settings it takes there (timing.OVERRIDABLE; an older tree's: none)
     status: NotRequired[str]  # the runner's, where the worker failed to start: how (model.FrameworkEnv.status)
 
 
