@@ -11,7 +11,9 @@ prints per side, in seconds over all its requests:
      outside the rows (inputs read back, the host loop); per scenario too;
   2. its rows' spread between processes: the median over rows of the standard deviation of the log process medians;
   3. how much slower a process's first repeat was than its median from the eleventh repeat on (the warm-up's
-     work left undone), the median over processes, per scenario.
+     work left undone), the median over processes, per scenario;
+  4. where the side traced a kernel clock (--clock kernel: JAX's), the seconds of its traces, part of "outside the
+     rows" (kernel_s, counted once a request).
 No GPU runs for it. Usage: python results/probes/side_costs.py results/regress/<stamp>_interleaved* [...]
 """
 from __future__ import annotations
@@ -54,6 +56,18 @@ def first_excess(scn: dict) -> float:
     return float(np.median(x)) if x else float("nan")
 
 
+def kernel_s(doc: dict) -> float | None:
+    """The side's traced kernel clocks in seconds, once a request (its rows share its kernel_s); None where no
+    process kept one."""
+    seen: dict[tuple, float] = {}
+    for scn in doc["scenarios"].values():
+        for r in scn["rows"]:
+            for i, p in enumerate((r.get("timing") or {}).get("processes") or []):
+                if p.get("kernel_s") is not None:  # one request's rows: its framework, point and host loop's stamp
+                    seen[(r["framework"], str(r.get("params")), p.get("host_loop_at", i), p.get("served_s"))] = p["kernel_s"]
+    return sum(seen.values()) if seen else None
+
+
 def main(folders: list[str]) -> None:
     for folder in folders:
         print(f"# {folder}")
@@ -71,6 +85,8 @@ def main(folders: list[str]) -> None:
             print(f"\nspread between processes, median row: {100 * spread(doc):.2f}% (log sd)")
             print("first repeat's excess over repeats 11 on, median process: "
                   + ", ".join(f"{n} {100 * first_excess(doc['scenarios'][n]):+.1f}%" for n in names))
+            if (k := kernel_s(doc)) is not None:
+                print(f"traced kernel clock (kernel_s, part of outside the rows): {k:.1f} s")
         print()
 
 
