@@ -611,7 +611,8 @@ class InterleavedRun:
     some are unknown, and the two sides' documents."""
 
     def __init__(self, schedule: Schedule, plan: Plan) -> None:
-        self.schedule, self.plan, self.planned = schedule, plan, plan  # self.plan: as the run applies it
+        self.schedule, self.plan = schedule, plan
+        self.plain_why: str | None = None  # why every row is judged plain, where the run finds so itself
         self.t0, self.started = schedule.now(), _now()
         self.budget = "" if plan.budget_s is None else f"the time budget of {plan.budget_s:g} s was spent"
         if schedule.world_size is None:
@@ -698,10 +699,10 @@ class InterleavedRun:
             if plan.host_covariate and len(loops) == 1 and None not in loops:
                 self.cfg = replace(self.cfg, host_beside=True)
             elif plan.host_covariate:  # the run as judged, its header and its files say plain
-                self.plan = replace(plan, host_covariate=False,
-                                    plain_why="the two sides' workers do not time one loop: an older tree's time "
-                                              "none, a tree that changed harness/measure/host_loop.py another")
-                schedule.log(f"the host's loop: {self.plan.plain_why}; every row is judged plain")
+                self.plain_why = ("the two sides' workers do not time one loop: an older tree's time none, a tree that "
+                                  "changed harness/measure/host_loop.py another")
+                self.plan = replace(plan, host_covariate=False, plain_why=self.plain_why)
+                schedule.log(f"the host's loop: {self.plain_why}; every row is judged plain")
             start_s = schedule.now() - t_start
             said = self._forecast(start_s)
             t_points = schedule.now()  # after the forecast's own reading of earlier files: not a pair's price
@@ -925,7 +926,7 @@ class InterleavedRun:
                 if env[base.name][fw]["available"] and not env[cand.name][fw]["available"]] + lost_groups
         return Outcome(docs, rows, nc, max((r.pairs for r in rows), default=0), schedule.now() - self.t0, stopped,
                        lost, len(self.left), len(self.short), self.stopped_by, self.level,
-                       self.plan.plain_why if self.plan is not self.planned else None)
+                       self.plain_why)
 
 
 def _named(ks: list[int]) -> str:

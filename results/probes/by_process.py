@@ -19,6 +19,12 @@ FIELDS = ("served_s", "kernel_s", "phase_s", "loop_s", "warm_s", "check_s", "tim
 PER_REQUEST = ("served_s", "kernel_s")  # a request's, kept on each of its rows: counted once a request
 
 
+def request_key(r: dict, p: dict, i: int) -> tuple:
+    """One request's key for its rows' processes: they share its served_s and its host loop's time stamp (the key
+    harness/workers/processes.py phase uses); i, the process's place, where a file kept no stamp."""
+    return r["framework"], json.dumps(r.get("params"), sort_keys=True), p.get("host_loop_at", i), p.get("served_s")
+
+
 def by_index(scn: dict) -> dict[int, dict[str, float | None]]:
     """{process index: {field: seconds over the scenario's rows}}; served_s once per request (its rows share it),
     a field None where a process of that index lacks it."""
@@ -27,9 +33,7 @@ def by_index(scn: dict) -> dict[int, dict[str, float | None]]:
     for r in scn["rows"]:
         for i, p in enumerate((r.get("timing") or {}).get("processes") or []):
             got = out[i]
-            # one request's rows share its served_s and its host loop's time stamp: the key processes.phase uses
-            key = (r["framework"], json.dumps(r.get("params"), sort_keys=True), p.get("host_loop_at", i),
-                   p.get("served_s"))
+            key = request_key(r, p, i)
             first = key not in seen
             seen.add(key)
             for f in FIELDS:

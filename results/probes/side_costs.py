@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from by_process import request_key  # noqa: E402
 from pair_spread import processes, sides  # noqa: E402
 
 STEPS = ("timed repeats", "rest of the repeat loops", "first call and warm-up", "rest of measure", "rest of a row",
@@ -63,8 +64,8 @@ def kernel_s(doc: dict) -> float | None:
     for scn in doc["scenarios"].values():
         for r in scn["rows"]:
             for i, p in enumerate((r.get("timing") or {}).get("processes") or []):
-                if p.get("kernel_s") is not None:  # one request's rows: its framework, point and host loop's stamp
-                    seen[(r["framework"], str(r.get("params")), p.get("host_loop_at", i), p.get("served_s"))] = p["kernel_s"]
+                if p.get("kernel_s") is not None:
+                    seen[request_key(r, p, i)] = p["kernel_s"]
     return sum(seen.values()) if seen else None
 
 
