@@ -236,7 +236,10 @@ def test_host_covariate_across_two_pythons_or_with_turns_call_is_refused_before_
     and the intercept would take part of the change away. With --turns call it would run beside the other side's
     calls, outside the turns."""
     for extra, said in ((["--baseline-python", "/bin/sh"], "--host-covariate cannot be read with two Pythons"),
-                        (["--turns", "call"], "--host-covariate cannot be read with --turns call")):
+                        (["--turns", "call"], "--host-covariate cannot be read with --turns call"),
+                        (["--candidate-env", 'TRIPTYCH_TIMING={"host_beside": true}'],
+                         "--host-covariate cannot be read with --candidate-env TRIPTYCH_TIMING host_beside: the loop "
+                         "is what the pairs compare")):
         r = _regress("--baseline-tree", str(ROOT), "--host-covariate", *extra, "--scenarios", "launch_overhead",
                      "--out", str(tmp_path))
         assert r.returncode == 2 and said in r.stderr, r.stderr[-2000:]
@@ -259,7 +262,9 @@ def test_host_covariate_is_the_default_where_it_can_be_read_and_the_header_says_
     res = interleave.run(sched, Plan(["sync_points"], "smoke", 1, pairs=2, max_pairs=2))
     for extra, on, why in (((), True, ""), (("--no-host-covariate",), False, "--no-host-covariate"),
                            (("--baseline-python", "/bin/sh"), False, "two Pythons"),
-                           (("--turns", "call"), False, "--turns call")):
+                           (("--turns", "call"), False, "--turns call"),
+                           (("--baseline-env", 'TRIPTYCH_TIMING={"host_beside": false}'), False,
+                            "--baseline-env TRIPTYCH_TIMING host_beside")):
         a, plain_why = options(*extra)
         assert a.host_covariate is on and plain_why.startswith(why) and bool(plain_why) is not on, (extra, plain_why)
         said: list[str] = []
@@ -1483,6 +1488,27 @@ def test_a_side_whose_workers_do_not_take_a_timing_setting_fails_before_any_pair
     assert Reads.asked_to_time == 0
     Reads.fields = list(OVERRIDABLE)
     assert interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2)).rows
+
+
+def test_a_side_that_sets_the_host_loop_is_judged_plain_even_where_the_plan_reads_the_loop():
+    """host_beside on one side ($TRIPTYCH_TIMING) makes the loop the change under test: a plan built in code that asks
+    for the covariate gets every row judged plain, and says why, rather than a covariate one side lacks."""
+    class Reads(FakeWorker):
+        def request(self, op, *args, **kw):
+            out = super().request(op, *args, **kw)
+            if op == "hello":
+                out |= {"timing": self.side.env.get("TRIPTYCH_TIMING")} if self.side.env else {}
+                out |= {"timing_fields": ["host_beside"], "host_beside": "loop"}
+            return out
+
+    host = Host(1.0)
+    base, cand = _sides()
+    sched = Schedule([base, cand], ["torch"], 60.0, world_size=2, make_worker=lambda fw, s, *_: Reads(fw, s, host))
+    plan = Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2, host_covariate=True)
+    assert interleave.run(sched, plan).plain_why is None  # both sides time one loop: read as the covariate
+    cand.env = {"TRIPTYCH_TIMING": '{"host_beside": true}'}
+    res = interleave.run(sched, plan)
+    assert res.rows and res.plain_why.startswith("the candidate's TRIPTYCH_TIMING sets host_beside"), res.plain_why
 
 
 def test_a_side_is_a_folder_or_a_git_ref_checked_out_for_the_run(tmp_path):

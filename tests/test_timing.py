@@ -295,6 +295,12 @@ def test_a_sides_timing_settings_are_json_of_known_fields_that_make_a_valid_conf
     assert overrides('{"kernel_warm_s": 0.05}') == {"kernel_warm_s": 0.05}
     with pytest.raises(ValueError, match="cannot run"):
         overrides('{"kernel_warm_s": -0.1}')
+    # the host's loop before each repeat, on one side: a switch, not a number
+    assert overrides('{"host_beside": true, "warmup_s": 0}') == {"host_beside": True, "warmup_s": 0.0}
+    assert overrides('{"host_beside": false}') == {"host_beside": False}
+    for text in ('{"host_beside": 1}', '{"host_beside": "true"}'):
+        with pytest.raises(ValueError, match="host_beside must be true or false"):
+            overrides(text)
 
 
 def test_a_request_carries_the_kernel_clocks_warm_runs_only_where_a_side_set_them():
@@ -323,7 +329,13 @@ def test_a_worker_times_on_its_sides_timing_settings_and_no_other_process_does(m
         rows = handlers.time_scenario("torch", "launch_overhead", params, timing.preset("smoke"), lambda _t: None)
         return {len(r["timing"]["samples"]["device_done"]) for r in rows if r["status"] == "ok"}
 
+    def loops() -> set[bool]:
+        rows = handlers.time_scenario("torch", "launch_overhead", params, timing.preset("smoke"), lambda _t: None)
+        return {bool(r["timing"].get("host_loops")) for r in rows if r["status"] == "ok"}
+
     monkeypatch.setenv(timing.OVERRIDE_ENV, '{"min_repeats": 3, "max_repeats": 3}')
-    assert repeats() == {3}
+    assert repeats() == {3} and loops() == {False}
+    monkeypatch.setenv(timing.OVERRIDE_ENV, '{"min_repeats": 3, "max_repeats": 3, "host_beside": true}')
+    assert loops() == {True}  # the host's loop before each repeat, on this side alone
     monkeypatch.delenv(timing.OVERRIDE_ENV)
     assert min(repeats()) >= timing.preset("smoke").min_repeats > 3

@@ -126,23 +126,25 @@ def preset(size: str) -> TimingConfig:
 
 # One side of an interleaved regress may time on other settings than the preset's: the pairs then measure what a
 # change of method does to the figures, and each side's files what it does to a pair's cost (docs/regress.md),
-# e.g. --candidate-env 'TRIPTYCH_TIMING={"warmup_s": 0}'. Only a worker reads it (handlers.time_point); a run
+# e.g. --candidate-env 'TRIPTYCH_TIMING={"warmup_s": 0}'; host_beside (true or false) times the host's loop before
+# each repeat on one side alone, so a --no-host-covariate run's pairs measure what the loop does to the rows. Only a worker reads it (handlers.time_point); a run
 # refuses it in its own environment (harness/run/cmd_compare.py start_checks), where it would reach every process
 # and write figures that the preset its result names does not describe.
 OVERRIDE_ENV = "TRIPTYCH_TIMING"
 # What a worker takes; one whose hello lists none (a tree from before kernel_warm_s) takes OLDER alone, and a side
 # that names more is refused before its pairs (harness/run/interleave.py), where its workers would fail every request.
 OVERRIDABLE_OLDER = ("warmup", "warmup_s", "min_repeats", "max_repeats", "min_time_s", "max_wall_s", "max_noise")
-OVERRIDABLE = (*OVERRIDABLE_OLDER, "kernel_warm_s")
+OVERRIDABLE = (*OVERRIDABLE_OLDER, "kernel_warm_s", "host_beside")
+SWITCHES = ("host_beside",)  # true or false; the others are numbers
 KERNEL_WARM_MAX = 1.0  # s: each row's warm runs inside a profiler session (WARM_S is 0.2); more is a typo's trace
 OVERRIDE_MAX = 1_000_000  # a count or a time past any request's timeout: a typo, not a setting
 REPEATS = ("min_repeats", "max_repeats")
 COUNTS = ("warmup", *REPEATS)  # whole numbers; the others are seconds or a share
 
 
-def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, float]:
+def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, float | bool]:
     """The fields a $TRIPTYCH_TIMING value sets: a JSON object of OVERRIDABLE names and finite numbers (counts
-    whole), which must make a valid config of `base`; ValueError, one line, where it does not."""
+    whole; SWITCHES true or false), which must make a valid config of `base`; ValueError, one line, where it does not."""
     try:
         given = json.loads(text)
     except ValueError:
@@ -153,6 +155,10 @@ def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, floa
     if unknown:
         raise ValueError(f"${OVERRIDE_ENV} names {', '.join(unknown)}: it may set {', '.join(OVERRIDABLE)}")
     for k, v in given.items():
+        if k in SWITCHES:
+            if not isinstance(v, bool):
+                raise ValueError(f"${OVERRIDE_ENV}: {k} must be true or false, not {v!r}")
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                 or (k in COUNTS and v != int(v)) or abs(v) > OVERRIDE_MAX:
             raise ValueError(f"${OVERRIDE_ENV}: {k} must be a {'whole' if k in COUNTS else 'finite'} number of at most "
@@ -160,7 +166,7 @@ def overrides(text: str, base: TimingConfig = PRESETS["full"]) -> dict[str, floa
     if given.get("kernel_warm_s", 0) > KERNEL_WARM_MAX:
         raise ValueError(f"${OVERRIDE_ENV}: kernel_warm_s must be at most {KERNEL_WARM_MAX:g} s (each row's warm runs "
                          f"inside a trace), not {given['kernel_warm_s']!r}")
-    out = {k: int(v) if k in COUNTS else float(v) for k, v in given.items()}
+    out = {k: v if k in SWITCHES else int(v) if k in COUNTS else float(v) for k, v in given.items()}
     try:
         replace(base, **out)  # the config's own check
     except ValueError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import signal
@@ -257,6 +258,15 @@ def covariate_unfit(a: argparse.Namespace) -> str | None:
         return "two Pythons: each side's interpreter times the loop, so it would move with the change"
     if a.turns == "call":
         return "--turns call: the loop runs outside a pair's turns, beside the other side's calls"
+    for option, items in (("--baseline-env", a.baseline_env), ("--candidate-env", a.candidate_env)):
+        for item in items:
+            key, _, value = item.partition("=")
+            try:
+                sets_loop = key == OVERRIDE_ENV and "host_beside" in json.loads(value)
+            except (ValueError, TypeError):  # not a JSON object: refused with its reason after these options
+                sets_loop = False
+            if sets_loop:
+                return f"{option} {OVERRIDE_ENV} host_beside: the loop is what the pairs compare, not their covariate"
     return None
 
 

@@ -696,10 +696,13 @@ class InterleavedRun:
             # --host-covariate: the host's loop before each repeat (TimingConfig.host_beside), where every worker times
             # one and the same loop at one place; else the rows have no loops and are judged plain
             loops = {env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running}
-            if plan.host_covariate and len(loops) == 1 and None not in loops:
+            sets_loop = [s.name for s in schedule.sides if "host_beside" in json.loads(s.env.get(OVERRIDE_ENV) or "{}")]
+            if plan.host_covariate and len(loops) == 1 and None not in loops and not sets_loop:
                 self.cfg = replace(self.cfg, host_beside=True)
             elif plan.host_covariate:  # the run as judged, its header and its files say plain
-                self.plain_why = ("the two sides' workers do not time one loop: an older tree's time none, a tree that "
+                self.plain_why = (f"the {sets_loop[0]}'s {OVERRIDE_ENV} sets host_beside: the loop is what the pairs "
+                                  "compare" if sets_loop else
+                                  "the two sides' workers do not time one loop: an older tree's time none, a tree that "
                                   "changed harness/measure/host_loop.py another")
                 self.plan = replace(plan, host_covariate=False, plain_why=self.plain_why)
                 schedule.log(f"the host's loop: {self.plain_why}; every row is judged plain")
