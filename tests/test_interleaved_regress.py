@@ -238,8 +238,8 @@ def test_host_covariate_across_two_pythons_or_with_turns_call_is_refused_before_
     for extra, said in ((["--baseline-python", "/bin/sh"], "--host-covariate cannot be read with two Pythons"),
                         (["--turns", "call"], "--host-covariate cannot be read with --turns call"),
                         (["--candidate-env", 'TRIPTYCH_TIMING={"host_beside": true}'],
-                         "--host-covariate cannot be read with --candidate-env TRIPTYCH_TIMING host_beside: the loop "
-                         "is what the pairs compare")):
+                         "--host-covariate cannot be read with --candidate-env TRIPTYCH_TIMING sets host_beside: the "
+                         "loop is a setting of the side")):
         r = _regress("--baseline-tree", str(ROOT), "--host-covariate", *extra, "--scenarios", "launch_overhead",
                      "--out", str(tmp_path))
         assert r.returncode == 2 and said in r.stderr, r.stderr[-2000:]
@@ -264,7 +264,7 @@ def test_host_covariate_is_the_default_where_it_can_be_read_and_the_header_says_
                            (("--baseline-python", "/bin/sh"), False, "two Pythons"),
                            (("--turns", "call"), False, "--turns call"),
                            (("--baseline-env", 'TRIPTYCH_TIMING={"host_beside": false}'), False,
-                            "--baseline-env TRIPTYCH_TIMING host_beside")):
+                            "--baseline-env TRIPTYCH_TIMING sets host_beside")):
         a, plain_why = options(*extra)
         assert a.host_covariate is on and plain_why.startswith(why) and bool(plain_why) is not on, (extra, plain_why)
         said: list[str] = []

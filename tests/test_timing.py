@@ -298,6 +298,7 @@ def test_a_sides_timing_settings_are_json_of_known_fields_that_make_a_valid_conf
     # the host's loop before each repeat, on one side: a switch, not a number
     assert overrides('{"host_beside": true, "warmup_s": 0}') == {"host_beside": True, "warmup_s": 0.0}
     assert overrides('{"host_beside": false}') == {"host_beside": False}
+    assert overrides('{"host_beside": true}')["host_beside"] is True  # a switch, not the number 1.0
     for text in ('{"host_beside": 1}', '{"host_beside": "true"}'):
         with pytest.raises(ValueError, match="host_beside must be true or false"):
             overrides(text)

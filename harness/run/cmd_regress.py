@@ -262,11 +262,11 @@ def covariate_unfit(a: argparse.Namespace) -> str | None:
         for item in items:
             key, _, value = item.partition("=")
             try:
-                sets_loop = key == OVERRIDE_ENV and "host_beside" in json.loads(value)
-            except (ValueError, TypeError):  # not a JSON object: refused with its reason after these options
-                sets_loop = False
-            if sets_loop:
-                return f"{option} {OVERRIDE_ENV} host_beside: the loop is what the pairs compare, not their covariate"
+                given = json.loads(value) if key == OVERRIDE_ENV else None
+            except ValueError:  # not JSON: refused with its reason after these options
+                given = None
+            if isinstance(given, dict) and "host_beside" in given:  # else refused with its reason after these
+                return f"{option} {OVERRIDE_ENV} sets host_beside: the loop is a setting of the side, not a covariate"
     return None
 
 

@@ -700,8 +700,8 @@ class InterleavedRun:
             if plan.host_covariate and len(loops) == 1 and None not in loops and not sets_loop:
                 self.cfg = replace(self.cfg, host_beside=True)
             elif plan.host_covariate:  # the run as judged, its header and its files say plain
-                self.plain_why = (f"the {sets_loop[0]}'s {OVERRIDE_ENV} sets host_beside: the loop is what the pairs "
-                                  "compare" if sets_loop else
+                self.plain_why = (f"the {sets_loop[0]}'s {OVERRIDE_ENV} sets host_beside: the loop is a setting of "
+                                  "the side, not a covariate" if sets_loop else
                                   "the two sides' workers do not time one loop: an older tree's time none, a tree that "
                                   "changed harness/measure/host_loop.py another")
                 self.plan = replace(plan, host_covariate=False, plain_why=self.plain_why)
