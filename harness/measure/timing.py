@@ -127,9 +127,10 @@ def preset(size: str) -> TimingConfig:
 # One side of an interleaved regress may time on other settings than the preset's: the pairs then measure what a
 # change of method does to the figures, and each side's files what it does to a pair's cost (docs/regress.md),
 # e.g. --candidate-env 'TRIPTYCH_TIMING={"warmup_s": 0}'; host_beside (true or false) times the host's loop
-# before each repeat on one side alone, so that the pairs of a run judged plain measure what the loop does. Only a worker reads it (handlers.time_point); a run
-# refuses it in its own environment (harness/run/cmd_compare.py start_checks), where it would reach every process
-# and write figures that the preset its result names does not describe.
+# before each repeat on one side alone, so that the pairs of a run judged plain measure what the loop does. Only a
+# worker reads it (handlers.time_point); a run refuses it in its own environment (harness/run/cmd_compare.py
+# start_checks), where it would reach every process and write figures that the preset its result names does not
+# describe.
 OVERRIDE_ENV = "TRIPTYCH_TIMING"
 # What a worker takes; one whose hello lists none (a tree from before kernel_warm_s) takes OLDER alone, and a side
 # that names more is refused before its pairs (harness/run/interleave.py), where its workers would fail every request.

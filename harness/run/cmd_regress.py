@@ -263,9 +263,10 @@ def covariate_unfit(a: argparse.Namespace) -> str | None:
             key, _, value = item.partition("=")
             try:
                 given = json.loads(value) if key == OVERRIDE_ENV else None
-            except ValueError:  # not JSON: refused with its reason after these options
+            except ValueError:
                 given = None
-            if isinstance(given, dict) and "host_beside" in given:  # else refused with its reason after these
+            # a value that is not a JSON object is refused with its own reason after these options
+            if isinstance(given, dict) and "host_beside" in given:
                 return f"{option} {OVERRIDE_ENV} sets host_beside: the loop is a setting of the side, not a covariate"
     return None
 
