@@ -6,6 +6,11 @@
 # Step 2, where 600 s are left: the default run at four processes, every default scenario, no report (must-show 1),
 # at a tree where pinned_transfer alone took 102.6 s at four processes (lease 23); read it with
 # results/probes/by_process.py. --budget bounds it between scenarios only: a scenario started runs through.
+# The device tool carries at most 64 MiB of tree, and results/ is more: before the call, un-index results/ (`git rm -r
+# -q --cached results`, `/results/` in .git/info/exclude) and force-add the compare files the forecast reads
+# (results/20261206T221108Z_nvidia-h100-80gb-hbm3_full.json, and results/20261207T213031Z_..._full.json for
+# pinned_transfer at four processes); after it, `git reset -q results` and drop the exclude line. In lease 25 the
+# forecast had the first file alone, an older one without kernel_s: it said 3-4 pairs "or more" where rows got 6-12.
 # $1: the device seconds the script may spend (the device time left at its start less a reserve); $2: the commit.
 set -u
 export PYTHONUNBUFFERED=1
