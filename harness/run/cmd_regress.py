@@ -259,15 +259,12 @@ def covariate_unfit(a: argparse.Namespace) -> str | None:
     if a.turns == "call":
         return "--turns call: the loop runs outside a pair's turns, beside the other side's calls"
     for option, items in (("--baseline-env", a.baseline_env), ("--candidate-env", a.candidate_env)):
-        for item in items:
-            key, _, value = item.partition("=")
-            try:
-                given = json.loads(value) if key == OVERRIDE_ENV else None
-            except ValueError:
-                given = None
-            # a value that is not a JSON object is refused with its own reason after these options
-            if isinstance(given, dict) and "host_beside" in given:
-                return f"{option} {OVERRIDE_ENV} sets host_beside: the loop is a setting of the side, not a covariate"
+        try:
+            given = json.loads(_env(items, option).get(OVERRIDE_ENV) or "{}")
+        except ValueError:  # not JSON: refused with its own reason after these options, as is JSON not an object
+            given = None
+        if isinstance(given, dict) and "host_beside" in given:
+            return f"{option} {OVERRIDE_ENV} sets host_beside: the loop is a setting of the side, not a covariate"
     return None
 
 

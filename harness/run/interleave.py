@@ -671,6 +671,7 @@ class InterleavedRun:
             self.running = [fw for fw in schedule.frameworks if all(env[s.name][fw]["available"] for s in schedule.sides)]
             # a side's $TRIPTYCH_TIMING: an older tree's workers ignore it, and would time on the preset while the run
             # says otherwise
+            sets_loop: list[str] = []  # the sides whose TRIPTYCH_TIMING sets host_beside: then no covariate (below)
             for s in schedule.sides:
                 deaf = [fw for fw in self.running if env[s.name][fw].get("timing") != s.env.get(OVERRIDE_ENV)]
                 if deaf:
@@ -678,6 +679,7 @@ class InterleavedRun:
                                     "a tree from before the variable ignores it")
                 # and one from before a setting fails every request that names it
                 named = set(json.loads(s.env[OVERRIDE_ENV])) if s.env.get(OVERRIDE_ENV) else set()
+                sets_loop += [s.name] if "host_beside" in named else []
                 for fw in self.running:
                     unknown = sorted(named - set(env[s.name][fw].get("timing_fields") or OVERRIDABLE_OLDER))
                     if unknown:
@@ -696,7 +698,6 @@ class InterleavedRun:
             # --host-covariate: the host's loop before each repeat (TimingConfig.host_beside), where every worker times
             # one and the same loop at one place; else the rows have no loops and are judged plain
             loops = {env[s.name][fw].get("host_beside") for s in schedule.sides for fw in self.running}
-            sets_loop = [s.name for s in schedule.sides if "host_beside" in json.loads(s.env.get(OVERRIDE_ENV) or "{}")]
             if plan.host_covariate and len(loops) == 1 and None not in loops and not sets_loop:
                 self.cfg = replace(self.cfg, host_beside=True)
             elif plan.host_covariate:  # the run as judged, its header and its files say plain
