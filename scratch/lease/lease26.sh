@@ -11,8 +11,8 @@
 # The device tool carries at most 64 MiB of tree, and results/ is more: before the call, un-index results/ (`git rm -r
 # -q --cached results`, `/results/` in .git/info/exclude) and force-add the compare files the forecast reads
 # (results/20261206T221108Z_nvidia-h100-80gb-hbm3_full.json, and results/20261207T213031Z_..._full.json for
-# pinned_transfer at four processes); after it, `git reset -q results` and drop the exclude line. In lease 25 the
-# forecast had the first file alone, an older one without kernel_s: it said 3-4 pairs "or more" where rows got 6-12.
+# pinned_transfer at four processes) and step 1's probe, results/probes/loop_gap.py, which is not carried
+# otherwise; after it, `git reset -q results` and drop the exclude line. In lease 25 the forecast had the first file alone, an older one without kernel_s: it said 3-4 pairs "or more" where rows got 6-12.
 # $1: the device seconds the script may spend (the device time left at its start less a reserve); $2: the commit.
 set -u
 export PYTHONUNBUFFERED=1
@@ -22,6 +22,7 @@ start=$(date +%s)
 left() { echo $(( ${1:-1000} - ($(date +%s) - start) )); }
 echo "start $(date -u +%FT%TZ) at ${2:-unnamed}" > $O/steps.log
 nvidia-smi > $O/nvidia-smi.txt 2>&1
+[ -f results/probes/loop_gap.py ] || echo "loop_gap.py was not carried" >> $O/steps.log
 timeout 120 python3 results/probes/loop_gap.py $O/loop_gap.jsonl 8 300 > $O/loop_gap.log 2>&1
 echo "loop_gap exit $? after $(( $(date +%s) - start )) s" >> $O/steps.log
 B=$(( $(left $1) - 150 )); [ $B -gt 1400 ] && B=1400
