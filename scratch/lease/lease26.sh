@@ -12,7 +12,8 @@
 # -q --cached results`, `/results/` in .git/info/exclude) and force-add the compare files the forecast reads
 # (results/20261206T221108Z_nvidia-h100-80gb-hbm3_full.json, and results/20261207T213031Z_..._full.json for
 # pinned_transfer at four processes) and step 1's probe, results/probes/loop_gap.py, which is not carried
-# otherwise; after it, `git reset -q results` and drop the exclude line. In lease 25 the forecast had the first file alone, an older one without kernel_s: it said 3-4 pairs "or more" where rows got 6-12.
+# otherwise; after it, `git reset -q results` and drop the exclude line. In lease 25 the forecast had the first
+# file alone, an older one without kernel_s: it said 3-4 pairs "or more" where rows got 6-12.
 # $1: the device seconds the script may spend (the device time left at its start less a reserve); $2: the commit.
 set -u
 export PYTHONUNBUFFERED=1
