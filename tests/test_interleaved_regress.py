@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -1437,17 +1437,25 @@ def test_a_side_with_other_timing_settings_times_on_them_and_the_other_side_on_t
     assert all(min(n[:2]) >= 5 and n[2:] == [5, 5] for n in counts[0]), counts
 
 
-def test_a_side_whose_workers_ignore_its_timing_settings_fails_before_any_pair_is_timed():
-    """An older tree's workers do not read TRIPTYCH_TIMING (their hello names none): its pairs would time on the
-    preset while the run said otherwise, and a change of method would read as no change."""
-    class Older(FakeWorker):
+def _saying(hello: Callable[[Any], dict]) -> type:
+    """A FakeWorker whose hello adds hello(worker) (what a tree's worker says of its TRIPTYCH_TIMING) and that counts
+    the time requests it is asked (asked_to_time): a tree older or newer than this one, as its workers introduce it."""
+    class Saying(FakeWorker):
         asked_to_time = 0
 
         def request(self, op, *args, **kw):
-            Older.asked_to_time += op == "time"
+            Saying.asked_to_time += op == "time"
             out = super().request(op, *args, **kw)
-            return out | ({"timing": self.side.env.get("TRIPTYCH_TIMING")} if op == "hello" and self.fw == "torch"
-                          and self.side.name == "baseline" else {})
+            return out | hello(self) if op == "hello" else out
+
+    return Saying
+
+
+def test_a_side_whose_workers_ignore_its_timing_settings_fails_before_any_pair_is_timed():
+    """An older tree's workers do not read TRIPTYCH_TIMING (their hello names none): its pairs would time on the
+    preset while the run said otherwise, and a change of method would read as no change."""
+    Older = _saying(lambda w: {"timing": w.side.env.get("TRIPTYCH_TIMING")} if w.fw == "torch"
+                    and w.side.name == "baseline" else {})
 
     host = Host(1.0)
     base, cand = _sides()
@@ -1466,17 +1474,9 @@ def test_a_side_whose_workers_do_not_take_a_timing_setting_fails_before_any_pair
     seven) would fail every request that names kernel_warm_s: refused before its pairs; a worker that lists it runs."""
     from harness.measure.timing import OVERRIDABLE
 
-    class Reads(FakeWorker):
-        fields: list[str] | None = None
-        asked_to_time = 0
-
-        def request(self, op, *args, **kw):
-            Reads.asked_to_time += op == "time"
-            out = super().request(op, *args, **kw)
-            if op == "hello":
-                out |= {"timing": self.side.env.get("TRIPTYCH_TIMING")} if self.side.env else {}
-                out |= {"timing_fields": Reads.fields} if Reads.fields is not None else {}
-            return out
+    fields: list[list[str]] = []  # what the workers' hello lists, once set
+    Reads = _saying(lambda w: ({"timing": w.side.env.get("TRIPTYCH_TIMING")} if w.side.env else {})
+                    | ({"timing_fields": fields[0]} if fields else {}))
 
     host = Host(1.0)
     base, cand = _sides()
@@ -1486,20 +1486,15 @@ def test_a_side_whose_workers_do_not_take_a_timing_setting_fails_before_any_pair
                                                    "TRIPTYCH_TIMING: a tree from before the setting"):
         interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2))
     assert Reads.asked_to_time == 0
-    Reads.fields = list(OVERRIDABLE)
+    fields.append(list(OVERRIDABLE))
     assert interleave.run(sched, Plan(["launch_overhead"], "smoke", 1, pairs=2, max_pairs=2)).rows
 
 
 def test_a_side_that_sets_the_host_loop_is_judged_plain_even_where_the_plan_reads_the_loop():
     """host_beside on one side ($TRIPTYCH_TIMING) makes the loop the change under test: a plan built in code that asks
     for the covariate gets every row judged plain, and says why, rather than a covariate one side lacks."""
-    class Reads(FakeWorker):
-        def request(self, op, *args, **kw):
-            out = super().request(op, *args, **kw)
-            if op == "hello":
-                out |= {"timing": self.side.env.get("TRIPTYCH_TIMING")} if self.side.env else {}
-                out |= {"timing_fields": ["host_beside"], "host_beside": "loop"}
-            return out
+    Reads = _saying(lambda w: ({"timing": w.side.env.get("TRIPTYCH_TIMING")} if w.side.env else {})
+                    | {"timing_fields": ["host_beside"], "host_beside": "loop"})
 
     host = Host(1.0)
     base, cand = _sides()
